@@ -1,0 +1,134 @@
+"""The audit sink: audit topic → :class:`~audit.store.AuditStore`, exactly once.
+
+The Kafka Connect pattern: the store keeps the next offset per partition in the same transaction as the
+rows; on every partition assignment the consumer seeks to those offsets, so Kafka's committed offsets are
+for monitoring only. A batch that fails to write is not acknowledged anywhere: the sink stops with the
+error instead of skipping it (it would be consumed again from the stored offsets on restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
+
+from audit.store import AuditStore, RawRecord
+from streams import ops
+from streams.config import Settings
+
+log = logging.getLogger("driftlog.sink")
+
+
+class _SeekToStored(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, sink: AuditSink) -> None:
+        self.sink = sink
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        return None
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        self.sink.seek_to_stored(assigned)
+
+
+class AuditSink:
+    def __init__(self, settings: Settings, store: AuditStore) -> None:
+        self.settings = settings
+        self.store = store
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=settings.kafka_bootstrap_servers,
+            group_id=settings.sink_group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=8 * 1024 * 1024,
+        )
+        self.stopping = asyncio.Event()
+        self.failed: BaseException | None = None
+        self.last_commit: float | None = None
+        self.rows_written = 0
+        self.http_port = 0
+
+    def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
+        stored = self.store.next_offsets()
+        for tp in assigned:
+            nxt = stored.get((tp.topic, tp.partition))
+            if nxt is None:
+                self.consumer.seek_to_beginning(tp)
+            else:
+                self.consumer.seek(tp, nxt)
+        log.info("partitions assigned", extra={"assigned": [f"{tp.topic}/{tp.partition}" for tp in assigned]})
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        details = {
+            "role": "sink",
+            "rows_written": self.rows_written,
+            "last_commit_age_s": None if self.last_commit is None else round(time.monotonic() - self.last_commit, 3),
+            "assigned": sorted(f"{tp.topic}/{tp.partition}" for tp in self.consumer.assignment()),
+        }
+        if self.failed is not None:
+            details["error"] = repr(self.failed)
+        return (self.failed is None and not self.stopping.is_set(), details)
+
+    async def run(self, on_ready: Callable[[int], None] | None = None) -> None:
+        runner, self.http_port = await ops.start_http(
+            self.settings.http_host, self.settings.sink_http_port, self.health
+        )
+        await self.consumer.start()
+        self.consumer.subscribe([self.settings.audit_topic], listener=_SeekToStored(self))
+        if on_ready is not None:
+            on_ready(self.http_port)
+        try:
+            while not self.stopping.is_set():
+                await self._one_batch()
+        except BaseException as exc:
+            self.failed = exc
+            raise
+        finally:
+            await self.consumer.stop()
+            await runner.cleanup()
+            self.store.close()
+
+    async def _one_batch(self) -> None:
+        fetched = await self.consumer.getmany(
+            timeout_ms=self.settings.sink_batch_wait_ms, max_records=self.settings.sink_batch_max
+        )
+        batch = [
+            RawRecord(m.topic, m.partition, m.offset, m.timestamp, m.key, m.value if m.value is not None else b"")
+            for msgs in fetched.values()
+            for m in msgs
+        ]
+        if batch:
+            started = time.perf_counter()
+            await asyncio.to_thread(self.store.write, batch)
+            ops.SINK_COMMIT_SECONDS.observe(time.perf_counter() - started)
+            ops.SINK_ROWS.inc(len(batch))
+            self.rows_written += len(batch)
+            self.last_commit = time.monotonic()
+            # monitoring only: the offsets that matter were stored with the rows
+            try:
+                await self.consumer.commit({tp: msgs[-1].offset + 1 for tp, msgs in fetched.items() if msgs})
+            except KafkaError as exc:
+                log.debug("monitoring commit to Kafka failed (harmless)", extra={"error": repr(exc)})
+        for tp in self.consumer.assignment():
+            highwater = self.consumer.highwater(tp)
+            if highwater is not None:
+                lag = max(0, highwater - await self.consumer.position(tp))
+                ops.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
+
+
+def run(settings: Settings, store: AuditStore) -> None:
+    """Run the sink until SIGTERM/SIGINT; the batch in flight is written before it exits."""
+
+    async def main() -> None:
+        sink = AuditSink(settings, store)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, sink.stopping.set)
+        await sink.run()
+
+    asyncio.run(main())

@@ -1,0 +1,188 @@
+"""The ``driftlog`` command. Domain errors become one line on stderr and exit code 1, never a traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from streams import config
+from streams.errors import ConfigError, DriftlogError
+from streams.kafka.launcher import LocalKafka
+from streams.logs import configure
+
+
+def _settings(ctx: click.Context) -> config.Settings:
+    return ctx.find_root().obj  # type: ignore[no-any-return]
+
+
+def with_broker(settings: config.Settings) -> config.Settings:
+    """Settings with a bootstrap address: the configured cluster, else the running local broker."""
+    if settings.kafka_bootstrap_servers:
+        return settings
+    state = LocalKafka(settings.kafka_home, settings.kafka_version).state()
+    if state is None:
+        raise ConfigError("no Kafka configured: set KAFKA_BOOTSTRAP_SERVERS, or run `driftlog kafka start`")
+    return settings.model_copy(update={"kafka_bootstrap_servers": state.bootstrap})
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """driftlog: which structure and which control decision made the job slower, and what it cost.
+
+    Settings come from the environment (see README.md, "Settings"); KAFKA_BOOTSTRAP_SERVERS selects the
+    cluster, otherwise the local broker of `driftlog kafka start` is used.
+    """
+    try:
+        ctx.obj = config.load()
+    except ValueError as exc:
+        raise ConfigError(f"invalid setting: {exc}") from exc
+    configure(ctx.obj.log_level, ctx.obj.log_format)
+
+
+@cli.group()
+def kafka() -> None:
+    """Run a local single-node Apache Kafka broker (KRaft) without Docker, fetched with Maven."""
+
+
+_name_option = click.option("--name", default="default", show_default=True, help="Broker instance name.")
+
+
+@kafka.command("start")
+@_name_option
+@click.pass_context
+def kafka_start(ctx: click.Context, name: str) -> None:
+    """Start the broker (idempotent) and print its bootstrap address once it accepts produce/consume."""
+    s = _settings(ctx)
+    if s.kafka_bootstrap_servers:
+        click.echo(f"KAFKA_BOOTSTRAP_SERVERS is set ({s.kafka_bootstrap_servers}); not starting a local broker")
+        return
+    state = LocalKafka(s.kafka_home, s.kafka_version, name).start()
+    click.echo(f"KAFKA_BOOTSTRAP_SERVERS={state.bootstrap}")
+
+
+@kafka.command("stop")
+@_name_option
+@click.pass_context
+def kafka_stop(ctx: click.Context, name: str) -> None:
+    """Stop the broker and every process it started."""
+    s = _settings(ctx)
+    stopped = LocalKafka(s.kafka_home, s.kafka_version, name).stop()
+    click.echo("stopped" if stopped else "not running")
+
+
+@kafka.command("status")
+@_name_option
+@click.pass_context
+def kafka_status(ctx: click.Context, name: str) -> None:
+    """Print whether the broker runs, and where. Exit code 3 when it does not."""
+    s = _settings(ctx)
+    state = LocalKafka(s.kafka_home, s.kafka_version, name).state()
+    if state is None:
+        click.echo("not running")
+        ctx.exit(3)
+    click.echo(f"running: pid {state.pid}, Apache Kafka {state.version}, KAFKA_BOOTSTRAP_SERVERS={state.bootstrap}")
+
+
+@cli.group()
+def topics() -> None:
+    """Manage driftlog's Kafka topics."""
+
+
+@topics.command("create")
+@click.pass_context
+def topics_create(ctx: click.Context) -> None:
+    """Create the telemetry, decisions, audit and dead-letter topics if they do not exist."""
+    from streams.kafka.admin import ensure_topics
+
+    s = with_broker(_settings(ctx))
+    asyncio.run(ensure_topics(s.kafka_bootstrap_servers, s.all_topics, s.topic_partitions))
+    click.echo("topics ready: " + ", ".join(s.all_topics))
+
+
+@cli.command()
+@click.pass_context
+def worker(ctx: click.Context) -> None:
+    """Run the Faust worker: telemetry → engine → audit and dead-letter topics (until SIGTERM)."""
+    from streams.kafka.admin import ensure_topics
+    from streams.worker import run
+
+    s = with_broker(_settings(ctx))
+    asyncio.run(ensure_topics(s.kafka_bootstrap_servers, s.all_topics, s.topic_partitions))
+    run(s)
+
+
+@cli.command()
+@click.option("--db", "db_path", type=click.Path(path_type=Path), help="DuckDB file (default: DRIFTLOG_DB_PATH).")
+@click.pass_context
+def sink(ctx: click.Context, db_path: Path | None) -> None:
+    """Run the audit sink: audit topic → DuckDB, exactly once (until SIGTERM)."""
+    from audit.duckdb_store import DuckDBStore
+    from audit.sink import run
+    from streams.kafka.admin import ensure_topics
+
+    s = with_broker(_settings(ctx))
+    if db_path is not None:
+        s = s.model_copy(update={"db_path": db_path})
+    asyncio.run(ensure_topics(s.kafka_bootstrap_servers, s.all_topics, s.topic_partitions))
+    run(s, DuckDBStore(s.db_path))
+
+
+@cli.command()
+@click.argument("sql")
+@click.option("--db", "db_path", type=click.Path(path_type=Path), help="DuckDB file (default: DRIFTLOG_DB_PATH).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option("--max-rows", default=10_000, show_default=True, help="Refuse results larger than this.")
+@click.pass_context
+def query(ctx: click.Context, sql: str, db_path: Path | None, fmt: str, max_rows: int) -> None:
+    """Run a read-only SQL query over the audit trail."""
+    from audit.query import run_query
+
+    result = run_query(db_path or _settings(ctx).db_path, sql, max_rows=max_rows)
+    if fmt == "json":
+        click.echo(orjson.dumps(result.records(), default=str, option=orjson.OPT_INDENT_2).decode())
+    elif fmt == "csv":
+        out = csv.writer(sys.stdout)
+        out.writerow(result.columns)
+        out.writerows(result.rows)
+    else:
+        _print_table(result.columns, result.rows)
+
+
+def _print_table(columns: list[str], rows: list[tuple[Any, ...]]) -> None:
+    cells = [[("NULL" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    click.echo("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+    click.echo("  ".join("-" * w for w in widths))
+    for r in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+    click.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+
+
+@cli.command()
+@click.option("--db", "db_path", type=click.Path(path_type=Path), default=Path("driftlog-demo.duckdb"),
+              show_default=True, help="DuckDB file the demo writes (replaced on each run).")
+@click.pass_context
+def demo(ctx: click.Context, db_path: Path) -> None:
+    """End to end on a real broker: a synthetic job with an injected slowdown → findings via SQL."""
+    from streams.demo import run_demo
+
+    run_demo(_settings(ctx), db_path, click.echo)
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=True)
+    except DriftlogError as exc:
+        click.echo(f"driftlog: error: {exc}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Settings: one frozen, validated object; the environment is read here and nowhere else.
+
+Every field documents itself (its ``description``); ``README.md`` carries the same table and
+``tests/unit/test_docs.py`` keeps the two in step, as it does for ``docker/compose.yaml``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_HOME = Path.home() / ".cache" / "driftlog"
+
+
+class Settings(BaseSettings):
+    """Everything driftlog reads from its environment."""
+
+    model_config = SettingsConfigDict(env_prefix="DRIFTLOG_", frozen=True, extra="ignore", populate_by_name=True)
+
+    kafka_bootstrap_servers: str = Field(
+        "",
+        validation_alias=AliasChoices("KAFKA_BOOTSTRAP_SERVERS"),
+        description="Kafka bootstrap servers (host:port,...). Empty: use the local broker that "
+        "`driftlog kafka start` runs.",
+    )
+    home: Path = Field(
+        DEFAULT_HOME,
+        description="Directory outside the repository for the Kafka jars, the local broker's data and "
+        "worker state.",
+    )
+    kafka_version: str = Field("3.9.1", description="Apache Kafka version the local launcher fetches with Maven.")
+    telemetry_topic: str = Field("driftlog.telemetry", description="Topic of telemetry envelopes (input).")
+    decisions_topic: str = Field("driftlog.decisions", description="Topic of control decisions (input).")
+    audit_topic: str = Field("driftlog.audit", description="Topic of audit records (worker output, sink input).")
+    dead_letter_topic: str = Field(
+        "driftlog.dead-letter", description="Topic of rejected input, with the original bytes and the reason."
+    )
+    topic_partitions: int = Field(4, ge=1, le=1024, description="Partitions for topics driftlog creates.")
+    worker_group: str = Field("driftlog-worker", description="Faust application id (the worker's consumer group).")
+    sink_group: str = Field("driftlog-sink", description="Consumer group of the audit sink (monitoring only).")
+    db_path: Path = Field(Path("driftlog.duckdb"), description="DuckDB file the audit sink writes.")
+    sink_batch_max: int = Field(10_000, ge=1, description="Most audit records the sink writes in one transaction.")
+    sink_batch_wait_ms: int = Field(200, ge=1, description="Longest the sink waits to fill a batch, ms.")
+    http_host: str = Field("127.0.0.1", description="Address the health/metrics endpoints bind to.")
+    worker_http_port: int = Field(6066, ge=0, le=65535, description="Worker health/metrics port (0: any free port).")
+    sink_http_port: int = Field(6067, ge=0, le=65535, description="Sink health/metrics port (0: any free port).")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("warning", description="Log level.")
+    log_format: Literal["json", "text"] = Field("json", description="Log line format.")
+    step_drift_warmup: int = Field(
+        20, ge=3, description="Steps per job the step-time detector uses to learn the healthy baseline."
+    )
+    step_drift_threshold: float = Field(
+        0.10, gt=0, lt=10, description="Relative step-time slowdown the step-time detector treats as drift."
+    )
+
+    @property
+    def kafka_home(self) -> Path:
+        return self.home / "kafka"
+
+    @property
+    def input_topics(self) -> tuple[str, str]:
+        return (self.telemetry_topic, self.decisions_topic)
+
+    @property
+    def all_topics(self) -> tuple[str, ...]:
+        return (self.telemetry_topic, self.decisions_topic, self.audit_topic, self.dead_letter_topic)
+
+
+def env_names() -> dict[str, str]:
+    """Environment variable name → description, for every setting (used by docs and tests)."""
+    names: dict[str, str] = {}
+    prefix = Settings.model_config.get("env_prefix", "")
+    for field_name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        env = alias.choices[0] if isinstance(alias, AliasChoices) else f"{prefix}{field_name}".upper()
+        names[str(env)] = field.description or ""
+    return names
+
+
+def load(**overrides: object) -> Settings:
+    """Read the environment once; ``overrides`` (from CLI options) win over it."""
+    return Settings(**overrides)  # type: ignore[arg-type]
+
+
+def to_env(settings: Settings) -> dict[str, str]:
+    """The environment that reproduces ``settings`` in a child process."""
+    values = settings.model_dump()
+    return {env: str(values[name]) for name, env in zip(Settings.model_fields, env_names(), strict=True)}

@@ -1,0 +1,1 @@
+"""The event contract: what producers put on the telemetry and decisions topics, and how it is checked."""

@@ -1,0 +1,129 @@
+"""Small Kafka administration helpers on aiokafka: topics, a real round-trip probe, consumer lag."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+from streams.errors import BrokerError
+
+
+async def ensure_topics(bootstrap: str, names: Iterable[str], partitions: int) -> None:
+    """Create the topics that do not exist yet (the broker is expected to refuse auto-creation)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        wanted = [NewTopic(n, partitions, 1) for n in dict.fromkeys(names) if n not in existing]
+        if wanted:
+            try:
+                await admin.create_topics(wanted)
+            except TopicAlreadyExistsError:
+                pass  # created concurrently by another process: that is what we wanted
+        await _wait_for_metadata(admin, [t.name for t in wanted])
+    finally:
+        await admin.close()
+
+
+async def _wait_for_metadata(admin: AIOKafkaAdminClient, names: list[str], timeout: float = 15.0) -> None:
+    """Wait until every topic reports leaders for its partitions (creation is asynchronous)."""
+    deadline = time.monotonic() + timeout
+    while names:
+        described = await admin.describe_topics(names)
+        ready = {
+            d["topic"] for d in described
+            if d.get("error_code") == 0 and d.get("partitions")
+            and all(p.get("leader", -1) >= 0 for p in d["partitions"])
+        }
+        if ready >= set(names):
+            return
+        if time.monotonic() > deadline:
+            raise BrokerError(f"topics {sorted(set(names) - ready)} were created but have no leader yet")
+        await asyncio.sleep(0.1)
+
+
+async def delete_topics(bootstrap: str, names: Iterable[str]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics(list(names))
+    finally:
+        await admin.close()
+
+
+async def round_trip(bootstrap: str, timeout: float = 20.0) -> None:
+    """Create a scratch topic, produce one record and consume it back: proof the broker really works."""
+    topic = f"__driftlog_probe_{uuid.uuid4().hex[:12]}"
+    payload = uuid.uuid4().bytes
+    await ensure_topics(bootstrap, [topic], 1)
+    try:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, payload)
+        finally:
+            await producer.stop()
+        # a consumer group too, so that the group coordinator (and __consumer_offsets) is ready as well
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=topic,
+            enable_auto_commit=False,
+        )
+        await consumer.start()
+        try:
+            got = await asyncio.wait_for(consumer.getone(), timeout)
+            await consumer.commit()
+        finally:
+            await consumer.stop()
+        if got.value != payload:
+            raise BrokerError(f"round trip through {bootstrap} returned other bytes than were sent")
+    finally:
+        await delete_topics(bootstrap, [topic])
+
+
+async def wait_until_ready(bootstrap: str, timeout: float) -> None:
+    """Retry :func:`round_trip` until it succeeds or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    quiet = logging.getLogger("aiokafka")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # "connection refused" while the broker boots is expected
+    try:
+        while time.monotonic() < deadline:
+            try:
+                await asyncio.wait_for(round_trip(bootstrap), max(1.0, deadline - time.monotonic()))
+                return
+            except (KafkaError, OSError, TimeoutError, BrokerError) as exc:
+                last = exc
+                await asyncio.sleep(0.5)
+    finally:
+        quiet.setLevel(level)
+    raise BrokerError(f"Kafka at {bootstrap} did not accept produce/consume within {timeout:.0f}s: {last!r}")
+
+
+async def group_lag(bootstrap: str, group: str, topics: Iterable[str]) -> dict[TopicPartition, int]:
+    """Per partition: end offset minus the group's committed offset (all of it when nothing is committed)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await admin.start()
+    await consumer.start()
+    try:
+        described = await admin.describe_topics(list(topics))
+        tps = [TopicPartition(d["topic"], p["partition"]) for d in described for p in d.get("partitions", [])]
+        ends = await consumer.end_offsets(tps)
+        committed = await admin.list_consumer_group_offsets(group, partitions=tps)
+        lag: dict[TopicPartition, int] = {}
+        for tp in tps:
+            meta = committed.get(tp)
+            done = meta.offset if meta is not None and meta.offset >= 0 else 0
+            lag[tp] = max(0, ends[tp] - done)
+        return lag
+    finally:
+        await consumer.stop()
+        await admin.close()

@@ -1,0 +1,45 @@
+"""Operability shared by the long-running processes: Prometheus metrics and a health/metrics HTTP server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+
+SAMPLES = Counter("driftlog_samples_total", "Valid telemetry samples processed, by kind", ["kind"])
+MESSAGES = Counter("driftlog_messages_total", "Kafka messages consumed, by topic", ["topic"])
+DEAD_LETTERS = Counter("driftlog_dead_letters_total", "Rejected messages or samples, by reason", ["reason"])
+FINDINGS = Counter("driftlog_findings_total", "Findings emitted, by kind", ["kind"])
+CONSUMER_LAG = Gauge("driftlog_consumer_lag", "Records not yet processed, per partition", ["topic", "partition"])
+SINK_ROWS = Counter("driftlog_sink_rows_total", "Audit records written to the store")
+SINK_COMMIT_SECONDS = Histogram(
+    "driftlog_sink_commit_seconds",
+    "Duration of one sink transaction (rows + offsets)",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+
+HealthFn = Callable[[], tuple[bool, dict[str, Any]]]
+
+
+async def start_http(host: str, port: int, health: HealthFn) -> tuple[web.AppRunner, int]:
+    """Serve ``/health`` (200 when healthy, else 503, JSON details) and ``/metrics``. Returns the bound port."""
+
+    async def health_view(_: web.Request) -> web.Response:
+        ok, details = health()
+        return web.json_response({"status": "ok" if ok else "unhealthy", **details}, status=200 if ok else 503)
+
+    async def metrics_view(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/health", health_view)
+    app.router.add_get("/metrics", metrics_view)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    server = site._server
+    bound = server.sockets[0].getsockname()[1] if server is not None and server.sockets else port  # type: ignore[union-attr]
+    return runner, int(bound)
