@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,12 @@ from streams.logs import configure
 
 def _settings(ctx: click.Context) -> config.Settings:
     return ctx.find_root().obj  # type: ignore[no-any-return]
+
+
+def _exit_on_sigterm_until_running() -> None:
+    """SIGTERM before the service has installed its own handler (during imports, connecting): nothing has
+    been consumed yet, so stopping at once is the clean shutdown."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
 
 def with_broker(settings: config.Settings) -> config.Settings:
@@ -110,6 +117,7 @@ def topics_create(ctx: click.Context) -> None:
 @click.pass_context
 def worker(ctx: click.Context) -> None:
     """Run the Faust worker: telemetry → engine → audit and dead-letter topics (until SIGTERM)."""
+    _exit_on_sigterm_until_running()
     from streams.kafka.admin import ensure_topics
     from streams.worker import run
 
@@ -123,6 +131,7 @@ def worker(ctx: click.Context) -> None:
 @click.pass_context
 def sink(ctx: click.Context, db_path: Path | None) -> None:
     """Run the audit sink: audit topic → DuckDB, exactly once (until SIGTERM)."""
+    _exit_on_sigterm_until_running()
     from audit.duckdb_store import DuckDBStore
     from audit.sink import run
     from streams.kafka.admin import ensure_topics

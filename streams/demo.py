@@ -17,14 +17,14 @@ from streams.config import Settings, to_env
 from streams.errors import DriftlogError
 from streams.kafka.admin import ensure_topics, group_lag
 from streams.kafka.launcher import LocalKafka
-from streams.supervise import Child
+from streams.supervise import Child, free_port
 from streams.synthetic import SyntheticJob
 
 Echo = Callable[[str], None]
 
 
 def namespaced(settings: Settings, prefix: str, db_path: Path) -> Settings:
-    """Fresh topic names and groups (so a run never sees an earlier run's data), ports picked freely."""
+    """Fresh topic names and groups (so a run never sees an earlier run's data), free loopback ports."""
     return settings.model_copy(
         update={
             "telemetry_topic": f"{prefix}.telemetry",
@@ -34,8 +34,8 @@ def namespaced(settings: Settings, prefix: str, db_path: Path) -> Settings:
             "worker_group": f"{prefix}-worker",
             "sink_group": f"{prefix}-sink",
             "db_path": db_path,
-            "worker_http_port": 0,
-            "sink_http_port": 0,
+            "worker_http_port": free_port(),
+            "sink_http_port": free_port(),
         }
     )
 
@@ -49,6 +49,21 @@ async def produce(bootstrap: str, topic: str, messages: list[bytes], key: bytes 
         await producer.flush()
     finally:
         await producer.stop()
+
+
+def start_services(cfg: Settings, logs: Path) -> list[Child]:
+    """Start worker and sink as child processes and wait until both report healthy."""
+    env = to_env(cfg)
+    logs.mkdir(parents=True, exist_ok=True)
+    children = [Child(["worker"], env, logs / "worker.log"), Child(["sink"], env, logs / "sink.log")]
+    try:
+        children[0].wait_healthy(cfg.worker_http_port)
+        children[1].wait_healthy(cfg.sink_http_port)
+    except BaseException:
+        for child in children:
+            child.stop(grace=5)
+        raise
+    return children
 
 
 async def wait_drained(settings: Settings, children: list[Child], timeout: float, echo: Echo) -> None:
@@ -88,8 +103,7 @@ def run_demo(settings: Settings, db_path: Path, echo: Echo, timeout: float = 240
                             key=job.job.encode()))
         echo(f"• streamed job {job.job!r}: {job.steps} steps, slowdown ×{job.slowdown} injected from step "
              f"{job.slow_from}, plus {len(bad)} malformed messages")
-        env = to_env(cfg)
-        children = [Child(["worker"], env, logs / "worker.log"), Child(["sink"], env, logs / "sink.log")]
+        children = start_services(cfg, logs)
         echo("• worker and audit sink running; waiting until everything is in DuckDB")
         asyncio.run(wait_drained(cfg, children, timeout, echo))
         for child in children:

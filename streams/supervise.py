@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
 from streams.errors import DriftlogError
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class Child:
@@ -32,6 +43,21 @@ class Child:
         code = self.proc.poll()
         if code is not None:
             raise DriftlogError(f"`driftlog {' '.join(self.args)}` exited with code {code}:\n{self.tail()}")
+
+    def wait_healthy(self, port: int, timeout: float = 60.0) -> None:
+        """Poll ``/health`` on ``port`` until it answers 200 (the service is consuming)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_alive()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise DriftlogError(f"`driftlog {' '.join(self.args)}` not healthy after {timeout:.0f}s:\n{self.tail()}")
+            time.sleep(0.2)
 
     def tail(self, lines: int = 25) -> str:
         try:

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from streams.errors import LauncherError
 from streams.kafka.admin import wait_until_ready
+from streams.supervise import free_port
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -91,12 +91,6 @@ class BrokerState:
 
 def _major(version: str) -> int:
     return int(version.split(".", 1)[0])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _alive(pid: int) -> bool:
@@ -175,7 +169,7 @@ class LocalKafka:
         shutil.rmtree(self.dir, ignore_errors=True)
         data = self.dir / "data"
         data.mkdir(parents=True)
-        port, controller_port = _free_port(), _free_port()
+        port, controller_port = free_port(), free_port()
         log = self.dir / "broker.log"
         props = self.dir / "server.properties"
         props.write_text(_SERVER_PROPERTIES.format(port=port, controller_port=controller_port, data=data))

@@ -2,10 +2,12 @@
 
 Baseline: median step duration over the first ``warmup`` steps. Then a one-sided CUSUM on the relative
 excess ``x / baseline - 1`` with allowance ``threshold / 2`` alarms once the accumulated excess passes
-``threshold * patience``: a single slow step does not alarm, a sustained ``threshold`` slowdown does after
-about ``2 * patience`` steps. (river's PageHinkley is the same idea but gives neither the onset, the
+``threshold * patience`` and at least ``min_steps`` steps of the episode were slow by more than the
+allowance: a single slow step, however slow, does not alarm; a sustained slowdown of ``threshold`` does
+after about ``2 * patience`` steps, a larger one after ``min_steps``. (river's PageHinkley is the same idea but gives neither the onset, the
 baseline nor the magnitude, which the finding needs.) One finding per episode; the detector re-arms once
-the excess has been gone for ``warmup`` steps.
+the excess has been gone for ``warmup`` steps (the sum is capped at twice the alarm level, so an episode
+ends soon after the job recovers, however long it lasted).
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ class StepTimeDrift:
     warmup: int = 20
     threshold: float = 0.10
     patience: float = 3.0
+    min_steps: int = 3
     _warm: list[float] = field(default_factory=list)
     _baseline: float | None = None
     _cusum: float = 0.0
     _onset: StepSample | None = None
     _episode: list[StepSample] = field(default_factory=list)
     _alarmed: bool = False
+    _slow_steps: int = 0
     _quiet_steps: int = 0
 
     def update(self, obs: StepSample) -> Finding | None:
@@ -39,21 +43,25 @@ class StepTimeDrift:
                 self._warm = []
             return None
         excess = obs.duration / self._baseline - 1.0
-        self._cusum = max(0.0, self._cusum + excess - self.threshold / 2)
+        # capped at twice the alarm level, so that a long episode ends within a few healthy steps
+        limit = self.threshold * self.patience
+        self._cusum = min(2 * limit, max(0.0, self._cusum + excess - self.threshold / 2))
         if self._cusum == 0.0:
             return self._on_quiet()
         self._quiet_steps = 0
         if self._onset is None:
             self._onset = obs
+        if excess > self.threshold / 2:
+            self._slow_steps += 1
         if len(self._episode) < 10_000:
             self._episode.append(obs)
-        if not self._alarmed and self._cusum > self.threshold * self.patience:
+        if not self._alarmed and self._cusum > limit and self._slow_steps >= self.min_steps:
             self._alarmed = True
             return self._finding(obs)
         return None
 
     def _on_quiet(self) -> None:
-        self._onset, self._episode = None, []
+        self._onset, self._episode, self._slow_steps = None, [], 0
         self._quiet_steps += 1
         if self._alarmed and self._quiet_steps >= self.warmup:
             self._alarmed = False

@@ -1,0 +1,95 @@
+"""Shared fixtures. Integration tests get one real Apache Kafka broker per test run:
+
+1. ``KAFKA_BOOTSTRAP_SERVERS`` set → that cluster, nothing started;
+2. else a Docker engine answers → testcontainers ``apache/kafka``;
+3. else the project's own launcher (Maven-fetched Apache Kafka on loopback), stopped at the end.
+
+If none can be had the integration tests are skipped with the reason, unless ``DRIFTLOG_REQUIRE_BROKER=1``
+(CI), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streams.config import Settings, load
+
+REQUIRE_BROKER = os.environ.get("DRIFTLOG_REQUIRE_BROKER") == "1"
+_broker_version: str | None = None
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    global _broker_version
+    configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
+    if configured:
+        _broker_version = f"external cluster at {configured} (version not reported by the protocol)"
+        yield configured
+        return
+    if _docker_answers():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer("apache/kafka:3.9.1").with_kraft() as container:
+            _broker_version = "3.9.1 (testcontainers apache/kafka)"
+            yield container.get_bootstrap_server()
+        return
+    from streams.errors import LauncherError
+    from streams.kafka.launcher import LocalKafka
+
+    settings = load()
+    broker = LocalKafka(settings.kafka_home, settings.kafka_version, name=f"pytest-{os.getpid()}")
+    try:
+        state = broker.start()
+    except LauncherError as exc:
+        if REQUIRE_BROKER:
+            pytest.fail(f"no Kafka broker for the integration tests: {exc}")
+        pytest.skip(f"no Kafka broker for the integration tests: {exc}")
+    _broker_version = f"Apache Kafka {state.version} (local launcher, {state.bootstrap})"
+    try:
+        yield state.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def fresh_settings(kafka_bootstrap: str, tmp_path: Path) -> Settings:
+    """Settings with this test's own topics, groups, DuckDB file and free ports."""
+    from streams.demo import namespaced
+
+    run = f"t-{uuid.uuid4().hex[:10]}"
+    base = load(kafka_bootstrap_servers=kafka_bootstrap, home=tmp_path / "home", topic_partitions=2)
+    return namespaced(base, run, tmp_path / "audit.duckdb")
+
+
+def pytest_report_header() -> str:
+    return f"driftlog: DRIFTLOG_REQUIRE_BROKER={'1' if REQUIRE_BROKER else '0'}"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _broker_version is not None:
+        terminalreporter.write_line(f"driftlog integration broker: {_broker_version}")
+    skipped = terminalreporter.stats.get("skipped", [])
+    if REQUIRE_BROKER and any("integration" in getattr(r, "keywords", {}) for r in skipped):
+        terminalreporter.write_line("FAIL: integration tests were skipped while DRIFTLOG_REQUIRE_BROKER=1")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter is not None else []
+    if REQUIRE_BROKER and any("integration" in getattr(r, "keywords", {}) for r in skipped):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
