@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 
 .PHONY: test unit integration lint demo kafka-start kafka-stop clean
 
-$(VENV): pyproject.toml
+.venv: pyproject.toml
 	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "driftlog needs Python 3.11+ (set PY=python3.11)")'
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip

@@ -106,7 +106,7 @@ class DuckDBStore:
         try:
             con.execute("BEGIN")
             con.execute(
-                "INSERT INTO audit_log (topic, \"partition\", \"offset\", kafka_ts_ms, key, value, record_type, record_id)"
+                'INSERT INTO audit_log (topic, "partition", "offset", kafka_ts_ms, key, value, record_type, record_id)'
                 " SELECT * FROM batch"
             )
             for statement in _DERIVE:

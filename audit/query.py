@@ -10,7 +10,10 @@ import duckdb
 
 from streams.errors import QueryError
 
-READ_ONLY_CONFIG = {"enable_external_access": False, "lock_configuration": True}
+READ_ONLY_CONFIG: dict[str, str | bool | int | float | list[str]] = {
+    "enable_external_access": False,
+    "lock_configuration": True,
+}
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,13 @@ class AuditRecord:
 
     def encode(self) -> bytes:
         return orjson.dumps(
-            {"v": RECORD_VERSION, "type": self.type, "id": self.id, "source": self.source.as_dict(), "body": self.body},
+            {
+                "v": RECORD_VERSION,
+                "type": self.type,
+                "id": self.id,
+                "source": self.source.as_dict(),
+                "body": self.body,
+            },
             option=orjson.OPT_SORT_KEYS,
         )
 

@@ -175,8 +175,14 @@ def _print_table(columns: list[str], rows: list[tuple[Any, ...]]) -> None:
 
 
 @cli.command()
-@click.option("--db", "db_path", type=click.Path(path_type=Path), default=Path("driftlog-demo.duckdb"),
-              show_default=True, help="DuckDB file the demo writes (replaced on each run).")
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(path_type=Path),
+    default=Path("driftlog-demo.duckdb"),
+    show_default=True,
+    help="DuckDB file the demo writes (replaced on each run).",
+)
 @click.pass_context
 def demo(ctx: click.Context, db_path: Path) -> None:
     """End to end on a real broker: a synthetic job with an injected slowdown → findings via SQL."""

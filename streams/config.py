@@ -28,8 +28,7 @@ class Settings(BaseSettings):
     )
     home: Path = Field(
         DEFAULT_HOME,
-        description="Directory outside the repository for the Kafka jars, the local broker's data and "
-        "worker state.",
+        description="Directory outside the repository for the Kafka jars, the local broker's data and worker state.",
     )
     kafka_version: str = Field("3.9.1", description="Apache Kafka version the local launcher fetches with Maven.")
     telemetry_topic: str = Field("driftlog.telemetry", description="Topic of telemetry envelopes (input).")

@@ -99,10 +99,18 @@ def run_demo(settings: Settings, db_path: Path, echo: Echo, timeout: float = 240
         asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions))
         job = SyntheticJob()
         bad = [b"{not json", b'{"schema": "driftlog.telemetry/9", "samples": []}']
-        asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.telemetry_topic, [*job.messages(), *bad],
-                            key=job.job.encode()))
-        echo(f"• streamed job {job.job!r}: {job.steps} steps, slowdown ×{job.slowdown} injected from step "
-             f"{job.slow_from}, plus {len(bad)} malformed messages")
+        asyncio.run(
+            produce(
+                cfg.kafka_bootstrap_servers,
+                cfg.telemetry_topic,
+                [*job.messages(), *bad],
+                key=job.job.encode(),
+            )
+        )
+        echo(
+            f"• streamed job {job.job!r}: {job.steps} steps, slowdown ×{job.slowdown} injected from step "
+            f"{job.slow_from}, plus {len(bad)} malformed messages"
+        )
         children = start_services(cfg, logs)
         echo("• worker and audit sink running; waiting until everything is in DuckDB")
         asyncio.run(wait_drained(cfg, children, timeout, echo))
@@ -137,8 +145,10 @@ def tell_story(db_path: Path, echo: Echo) -> None:
     if not findings:
         echo("  no degradation found")
     for f in findings:
-        echo(f"  ▸ {f['kind']} on {f['subject']}: step time {f['base']:.3f}s → {f['seen']:.3f}s "
-             f"(×{f['severity']:.2f}), began at step {f['onset']}, detected at step {f['detected']}")
+        echo(
+            f"  ▸ {f['kind']} on {f['subject']}: step time {f['base']:.3f}s → {f['seen']:.3f}s "
+            f"(×{f['severity']:.2f}), began at step {f['onset']}, detected at step {f['detected']}"
+        )
         echo(f"    cost so far: {f['extra']:.1f} extra step-seconds for the whole job")
     for reason, n in dead:
         echo(f"  ▸ dead-lettered: {n} × {reason} (original bytes on the dead-letter topic)")

@@ -31,18 +31,20 @@ class JsonFormatter(logging.Formatter):
 
 def config_dict(level: str, fmt: str) -> dict[str, Any]:
     formatter = (
-        {"()": JsonFormatter}
-        if fmt == "json"
-        else {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}
+        {"()": JsonFormatter} if fmt == "json" else {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}
     )
     return {
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"default": formatter},
-        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stderr"}},
+        "handlers": {
+            "stderr": {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stderr"}
+        },
         "root": {"level": level.upper(), "handlers": ["stderr"]},
         # these libraries are chatty at INFO; driftlog's own loggers follow the chosen level
-        "loggers": {name: {"level": max(level.upper(), "WARNING", key=_rank)} for name in ("faust", "mode", "aiokafka")},
+        "loggers": {
+            name: {"level": max(level.upper(), "WARNING", key=_rank)} for name in ("faust", "mode", "aiokafka")
+        },
     }
 
 

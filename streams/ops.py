@@ -40,6 +40,5 @@ async def start_http(host: str, port: int, health: HealthFn) -> tuple[web.AppRun
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    server = site._server
-    bound = server.sockets[0].getsockname()[1] if server is not None and server.sockets else port  # type: ignore[union-attr]
+    bound = runner.addresses[0][1] if runner.addresses else port
     return runner, int(bound)

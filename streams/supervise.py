@@ -56,7 +56,9 @@ class Child:
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:
-                raise DriftlogError(f"`driftlog {' '.join(self.args)}` not healthy after {timeout:.0f}s:\n{self.tail()}")
+                raise DriftlogError(
+                    f"`driftlog {' '.join(self.args)}` not healthy after {timeout:.0f}s:\n{self.tail()}"
+                )
             time.sleep(0.2)
 
     def tail(self, lines: int = 25) -> str:

@@ -35,8 +35,13 @@ class SyntheticJob:
             factor = self.slowdown if step >= self.slow_from else 1.0
             duration = self.step_s * factor * (1.0 + rng.uniform(-self.jitter, self.jitter))
             yield {
-                "kind": "step", "job": self.job, "step": step, "start": round(t, 6),
-                "duration": round(duration, 6), "output_units": self.tokens_per_step, "attempts": 1,
+                "kind": "step",
+                "job": self.job,
+                "step": step,
+                "start": round(t, 6),
+                "duration": round(duration, 6),
+                "output_units": self.tokens_per_step,
+                "attempts": 1,
             }
             t += duration
 

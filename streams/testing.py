@@ -10,7 +10,10 @@ from streams.pipeline import Output, TelemetryProcessor
 
 
 def run_messages(
-    messages: Iterable[bytes], config: EngineConfig | None = None, topic: str = "telemetry", partition: int = 0
+    messages: Iterable[bytes],
+    config: EngineConfig | None = None,
+    topic: str = "telemetry",
+    partition: int = 0,
 ) -> Output:
     """Feed ``messages`` (as offsets 0, 1, ...) through one processor; return everything it emitted."""
     processor = TelemetryProcessor(Engine(config or EngineConfig()))

@@ -18,9 +18,9 @@ from mode import Service
 from audit.records import SourcePosition
 from streams import ops
 from streams.config import Settings
+from streams.contract.envelope import Reject
 from streams.engine.engine import Engine, EngineConfig
 from streams.logs import config_dict
-from streams.contract.envelope import Reject
 from streams.pipeline import DeadLetter, Output, TelemetryProcessor
 
 log = logging.getLogger("driftlog.worker")
@@ -70,8 +70,8 @@ def _tp(topic: str, partition: int) -> Any:
     return TP(topic, partition)
 
 
-def build_app(settings: Settings) -> faust.App:
-    """Create the Faust application and register its agents."""
+def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
+    """Create the Faust application, register its agents; also return the ops service to run beside it."""
     app = faust.App(
         settings.worker_group,
         broker=broker_urls(settings.kafka_bootstrap_servers),
@@ -93,7 +93,6 @@ def build_app(settings: Settings) -> faust.App:
     engine = Engine(EngineConfig(settings.step_drift_warmup, settings.step_drift_threshold))
     processor = TelemetryProcessor(engine)
     ops_service = OpsService(app, settings)
-    app.service(ops_service)  # type: ignore[no-untyped-call]
 
     async def publish(out: Output) -> None:
         for record in out.audit:
@@ -123,16 +122,16 @@ def build_app(settings: Settings) -> faust.App:
             ops.MESSAGES.labels(msg.topic).inc()
             ops_service.observe(msg.topic, msg.partition, msg.offset)
 
-    app.driftlog_ops = ops_service  # type: ignore[attr-defined]
-    return app
+    return app, ops_service
 
 
 def run(settings: Settings) -> None:
     """Run the worker until SIGTERM/SIGINT; Faust commits what was processed on the way out."""
     (settings.home / "worker" / settings.worker_group).mkdir(parents=True, exist_ok=True)
-    app = build_app(settings)
+    app, ops_service = build_app(settings)
     worker = faust.Worker(
         app,
+        ops_service,
         loglevel=settings.log_level,
         logging_config=config_dict(settings.log_level, settings.log_format),
         quiet=True,

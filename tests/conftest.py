@@ -20,7 +20,7 @@ import pytest
 from streams.config import Settings, load
 
 REQUIRE_BROKER = os.environ.get("DRIFTLOG_REQUIRE_BROKER") == "1"
-_broker_version: str | None = None
+BROKER: dict[str, str] = {}  # what the integration tests talked to, for the summary
 
 
 def _docker_answers() -> bool:
@@ -35,17 +35,16 @@ def _docker_answers() -> bool:
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
-    global _broker_version
     configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
     if configured:
-        _broker_version = f"external cluster at {configured} (version not reported by the protocol)"
+        BROKER["version"] = f"external cluster at {configured} (version not reported by the protocol)"
         yield configured
         return
     if _docker_answers():
         from testcontainers.kafka import KafkaContainer
 
         with KafkaContainer("apache/kafka:3.9.1").with_kraft() as container:
-            _broker_version = "3.9.1 (testcontainers apache/kafka)"
+            BROKER["version"] = "Apache Kafka 3.9.1 (testcontainers apache/kafka)"
             yield container.get_bootstrap_server()
         return
     from streams.errors import LauncherError
@@ -59,7 +58,7 @@ def kafka_bootstrap() -> Iterator[str]:
         if REQUIRE_BROKER:
             pytest.fail(f"no Kafka broker for the integration tests: {exc}")
         pytest.skip(f"no Kafka broker for the integration tests: {exc}")
-    _broker_version = f"Apache Kafka {state.version} (local launcher, {state.bootstrap})"
+    BROKER["version"] = f"Apache Kafka {state.version} (local launcher, {state.bootstrap})"
     try:
         yield state.bootstrap
     finally:
@@ -81,8 +80,8 @@ def pytest_report_header() -> str:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _broker_version is not None:
-        terminalreporter.write_line(f"driftlog integration broker: {_broker_version}")
+    if "version" in BROKER:
+        terminalreporter.write_line(f"driftlog integration broker: {BROKER['version']}")
     skipped = terminalreporter.stats.get("skipped", [])
     if REQUIRE_BROKER and any("integration" in getattr(r, "keywords", {}) for r in skipped):
         terminalreporter.write_line("FAIL: integration tests were skipped while DRIFTLOG_REQUIRE_BROKER=1")

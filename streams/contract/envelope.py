@@ -69,8 +69,7 @@ def _decode_sample(item: Any, index: int, out: Decoded) -> None:
     kind = item.get("kind") if isinstance(item, dict) else None
     model = SAMPLE_MODELS.get(kind) if isinstance(kind, str) else None
     if model is None:
-        out.rejects.append(Reject("unknown_kind", f"sample kind {kind!r} is not one of {sorted(SAMPLE_MODELS)}",
-                                  index))
+        out.rejects.append(Reject("unknown_kind", f"sample kind {kind!r} is not one of {sorted(SAMPLE_MODELS)}", index))
         return
     try:
         out.samples.append(model.model_validate(item))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -23,10 +24,8 @@ async def ensure_topics(bootstrap: str, names: Iterable[str], partitions: int) -
         existing = set(await admin.list_topics())
         wanted = [NewTopic(n, partitions, 1) for n in dict.fromkeys(names) if n not in existing]
         if wanted:
-            try:
+            with contextlib.suppress(TopicAlreadyExistsError):  # created concurrently: what we wanted
                 await admin.create_topics(wanted)
-            except TopicAlreadyExistsError:
-                pass  # created concurrently by another process: that is what we wanted
         await _wait_for_metadata(admin, [t.name for t in wanted])
     finally:
         await admin.close()
@@ -38,8 +37,10 @@ async def _wait_for_metadata(admin: AIOKafkaAdminClient, names: list[str], timeo
     while names:
         described = await admin.describe_topics(names)
         ready = {
-            d["topic"] for d in described
-            if d.get("error_code") == 0 and d.get("partitions")
+            d["topic"]
+            for d in described
+            if d.get("error_code") == 0
+            and d.get("partitions")
             and all(p.get("leader", -1) >= 0 for p in d["partitions"])
         }
         if ready >= set(names):
@@ -72,7 +73,10 @@ async def round_trip(bootstrap: str, timeout: float = 20.0) -> None:
             await producer.stop()
         # a consumer group too, so that the group coordinator (and __consumer_offsets) is ready as well
         consumer = AIOKafkaConsumer(
-            topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=topic,
+            topic,
+            bootstrap_servers=bootstrap,
+            auto_offset_reset="earliest",
+            group_id=topic,
             enable_auto_commit=False,
         )
         await consumer.start()

@@ -9,6 +9,7 @@ instance has a name and a directory ``<home>/kafka/brokers/<name>`` holding its 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -93,7 +94,7 @@ def _major(version: str) -> int:
     return int(version.split(".", 1)[0])
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -136,8 +137,16 @@ class LocalKafka:
         (work / "pom.xml").write_text(_POM.format(version=self.version, logging=logging_deps))
         staging = work / "libs.partial"
         shutil.rmtree(staging, ignore_errors=True)
-        cmd = [mvn, "-B", "-q", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
-               f"-DoutputDirectory={staging}", "-DincludeScope=runtime"]
+        cmd = [
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(work / "pom.xml"),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={staging}",
+            "-DincludeScope=runtime",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
@@ -157,7 +166,7 @@ class LocalKafka:
             state = BrokerState(**json.loads(path.read_text()))
         except (OSError, ValueError, TypeError):
             return None
-        return state if _alive(state.pid) else None
+        return state if process_alive(state.pid) else None
 
     def start(self, timeout: float = 90.0) -> BrokerState:
         """Start the broker (or return the one already running) once it accepts produce/consume."""
@@ -182,14 +191,19 @@ class LocalKafka:
         base = [java, "-Xms256m", "-Xmx1g", log_opt, "-cp", f"{libs}/*"]
         fmt = subprocess.run(
             [*base, "kafka.tools.StorageTool", "format", "-t", "driftlog-local-cluster0", "-c", str(props)],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if fmt.returncode != 0:
             raise LauncherError(f"formatting KRaft storage failed: {(fmt.stdout + fmt.stderr).strip()[-2000:]}")
         with open(self.dir / "stdout.log", "wb") as out:
             proc = subprocess.Popen(
                 [*base, "kafka.Kafka", str(props)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         state = BrokerState(proc.pid, port, controller_port, self.version, str(log))
         (self.dir / "state.json").write_text(json.dumps(asdict(state)))
@@ -228,16 +242,16 @@ class LocalKafka:
             pid = int(json.loads(path.read_text())["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             return False
-        was_alive = _alive(pid)
+        was_alive = process_alive(pid)
         if was_alive:
             _signal_group(pid, signal.SIGTERM)
             deadline = time.monotonic() + timeout
-            while _alive(pid) and time.monotonic() < deadline:
+            while process_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
                 _reap(pid)
-            if _alive(pid):
+            if process_alive(pid):
                 _signal_group(pid, signal.SIGKILL)
-                while _alive(pid):
+                while process_alive(pid):
                     time.sleep(0.05)
                     _reap(pid)
         path.unlink(missing_ok=True)
@@ -245,14 +259,10 @@ class LocalKafka:
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass

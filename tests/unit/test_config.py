@@ -23,7 +23,11 @@ def test_overrides_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("DRIFTLOG_TOPIC_PARTITIONS", "0"), ("DRIFTLOG_LOG_LEVEL", "loud"), ("DRIFTLOG_SINK_HTTP_PORT", "70000")],
+    [
+        ("DRIFTLOG_TOPIC_PARTITIONS", "0"),
+        ("DRIFTLOG_LOG_LEVEL", "loud"),
+        ("DRIFTLOG_SINK_HTTP_PORT", "70000"),
+    ],
 )
 def test_invalid_values_are_refused(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
     monkeypatch.setenv(name, value)

@@ -29,8 +29,9 @@ def test_rows_and_offsets_are_stored_together(store: DuckDBStore) -> None:
     store.write([raw(0, finding_record()), raw(1, finding_record(2.0)), raw(5, finding_record(3.0), partition=1)])
     assert store.next_offsets() == {("audit", 0): 2, ("audit", 1): 6}
     assert store.con.execute("SELECT count(*) FROM audit_log").fetchone() == (3,)
-    rows = store.con.execute("SELECT kind, subjects, start_time, cost->>'extra_step_seconds' FROM findings"
-                             " ORDER BY start_time").fetchall()
+    rows = store.con.execute(
+        "SELECT kind, subjects, start_time, cost->>'extra_step_seconds' FROM findings ORDER BY start_time"
+    ).fetchall()
     assert rows == [("step_time_drift", ["job:a"], s, "2.5") for s in (1.0, 2.0, 3.0)]
 
 
@@ -79,8 +80,10 @@ def test_second_writer_gets_a_clear_error(tmp_path: Path) -> None:
     import sys
 
     holder = DuckDBStore(tmp_path / "a.duckdb")  # held open by this process
-    code = (f"from audit.duckdb_store import DuckDBStore; from pathlib import Path; "
-            f"DuckDBStore(Path({str(tmp_path / 'a.duckdb')!r}))")
+    code = (
+        f"from audit.duckdb_store import DuckDBStore; from pathlib import Path; "
+        f"DuckDBStore(Path({str(tmp_path / 'a.duckdb')!r}))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode != 0
     assert "another process" in proc.stderr

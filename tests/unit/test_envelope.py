@@ -39,7 +39,10 @@ def test_bad_samples_are_rejected_with_a_reason_and_good_ones_kept(sample: objec
     ("raw", "reason"),
     [
         (b"{nope", "malformed_json"),
-        (b'{"schema": "driftlog.telemetry/1", "samples": [{"kind": "step", "start": NaN}]}', "malformed_json"),
+        (
+            b'{"schema": "driftlog.telemetry/1", "samples": [{"kind": "step", "start": NaN}]}',
+            "malformed_json",
+        ),
         (b"[1, 2]", "not_an_envelope"),
         (env(GOOD, schema="driftlog.telemetry/99"), "unknown_schema"),
         (b'{"schema": "driftlog.telemetry/1"}', "missing_field"),

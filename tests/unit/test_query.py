@@ -18,7 +18,7 @@ def db(tmp_path: Path) -> Path:
 
 
 def test_select_returns_columns_and_rows(db: Path) -> None:
-    r = run_query(db, "SELECT count(*) AS n, max(\"offset\") AS last FROM audit_log")
+    r = run_query(db, 'SELECT count(*) AS n, max("offset") AS last FROM audit_log')
     assert r.columns == ["n", "last"]
     assert r.rows == [(5, 4)]
     assert r.records() == [{"n": 5, "last": 4}]

@@ -53,8 +53,9 @@ def test_detector_rearms_after_recovery() -> None:
     job = SyntheticJob(steps=400, slow_from=100)
     samples = steps(job)
     # heal from step 160, slow again from 300
-    healed = [s if s.step < 160 or s.step >= 300 else s.model_copy(update={"duration": s.duration / 1.25})
-              for s in samples]
+    healed = [
+        s if s.step < 160 or s.step >= 300 else s.model_copy(update={"duration": s.duration / 1.25}) for s in samples
+    ]
     detector = StepTimeDrift(job.job)
     onsets = [f.evidence["onset_step"] for s in healed if (f := detector.update(s))]
     assert onsets == [100, 300]

@@ -4,10 +4,12 @@ Baseline: median step duration over the first ``warmup`` steps. Then a one-sided
 excess ``x / baseline - 1`` with allowance ``threshold / 2`` alarms once the accumulated excess passes
 ``threshold * patience`` and at least ``min_steps`` steps of the episode were slow by more than the
 allowance: a single slow step, however slow, does not alarm; a sustained slowdown of ``threshold`` does
-after about ``2 * patience`` steps, a larger one after ``min_steps``. (river's PageHinkley is the same idea but gives neither the onset, the
-baseline nor the magnitude, which the finding needs.) One finding per episode; the detector re-arms once
-the excess has been gone for ``warmup`` steps (the sum is capped at twice the alarm level, so an episode
-ends soon after the job recovers, however long it lasted).
+after about ``2 * patience`` steps, a larger one after ``min_steps``.
+
+river's PageHinkley is the same idea but gives neither the onset, the baseline nor the magnitude, which
+the finding needs. One finding per episode; the detector re-arms once the excess has been gone for
+``warmup`` steps (the sum is capped at twice the alarm level, so an episode ends soon after the job
+recovers, however long it lasted).
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ class StepTimeDrift:
         limit = self.threshold * self.patience
         self._cusum = min(2 * limit, max(0.0, self._cusum + excess - self.threshold / 2))
         if self._cusum == 0.0:
-            return self._on_quiet()
+            self._on_quiet()
+            return None
         self._quiet_steps = 0
         if self._onset is None:
             self._onset = obs
@@ -65,7 +68,6 @@ class StepTimeDrift:
         self._quiet_steps += 1
         if self._alarmed and self._quiet_steps >= self.warmup:
             self._alarmed = False
-        return None
 
     def _finding(self, last: StepSample) -> Finding:
         assert self._onset is not None and self._baseline is not None
