@@ -42,12 +42,23 @@ _DERIVE = [
     """,
     """
     INSERT OR IGNORE INTO dead_letters
-    SELECT record_id, j->>'$.body.reason', j->>'$.body.detail', CAST(j->>'$.body.index' AS INTEGER),
+    SELECT record_id, j->>'$.body.reason', j->>'$.body.detail', CAST(j->>'$.body.count' AS INTEGER),
+           CAST(j->'$.body.indices' AS INTEGER[]), CAST(j->>'$.body.whole_message' AS BOOLEAN),
            j->>'$.source.topic', CAST(j->>'$.source.partition' AS INTEGER), CAST(j->>'$.source.offset' AS BIGINT),
            j->>'$.body.original_sha256', CAST(j->>'$.body.original_bytes' AS BIGINT)
     FROM (SELECT record_id, "partition", "offset", CAST(decode(value) AS JSON) AS j
           FROM batch WHERE record_type = 'dead_letter')
     QUALIFY row_number() OVER (PARTITION BY record_id ORDER BY "partition", "offset") = 1
+    """,
+    """
+    INSERT OR IGNORE INTO decisions
+    SELECT j->>'$.body.id', CAST(j->>'$.body.time' AS DOUBLE), j->>'$.body.controller', j->>'$.body.layer',
+           j->>'$.body.action', CAST(j->'$.body.targets' AS VARCHAR[]), j->'$.body.parameters', j->>'$.body.reason',
+           j->>'$.body.expected_effect.metric', j->>'$.body.expected_effect.direction', j->>'$.body.job',
+           j->>'$.source.topic', CAST(j->>'$.source.partition' AS INTEGER), CAST(j->>'$.source.offset' AS BIGINT)
+    FROM (SELECT record_id, "partition", "offset", CAST(decode(value) AS JSON) AS j
+          FROM batch WHERE record_type = 'decision')
+    QUALIFY row_number() OVER (PARTITION BY j->>'$.body.id' ORDER BY "partition", "offset") = 1
     """,
     """
     INSERT OR REPLACE INTO sink_offsets
@@ -61,7 +72,7 @@ def _classify(value: bytes) -> tuple[str, str]:
     try:
         doc = orjson.loads(value)
         if isinstance(doc, dict) and isinstance(doc.get("type"), str) and isinstance(doc.get("id"), str):
-            if doc["type"] in ("finding", "dead_letter") and not isinstance(doc.get("body"), dict):
+            if doc["type"] in ("finding", "dead_letter", "decision") and not isinstance(doc.get("body"), dict):
                 raise ValueError("body missing")
             return doc["type"], doc["id"]
     except ValueError:

@@ -48,6 +48,12 @@ class Settings(BaseSettings):
     sink_http_port: int = Field(6067, ge=0, le=65535, description="Sink health/metrics port (0: any free port).")
     log_level: Literal["debug", "info", "warning", "error"] = Field("warning", description="Log level.")
     log_format: Literal["json", "text"] = Field("json", description="Log line format.")
+    allowed_lateness_s: float = Field(
+        300.0,
+        ge=0,
+        le=86_400,
+        description="Samples older than this (s) behind their source's newest are dead-lettered as late.",
+    )
     step_drift_warmup: int = Field(
         20, ge=3, description="Steps per job the step-time detector uses to learn the healthy baseline."
     )

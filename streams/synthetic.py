@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from streams.contract.envelope import TELEMETRY_SCHEMA
+from streams.contract.schema import TELEMETRY_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -48,15 +48,20 @@ class SyntheticJob:
     def messages(self) -> Iterator[bytes]:
         """Envelopes of ``steps_per_message`` steps each, as a training loop's exporter would send them."""
         batch: list[dict[str, Any]] = []
+        seq = 0
         for sample in self.samples():
             batch.append(sample)
             if len(batch) == self.steps_per_message:
-                yield envelope(batch, source=f"trainer/{self.job}")
-                batch = []
+                yield envelope(batch, source=f"trainer/{self.job}", seq=seq)
+                batch, seq = [], seq + 1
         if batch:
-            yield envelope(batch, source=f"trainer/{self.job}")
+            yield envelope(batch, source=f"trainer/{self.job}", seq=seq)
 
 
-def envelope(samples: list[dict[str, Any]], source: str) -> bytes:
+def envelope(samples: list[dict[str, Any]], source: str, seq: int | None = None) -> bytes:
+    """A row-wise telemetry envelope (``seq`` numbers the messages of one source, for de-duplication)."""
     sent_at = max((s.get("start", 0.0) for s in samples), default=0.0)
-    return orjson.dumps({"schema": TELEMETRY_SCHEMA, "source": source, "sent_at": sent_at, "samples": samples})
+    doc: dict[str, Any] = {"schema": TELEMETRY_SCHEMA, "source": source, "sent_at": sent_at, "samples": samples}
+    if seq is not None:
+        doc["seq"] = seq
+    return orjson.dumps(doc)

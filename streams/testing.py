@@ -1,4 +1,4 @@
-"""A broker-free harness: run Kafka-like messages through the same processor the live agent uses."""
+"""A broker-free harness: run Kafka-like messages through the same processor the live agents use."""
 
 from __future__ import annotations
 
@@ -6,22 +6,21 @@ from collections.abc import Iterable
 
 from audit.records import SourcePosition
 from streams.engine.engine import Engine, EngineConfig
-from streams.pipeline import Output, TelemetryProcessor
+from streams.pipeline import Output, Processor
 
 
 def run_messages(
     messages: Iterable[bytes],
     config: EngineConfig | None = None,
-    topic: str = "telemetry",
-    partition: int = 0,
+    decisions: Iterable[bytes] = (),
+    processor: Processor | None = None,
 ) -> Output:
-    """Feed ``messages`` (as offsets 0, 1, ...) through one processor; return everything it emitted."""
-    processor = TelemetryProcessor(Engine(config or EngineConfig()))
+    """Feed telemetry ``messages`` (offsets 0, 1, ... of topic ``telemetry``), then ``decisions`` (of topic
+    ``decisions``) through one processor; return everything it emitted."""
+    processor = processor or Processor(Engine(config or EngineConfig()))
     total = Output()
     for offset, raw in enumerate(messages):
-        out = processor.handle(raw, SourcePosition(topic, partition, offset))
-        total.audit.extend(out.audit)
-        total.dead_letters.extend(out.dead_letters)
-        for kind, n in out.samples_by_kind.items():
-            total.samples_by_kind[kind] = total.samples_by_kind.get(kind, 0) + n
+        total.extend(processor.telemetry(raw, SourcePosition("telemetry", 0, offset)))
+    for offset, raw in enumerate(decisions):
+        total.extend(processor.decision(raw, SourcePosition("decisions", 0, offset)))
     return total

@@ -1,4 +1,4 @@
-"""The Faust worker: thin agents around :class:`streams.pipeline.TelemetryProcessor`.
+"""The Faust worker: thin agents around :class:`streams.pipeline.Processor`.
 
 Delivery: at-least-once into the audit topic. Faust acks a message when the agent moves past it and,
 before it commits offsets, flushes the producer; so an audit record is on the broker before the input
@@ -10,6 +10,7 @@ and skip the message): the processor turns every input problem into a dead lette
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import faust
@@ -18,10 +19,11 @@ from mode import Service
 from audit.records import SourcePosition
 from streams import ops
 from streams.config import Settings
+from streams.contract.admission import Admission
 from streams.contract.envelope import Reject
 from streams.engine.engine import Engine, EngineConfig
 from streams.logs import config_dict
-from streams.pipeline import DeadLetter, Output, TelemetryProcessor
+from streams.pipeline import Output, Processor
 
 log = logging.getLogger("driftlog.worker")
 
@@ -88,10 +90,13 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
         broker_commit_interval=1.0,
     )
     telemetry = app.topic(settings.telemetry_topic, value_serializer="raw", key_serializer="raw")
+    decisions = app.topic(settings.decisions_topic, value_serializer="raw", key_serializer="raw")
     audit = app.topic(settings.audit_topic, value_serializer="raw", key_serializer="raw")
     dead = app.topic(settings.dead_letter_topic, value_serializer="raw", key_serializer="raw")
-    engine = Engine(EngineConfig(settings.step_drift_warmup, settings.step_drift_threshold))
-    processor = TelemetryProcessor(engine)
+    processor = Processor(
+        Engine(EngineConfig(settings.step_drift_warmup, settings.step_drift_threshold)),
+        Admission(allowed_lateness=settings.allowed_lateness_s),
+    )
     ops_service = OpsService(app, settings)
 
     async def publish(out: Output) -> None:
@@ -99,28 +104,36 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
             await audit.send(key=record.key.encode(), value=record.encode())
         for dl in out.dead_letters:
             await dead.send(key=dl.source.topic.encode(), value=dl.original, headers=dl.headers())
-            ops.DEAD_LETTERS.labels(dl.reject.reason).inc()
+            for reason, n in dl.counts().items():
+                ops.DEAD_LETTERS.labels(reason).inc(n)
         for kind, n in out.samples_by_kind.items():
             ops.SAMPLES.labels(kind).inc(n)
         for record in out.audit:
             if record.type == "finding":
                 ops.FINDINGS.labels(record.body["kind"]).inc()
 
-    @app.agent(telemetry)
-    async def on_telemetry(stream: Any) -> None:
+    async def consume(stream: Any, handle: Callable[[bytes, SourcePosition], Output]) -> None:
         async for event in stream.events():
             msg = event.message
             position = SourcePosition(msg.topic, msg.partition, msg.offset)
             value = msg.value if isinstance(msg.value, bytes) else b""
             try:
-                out = processor.handle(value, position)
+                out = handle(value, position)
             except Exception as exc:  # a bug must not make Faust ack and silently skip the message
-                log.exception("engine failed on a message; dead-lettered", extra=position.as_dict())
-                out = Output(dead_letters=[DeadLetter(value, position, Reject("internal_error", repr(exc)))])
-                out.audit.append(out.dead_letters[0].audit_record())
+                log.exception("processing failed on a message; dead-lettered", extra=position.as_dict())
+                out = Output()
+                out.reject(value, position, [Reject("internal_error", repr(exc))])
             await publish(out)
             ops.MESSAGES.labels(msg.topic).inc()
             ops_service.observe(msg.topic, msg.partition, msg.offset)
+
+    @app.agent(telemetry)
+    async def on_telemetry(stream: Any) -> None:
+        await consume(stream, processor.telemetry)
+
+    @app.agent(decisions)
+    async def on_decisions(stream: Any) -> None:
+        await consume(stream, processor.decision)
 
     return app, ops_service
 

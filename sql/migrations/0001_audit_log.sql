@@ -28,12 +28,15 @@ CREATE TABLE findings (
     source_offset    BIGINT  NOT NULL
 );
 
--- Rejected input (the original bytes are on the dead-letter topic; here: reason, position, digest).
+-- Rejected input, one row per (input message, reason). The original bytes are on the dead-letter topic.
 CREATE TABLE dead_letters (
     id               VARCHAR PRIMARY KEY,
-    reason           VARCHAR NOT NULL,  -- malformed_json | unknown_schema | missing_field | wrong_type | ...
-    detail           VARCHAR NOT NULL,
-    sample_index     INTEGER,           -- NULL: the whole message was rejected
+    reason           VARCHAR NOT NULL,  -- malformed_json | unknown_schema | missing_field | wrong_type | not_finite
+                                        -- | out_of_range | unknown_kind | bad_columns | oversized | duplicate | late ...
+    detail           VARCHAR NOT NULL,  -- the first rejected sample's precise reason
+    sample_count     INTEGER NOT NULL,  -- samples rejected for this reason (1 for a whole message)
+    sample_indices   INTEGER[] NOT NULL, -- their positions in the message (first 1000; empty for a whole message)
+    whole_message    BOOLEAN NOT NULL,  -- true when the message as a whole was refused
     source_topic     VARCHAR NOT NULL,
     source_partition INTEGER NOT NULL,
     source_offset    BIGINT  NOT NULL,

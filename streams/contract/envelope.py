@@ -1,19 +1,26 @@
-"""Decode one Kafka value into valid samples and precise rejections; never raises on bad input."""
+"""Decode one telemetry message into per-kind column batches and precise rejections; never raises.
+
+Sample positions (``Reject.index``, ``SampleBatch.index``) count the row-wise ``samples`` first, then
+the rows of each ``columns`` batch in order. Every sample of a message is either in a batch or rejected.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import orjson
-from pydantic import BaseModel, ValidationError
 
-from streams.contract.samples import StepSample
+from streams.contract.columns import MISSING, Checked, check_column
+from streams.contract.fast import MAX_COLUMN_ROWS, decode_fast
+from streams.contract.schema import SAMPLE_KINDS, TELEMETRY_SCHEMA, sample_rules
 
-TELEMETRY_SCHEMA = "driftlog.telemetry/1"
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-MAX_SAMPLES = 200_000
-SAMPLE_MODELS: dict[str, type[BaseModel]] = {"step": StepSample}
+MAX_SAMPLES = MAX_COLUMN_ROWS
 
 
 @dataclass(frozen=True)
@@ -26,64 +33,194 @@ class Reject:
 
 
 @dataclass
+class SampleBatch:
+    """Valid samples of one kind as columns (numpy arrays; strings as object arrays)."""
+
+    kind: str
+    index: npt.NDArray[np.int64]
+    columns: dict[str, npt.NDArray[Any]]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Row dicts (for low-volume kinds and tests; the hot path stays columnar)."""
+        names = list(self.columns)
+        cols = [self.columns[n].tolist() for n in names]
+        return [dict(zip(names, vals, strict=True)) for vals in zip(*cols, strict=True)]
+
+
+@dataclass
 class Decoded:
-    samples: list[BaseModel] = field(default_factory=list)
+    source: str = ""
+    seq: int | None = None
+    batches: list[SampleBatch] = field(default_factory=list)
     rejects: list[Reject] = field(default_factory=list)
+    total: int = 0  # samples the message held (valid + rejected), 0 when the whole message was refused
+
+    def count(self) -> int:
+        return sum(len(b) for b in self.batches)
+
+
+def parse_json(raw: bytes) -> tuple[Any, Reject | None]:
+    """orjson first; the standard library only when that fails (it reads NaN, Infinity and huge integers,
+    so that one non-finite value rejects one sample, not the whole message)."""
+    try:
+        return orjson.loads(raw), None
+    except orjson.JSONDecodeError as exc:
+        try:
+            return json.loads(raw), None
+        except (ValueError, RecursionError):
+            return None, Reject("malformed_json", str(exc))
 
 
 def decode_telemetry(raw: bytes) -> Decoded:
-    """Parse a telemetry envelope; keep every valid sample, reject each bad one with its reason."""
     out = Decoded()
     if len(raw) > MAX_MESSAGE_BYTES:
         out.rejects.append(Reject("oversized", f"{len(raw)} bytes > limit {MAX_MESSAGE_BYTES}"))
         return out
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        out.rejects.append(Reject("malformed_json", str(exc)))
+    fast = decode_fast(raw)
+    if fast is not None:
+        out.source, out.seq, parts, out.total = fast
+        for kind, start, columns in parts:
+            n = len(next(iter(columns.values())))
+            out.batches.append(SampleBatch(kind, np.arange(start, start + n, dtype=np.int64), columns))
         return out
-    envelope_error = _check_envelope(doc)
-    if envelope_error is not None:
-        out.rejects.append(envelope_error)
+    doc, error = parse_json(raw)
+    if error is None:
+        error = _check_envelope(doc)
+    if error is not None:
+        out.rejects.append(error)
         return out
-    for i, item in enumerate(doc["samples"]):
-        _decode_sample(item, i, out)
+    out.source, out.seq = doc["source"], doc.get("seq")
+    samples = doc.get("samples") or []
+    _decode_rows(samples, out)
+    offset = len(samples)
+    for batch in doc.get("columns") or []:
+        offset += _decode_columns(batch, offset, out)
+    out.total = offset
+    out.rejects.sort(key=lambda r: r.index or 0)
     return out
 
 
 def _check_envelope(doc: Any) -> Reject | None:
-    if not isinstance(doc, dict):
+    if type(doc) is not dict:
         return Reject("not_an_envelope", f"expected a JSON object, got {type(doc).__name__}")
     schema = doc.get("schema")
     if schema != TELEMETRY_SCHEMA:
         return Reject("unknown_schema", f"schema {schema!r} is not {TELEMETRY_SCHEMA!r}")
-    samples = doc.get("samples")
-    if not isinstance(samples, list):
-        return Reject("missing_field", "envelope field 'samples' must be a list")
-    if len(samples) > MAX_SAMPLES:
-        return Reject("oversized", f"{len(samples)} samples > limit {MAX_SAMPLES}")
+    source = doc.get("source")
+    if type(source) is not str or not 0 < len(source) <= 256:
+        return Reject("missing_field", "envelope field 'source' must be a non-empty string (≤ 256 chars)")
+    seq = doc.get("seq")
+    if seq is not None and (type(seq) is not int or seq < 0):
+        return Reject("wrong_type", "envelope field 'seq' must be a non-negative integer")
+    samples, columns = doc.get("samples"), doc.get("columns")
+    if samples is None and columns is None:
+        return Reject("missing_field", "envelope needs 'samples' (row-wise) or 'columns' (columnar)")
+    if samples is not None and type(samples) is not list:
+        return Reject("wrong_type", "envelope field 'samples' must be an array")
+    if columns is not None and type(columns) is not list:
+        return Reject("wrong_type", "envelope field 'columns' must be an array")
+    n = len(samples or ()) + sum(c.get("n", 0) for c in columns or () if type(c) is dict and type(c.get("n")) is int)
+    if n > MAX_SAMPLES:
+        return Reject("oversized", f"{n} samples > limit {MAX_SAMPLES}")
     return None
 
 
-def _decode_sample(item: Any, index: int, out: Decoded) -> None:
-    kind = item.get("kind") if isinstance(item, dict) else None
-    model = SAMPLE_MODELS.get(kind) if isinstance(kind, str) else None
-    if model is None:
-        out.rejects.append(Reject("unknown_kind", f"sample kind {kind!r} is not one of {sorted(SAMPLE_MODELS)}", index))
-        return
-    try:
-        out.samples.append(model.model_validate(item))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        out.rejects.append(Reject(_reason(first["type"]), f"{kind}.{where}: {first['msg']}", index))
+def _decode_rows(samples: list[Any], out: Decoded) -> None:
+    by_kind: dict[str, list[int]] = {}
+    try:  # the common case, one kind per message, without a Python loop over the samples
+        kinds = set(map(itemgetter("kind"), samples))
+    except (KeyError, TypeError, IndexError):
+        kinds = set()
+    if len(kinds) == 1 and next(iter(kinds)) in SAMPLE_KINDS:
+        by_kind[next(iter(kinds))] = list(range(len(samples)))
+    else:
+        for i, s in enumerate(samples):
+            kind = s.get("kind") if type(s) is dict else None
+            if type(kind) is str and kind in SAMPLE_KINDS:
+                by_kind.setdefault(kind, []).append(i)
+            elif type(s) is not dict:
+                out.rejects.append(Reject("wrong_type", f"sample is a {type(s).__name__}, not an object", i))
+            else:
+                detail = f"sample kind {kind!r} is not one of {list(SAMPLE_KINDS)}"
+                out.rejects.append(Reject("unknown_kind", detail, i))
+    for kind in SAMPLE_KINDS:  # a fixed order keeps the output deterministic
+        positions = by_kind.get(kind)
+        if positions:
+            rows = samples if len(positions) == len(samples) else [samples[i] for i in positions]
+            rules = sample_rules(kind)
+            columns = {
+                rule.name: check_column(rule, values)
+                for rule, values in zip(rules, _transpose(rows, rules), strict=True)
+            }
+            _collect(kind, np.array(positions, dtype=np.int64), columns, out)
 
 
-def _reason(error_type: str) -> str:
-    if error_type == "missing":
-        return "missing_field"
-    if error_type in ("finite_number",):
-        return "not_finite"
-    if error_type.startswith(("greater_than", "less_than")):
-        return "out_of_range"
-    return "wrong_type"
+def _transpose(rows: list[dict[str, Any]], rules: tuple[Any, ...]) -> list[list[Any]]:
+    """Rows → one value list per rule, in C loops (itemgetter + zip) when every row has every field."""
+    names = [rule.name for rule in rules]
+    if len(names) > 1:
+        try:
+            return [list(col) for col in zip(*map(itemgetter(*names), rows), strict=True)]
+        except KeyError:
+            pass
+    columns = []
+    for name in names:
+        try:
+            columns.append(list(map(itemgetter(name), rows)))
+        except KeyError:
+            columns.append([row.get(name, MISSING) for row in rows])
+    return columns
+
+
+def _decode_columns(batch: Any, offset: int, out: Decoded) -> int:
+    """Check one column batch; returns how many sample positions it takes."""
+    if type(batch) is not dict or type(batch.get("n")) is not int or not 0 <= batch["n"] <= MAX_SAMPLES:
+        out.rejects.append(Reject("bad_columns", "a column batch needs an integer 'n' (0..200000)", offset))
+        return 0
+    n: int = batch["n"]
+    kind, data = batch.get("kind"), batch.get("data")
+    whole = None
+    if kind not in SAMPLE_KINDS:
+        whole = Reject("unknown_kind", f"column batch kind {kind!r} is not one of {list(SAMPLE_KINDS)}")
+    elif type(data) is not dict:
+        whole = Reject("bad_columns", "a column batch needs an object 'data' of columns")
+    else:
+        wrong = [k for k, v in data.items() if type(v) is list and len(v) != n]
+        if wrong:
+            whole = Reject("bad_columns", f"columns {wrong[:5]} do not have n={n} entries")
+    if whole is not None:
+        out.rejects.extend(Reject(whole.reason, whole.detail, offset + i) for i in range(n))
+        return n
+    assert isinstance(kind, str) and isinstance(data, dict)
+    index = np.arange(offset, offset + n, dtype=np.int64)
+    columns = {rule.name: _check_data(rule, data.get(rule.name, MISSING), n) for rule in sample_rules(kind)}
+    _collect(kind, index, columns, out)
+    return n
+
+
+def _check_data(rule: Any, value: Any, n: int) -> Checked:
+    if type(value) is list:
+        return check_column(rule, value)
+    one = check_column(rule, [value])  # a scalar (or an absent column) stands for every row
+    return Checked(
+        np.repeat(one.values, n),
+        [(np.repeat(mask, n), reason, detail) for mask, reason, detail in one.problems],
+    )
+
+
+def _collect(kind: str, index: npt.NDArray[np.int64], columns: dict[str, Checked], out: Decoded) -> None:
+    bad = np.zeros(len(index), dtype=bool)
+    for checked in columns.values():
+        for mask, reason, detail in checked.problems:
+            new = mask & ~bad  # the first problem of a row is the one reported
+            if new.any():
+                out.rejects.extend(Reject(reason, f"{kind}.{detail}", int(i)) for i in index[new])
+                bad |= new
+    if bad.any():
+        keep = ~bad
+        out.batches.append(SampleBatch(kind, index[keep], {k: c.values[keep] for k, c in columns.items()}))
+    elif len(index):
+        out.batches.append(SampleBatch(kind, index, {k: c.values for k, c in columns.items()}))

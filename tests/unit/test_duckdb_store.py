@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import duckdb
+import orjson
 import pytest
 
 from audit.duckdb_store import DuckDBStore
@@ -94,3 +95,27 @@ def test_memory_store_has_the_same_offset_semantics() -> None:
     m = MemoryStore()
     m.write([raw(0, b"a"), raw(4, b"b"), raw(2, b"c", partition=1)])
     assert m.next_offsets() == {("audit", 0): 5, ("audit", 1): 3}
+
+
+def test_decisions_and_dead_letters_land_in_their_tables(store: DuckDBStore) -> None:
+    from streams.synthetic import envelope
+    from streams.testing import run_messages
+    from tests.unit.test_pipeline import DECISION
+
+    bad = [{"kind": "step", "job": "x", "step": i, "start": 0.0, "duration": -1.0} for i in range(2)]
+    out = run_messages(
+        [b"{oops", envelope(bad, "s")],
+        decisions=[orjson.dumps(DECISION), orjson.dumps(DECISION)],
+    )
+    store.write([raw(i, r.encode()) for i, r in enumerate(out.audit)])
+    assert store.con.execute(
+        "SELECT id, layer, action, targets, parameters->>'cap_w', expected_metric, expected_direction FROM decisions"
+    ).fetchall() == [("d-1", "power", "power_cap", ["node:n7"], "450", "power_w", "down")]
+    assert store.con.execute(
+        "SELECT reason, sample_count, sample_indices, whole_message, source_topic, source_offset FROM dead_letters"
+        " ORDER BY source_topic, source_offset"
+    ).fetchall() == [
+        ("duplicate", 1, [], True, "decisions", 1),
+        ("malformed_json", 1, [], True, "telemetry", 0),
+        ("out_of_range", 2, [0, 1], False, "telemetry", 1),
+    ]

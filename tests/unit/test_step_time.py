@@ -1,12 +1,11 @@
 from dataclasses import replace
 
-from streams.contract.samples import StepSample
-from streams.engine.detectors.step_time import StepTimeDrift
+from streams.engine.detectors.step_time import StepObs, StepTimeDrift
 from streams.synthetic import SyntheticJob
 
 
-def steps(job: SyntheticJob) -> list[StepSample]:
-    return [StepSample.model_validate(s) for s in job.samples()]
+def steps(job: SyntheticJob) -> list[StepObs]:
+    return [StepObs(s["job"], s["step"], s["start"], s["duration"]) for s in job.samples()]
 
 
 def run(job: SyntheticJob) -> list:
@@ -37,7 +36,7 @@ def test_slowdown_below_threshold_is_not_drift() -> None:
 def test_a_single_slow_step_is_not_drift() -> None:
     job = SyntheticJob(slowdown=1.0)
     samples = steps(job)
-    samples[100] = samples[100].model_copy(update={"duration": samples[100].duration * 1.5})
+    samples[100] = samples[100]._replace(duration=samples[100].duration * 1.5)
     detector = StepTimeDrift(job.job)
     assert [f for s in samples if (f := detector.update(s))] == []
 
@@ -53,9 +52,7 @@ def test_detector_rearms_after_recovery() -> None:
     job = SyntheticJob(steps=400, slow_from=100)
     samples = steps(job)
     # heal from step 160, slow again from 300
-    healed = [
-        s if s.step < 160 or s.step >= 300 else s.model_copy(update={"duration": s.duration / 1.25}) for s in samples
-    ]
+    healed = [s if s.step < 160 or s.step >= 300 else s._replace(duration=s.duration / 1.25) for s in samples]
     detector = StepTimeDrift(job.job)
     onsets = [f.evidence["onset_step"] for s in healed if (f := detector.update(s))]
     assert onsets == [100, 300]

@@ -16,9 +16,18 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from streams.contract.samples import StepSample
 from streams.engine.findings import Finding
+
+
+class StepObs(NamedTuple):
+    """One step of one job, as the detector needs it."""
+
+    job: str
+    step: int
+    start: float
+    duration: float
 
 
 @dataclass
@@ -31,13 +40,13 @@ class StepTimeDrift:
     _warm: list[float] = field(default_factory=list)
     _baseline: float | None = None
     _cusum: float = 0.0
-    _onset: StepSample | None = None
-    _episode: list[StepSample] = field(default_factory=list)
+    _onset: StepObs | None = None
+    _episode: list[StepObs] = field(default_factory=list)
     _alarmed: bool = False
     _slow_steps: int = 0
     _quiet_steps: int = 0
 
-    def update(self, obs: StepSample) -> Finding | None:
+    def update(self, obs: StepObs) -> Finding | None:
         if self._baseline is None:
             self._warm.append(obs.duration)
             if len(self._warm) >= self.warmup:
@@ -69,7 +78,7 @@ class StepTimeDrift:
         if self._alarmed and self._quiet_steps >= self.warmup:
             self._alarmed = False
 
-    def _finding(self, last: StepSample) -> Finding:
+    def _finding(self, last: StepObs) -> Finding:
         assert self._onset is not None and self._baseline is not None
         durations = [s.duration for s in self._episode]
         observed = statistics.median(durations)
