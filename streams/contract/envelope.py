@@ -16,7 +16,7 @@ import numpy.typing as npt
 import orjson
 
 from streams.contract.columns import MISSING, Checked, check_column
-from streams.contract.fast import MAX_COLUMN_ROWS, decode_fast
+from streams.contract.fast import MAX_COLUMN_BATCHES, MAX_COLUMN_ROWS, decode_fast
 from streams.contract.schema import SAMPLE_KINDS, TELEMETRY_SCHEMA, sample_rules
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -122,6 +122,8 @@ def _check_envelope(doc: Any) -> Reject | None:
         return Reject("wrong_type", "envelope field 'samples' must be an array")
     if columns is not None and type(columns) is not list:
         return Reject("wrong_type", "envelope field 'columns' must be an array")
+    if columns is not None and len(columns) > MAX_COLUMN_BATCHES:
+        return Reject("oversized", f"{len(columns)} column batches > limit {MAX_COLUMN_BATCHES}")
     n = len(samples or ()) + sum(c.get("n", 0) for c in columns or () if type(c) is dict and type(c.get("n")) is int)
     if n > MAX_SAMPLES:
         return Reject("oversized", f"{n} samples > limit {MAX_SAMPLES}")

@@ -19,6 +19,7 @@ import numpy.typing as npt
 from streams.contract.schema import SAMPLE_KINDS, TELEMETRY_SCHEMA, FieldRule, sample_rules
 
 MAX_COLUMN_ROWS = 200_000
+MAX_COLUMN_BATCHES = 64
 
 
 def _value_type(rule: FieldRule) -> Any:
@@ -96,6 +97,8 @@ def decode_fast(raw: bytes) -> tuple[str, int | None, list[tuple[str, int, dict[
     if env.samples is None and env.columns is None:
         return None  # neither form: the precise path names the missing field
     samples, column_batches = env.samples or [], env.columns or []
+    if len(column_batches) > MAX_COLUMN_BATCHES:
+        return None
     out: list[tuple[str, int, dict[str, npt.NDArray[Any]]]] = []
     if samples:
         kinds = {type(s).__struct_config__.tag for s in samples}
