@@ -10,6 +10,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+from audit.chain import genesis, link
 from audit.migrations import migrate
 from audit.store import RawRecord
 from streams.errors import StoreError
@@ -24,47 +25,80 @@ _BATCH_SCHEMA = pa.schema(
         ("value", pa.binary()),
         ("record_type", pa.string()),
         ("record_id", pa.string()),
+        ("chain_hash", pa.binary(32)),
     ]
+)
+_HEADS_SCHEMA = pa.schema(
+    [("topic", pa.string()), ("partition", pa.int32()), ("next_offset", pa.int64()), ("chain_head", pa.binary(32))]
 )
 
 # Derived tables are filled by DuckDB from the JSON of the records just inserted (vectorised, no Python
-# per row). Records whose id was seen before (a worker re-delivery) are ignored there.
+# per row). Rows whose id is already stored (a worker re-delivery) are skipped by an anti-join: the tables
+# carry append-only triggers, and DuckDB refuses INSERT OR IGNORE (MERGE) on tables with triggers.
+_BODY = (
+    '(SELECT record_id, "partition", "offset", CAST(decode(value) AS JSON) AS j FROM batch WHERE record_type = \'{}\')'
+)
+_SOURCE = "j->>'$.source.topic', CAST(j->>'$.source.partition' AS INTEGER), CAST(j->>'$.source.offset' AS BIGINT)"
+
+
+def _derive(table: str, record_type: str, columns: str, key: str = "record_id") -> str:
+    return f"""
+    INSERT INTO {table}
+    SELECT * FROM (
+        SELECT {columns}, {_SOURCE} FROM {_BODY.format(record_type)}
+        QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY "partition", "offset") = 1
+    ) AS x
+    WHERE NOT EXISTS (SELECT 1 FROM {table} AS t WHERE t.id = x.id)
+    """
+
+
 _DERIVE = [
-    """
-    INSERT OR IGNORE INTO findings
-    SELECT record_id, j->>'$.body.kind', CAST(j->'$.body.subjects' AS VARCHAR[]),
-           CAST(j->>'$.body.start' AS DOUBLE), CAST(j->>'$.body.end' AS DOUBLE),
-           CAST(j->>'$.body.severity' AS DOUBLE), j->'$.body.evidence', j->'$.body.cost',
-           j->>'$.source.topic', CAST(j->>'$.source.partition' AS INTEGER), CAST(j->>'$.source.offset' AS BIGINT)
-    FROM (SELECT record_id, "partition", "offset", CAST(decode(value) AS JSON) AS j
-          FROM batch WHERE record_type = 'finding')
-    QUALIFY row_number() OVER (PARTITION BY record_id ORDER BY "partition", "offset") = 1
-    """,
-    """
-    INSERT OR IGNORE INTO dead_letters
-    SELECT record_id, j->>'$.body.reason', j->>'$.body.detail', CAST(j->>'$.body.count' AS INTEGER),
-           CAST(j->'$.body.indices' AS INTEGER[]), CAST(j->>'$.body.whole_message' AS BOOLEAN),
-           j->>'$.source.topic', CAST(j->>'$.source.partition' AS INTEGER), CAST(j->>'$.source.offset' AS BIGINT),
-           j->>'$.body.original_sha256', CAST(j->>'$.body.original_bytes' AS BIGINT)
-    FROM (SELECT record_id, "partition", "offset", CAST(decode(value) AS JSON) AS j
-          FROM batch WHERE record_type = 'dead_letter')
-    QUALIFY row_number() OVER (PARTITION BY record_id ORDER BY "partition", "offset") = 1
-    """,
-    """
-    INSERT OR IGNORE INTO decisions
-    SELECT j->>'$.body.id', CAST(j->>'$.body.time' AS DOUBLE), j->>'$.body.controller', j->>'$.body.layer',
-           j->>'$.body.action', CAST(j->'$.body.targets' AS VARCHAR[]), j->'$.body.parameters', j->>'$.body.reason',
-           j->>'$.body.expected_effect.metric', j->>'$.body.expected_effect.direction', j->>'$.body.job',
-           j->>'$.source.topic', CAST(j->>'$.source.partition' AS INTEGER), CAST(j->>'$.source.offset' AS BIGINT)
-    FROM (SELECT record_id, "partition", "offset", CAST(decode(value) AS JSON) AS j
-          FROM batch WHERE record_type = 'decision')
-    QUALIFY row_number() OVER (PARTITION BY j->>'$.body.id' ORDER BY "partition", "offset") = 1
-    """,
-    """
-    INSERT OR REPLACE INTO sink_offsets
-    SELECT topic, "partition", max("offset") + 1 FROM batch GROUP BY topic, "partition"
-    """,
+    _derive(
+        "findings",
+        "finding",
+        "record_id AS id, j->>'$.body.kind', CAST(j->'$.body.subjects' AS VARCHAR[]),"
+        " CAST(j->>'$.body.start' AS DOUBLE), CAST(j->>'$.body.end' AS DOUBLE), CAST(j->>'$.body.severity' AS DOUBLE),"
+        " j->'$.body.evidence', j->'$.body.cost'",
+    ),
+    _derive(
+        "dead_letters",
+        "dead_letter",
+        "record_id AS id, j->>'$.body.reason', j->>'$.body.detail', CAST(j->>'$.body.count' AS INTEGER),"
+        " CAST(j->'$.body.indices' AS INTEGER[]), CAST(j->>'$.body.whole_message' AS BOOLEAN),"
+        " j->>'$.body.original_sha256', CAST(j->>'$.body.original_bytes' AS BIGINT)",
+    ),
+    _derive(
+        "decisions",
+        "decision",
+        "j->>'$.body.id' AS id, CAST(j->>'$.body.time' AS DOUBLE), j->>'$.body.controller', j->>'$.body.layer',"
+        " j->>'$.body.action', CAST(j->'$.body.targets' AS VARCHAR[]), j->'$.body.parameters', j->>'$.body.reason',"
+        " j->>'$.body.expected_effect.metric', j->>'$.body.expected_effect.direction', j->>'$.body.job'",
+        key="j->>'$.body.id'",
+    ),
+    _derive(
+        "attributions",
+        "attribution",
+        "record_id AS id, j->>'$.body.finding_id', CAST(j->>'$.body.rank' AS INTEGER), j->>'$.body.cause_kind',"
+        " j->>'$.body.cause', CAST(j->>'$.body.share' AS DOUBLE), CAST(j->>'$.body.slowdown' AS DOUBLE),"
+        " CAST(j->>'$.body.cost_accel_s' AS DOUBLE), j->'$.body.evidence'",
+    ),
+    _derive(
+        "graph_snapshots",
+        "graph_snapshot",
+        "record_id AS id, j->>'$.body.job', CAST(j->>'$.body.valid_from' AS DOUBLE), j->>'$.body.digest',"
+        " j->'$.body.nodes', j->'$.body.edges'",
+    ),
+    _derive(
+        "metrics_rollup",
+        "metrics_rollup",
+        "record_id AS id, j->>'$.body.job', j->>'$.body.entity', j->>'$.body.name',"
+        " CAST(j->>'$.body.window_start' AS DOUBLE), CAST(j->>'$.body.window_end' AS DOUBLE),"
+        " CAST(j->>'$.body.n' AS BIGINT), CAST(j->>'$.body.mean' AS DOUBLE),"
+        " CAST(j->>'$.body.p50' AS DOUBLE), CAST(j->>'$.body.p99' AS DOUBLE), CAST(j->>'$.body.min' AS DOUBLE),"
+        " CAST(j->>'$.body.max' AS DOUBLE), CAST(j->>'$.body.total' AS DOUBLE)",
+    ),
 ]
+RECORD_TYPES = ("finding", "dead_letter", "decision", "attribution", "graph_snapshot", "metrics_rollup")
 
 
 def _classify(value: bytes) -> tuple[str, str]:
@@ -72,8 +106,8 @@ def _classify(value: bytes) -> tuple[str, str]:
     try:
         doc = orjson.loads(value)
         if isinstance(doc, dict) and isinstance(doc.get("type"), str) and isinstance(doc.get("id"), str):
-            if doc["type"] in ("finding", "dead_letter", "decision") and not isinstance(doc.get("body"), dict):
-                raise ValueError("body missing")
+            if doc["type"] not in RECORD_TYPES or not isinstance(doc.get("body"), dict):
+                raise ValueError("not a known audit record")
             return doc["type"], doc["id"]
     except ValueError:
         pass
@@ -81,53 +115,91 @@ def _classify(value: bytes) -> tuple[str, str]:
 
 
 class DuckDBStore:
-    """Single writer of one DuckDB file. Opening it applies pending migrations."""
+    """Single writer of one DuckDB file and the only write path into it. Opening applies pending
+    migrations. File and network access through SQL are disabled on its connection."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            self.con = duckdb.connect(str(path))
+            self.con = duckdb.connect(str(path), config={"enable_external_access": False})
         except duckdb.IOException as exc:
             raise StoreError(f"cannot open {path} for writing (is another process using it?): {exc}") from exc
         migrate(self.con)
+        self.con.execute("SET lock_configuration = true")
+        rows = self.con.execute('SELECT topic, "partition", next_offset, chain_head FROM sink_offsets').fetchall()
+        self._next = {(t, p): o for t, p, o, _ in rows}
+        self._heads = {(t, p): bytes(h) for t, p, _, h in rows}
 
     def next_offsets(self) -> dict[tuple[str, int], int]:
-        rows = self.con.execute('SELECT topic, "partition", next_offset FROM sink_offsets').fetchall()
-        return {(t, p): o for t, p, o in rows}
+        return dict(self._next)
 
     def write(self, batch: Sequence[RawRecord]) -> None:
-        if not batch:
+        """Append the records not yet stored (offsets below the stored next offset are re-deliveries and
+        are skipped), their chain hashes, the derived rows and the new offsets, in one transaction."""
+        fresh = [r for r in batch if r.offset >= self._next.get((r.topic, r.partition), -1)]
+        if not fresh:
             return
-        kinds = [_classify(r.value) for r in batch]
+        heads = dict(self._heads)
+        nexts = dict(self._next)
+        hashes = []
+        for r in fresh:
+            tp = (r.topic, r.partition)
+            h = link(heads[tp] if tp in heads else genesis(*tp), r)
+            hashes.append(h)
+            heads[tp] = h
+            nexts[tp] = r.offset + 1
+        kinds = [_classify(r.value) for r in fresh]
         table = pa.Table.from_arrays(
             [
-                pa.array([r.topic for r in batch], pa.string()),
-                pa.array([r.partition for r in batch], pa.int32()),
-                pa.array([r.offset for r in batch], pa.int64()),
-                pa.array([r.timestamp_ms for r in batch], pa.int64()),
-                pa.array([r.key for r in batch], pa.binary()),
-                pa.array([r.value for r in batch], pa.binary()),
+                pa.array([r.topic for r in fresh], pa.string()),
+                pa.array([r.partition for r in fresh], pa.int32()),
+                pa.array([r.offset for r in fresh], pa.int64()),
+                pa.array([r.timestamp_ms for r in fresh], pa.int64()),
+                pa.array([r.key for r in fresh], pa.binary()),
+                pa.array([r.value for r in fresh], pa.binary()),
                 pa.array([k[0] for k in kinds], pa.string()),
                 pa.array([k[1] for k in kinds], pa.string()),
+                pa.array(hashes, pa.binary(32)),
             ],
             schema=_BATCH_SCHEMA,
         )
+        touched = sorted({(r.topic, r.partition) for r in fresh})
+        offsets = pa.Table.from_arrays(
+            [
+                pa.array([t for t, _ in touched], pa.string()),
+                pa.array([p for _, p in touched], pa.int32()),
+                pa.array([nexts[tp] for tp in touched], pa.int64()),
+                pa.array([heads[tp] for tp in touched], pa.binary(32)),
+            ],
+            schema=_HEADS_SCHEMA,
+        )
+        self._commit(table, offsets)
+        self._heads, self._next = heads, nexts
+
+    def _commit(self, table: pa.Table, offsets: pa.Table) -> None:
         con = self.con
         con.register("batch", table)
+        con.register("new_offsets", offsets)
         try:
             con.execute("BEGIN")
             con.execute(
-                'INSERT INTO audit_log (topic, "partition", "offset", kafka_ts_ms, key, value, record_type, record_id)'
-                " SELECT * FROM batch"
+                'INSERT INTO audit_log (topic, "partition", "offset", kafka_ts_ms, key, value, record_type,'
+                " record_id, chain_hash) SELECT * FROM batch"
             )
             for statement in _DERIVE:
                 con.execute(statement)
+            con.execute("INSERT OR REPLACE INTO sink_offsets SELECT * FROM new_offsets")
             con.execute("COMMIT")
         except duckdb.Error as exc:
             con.execute("ROLLBACK")
-            raise StoreError(f"writing {len(batch)} audit records failed, nothing was stored: {exc}") from exc
+            raise StoreError(f"writing {table.num_rows} audit records failed, nothing was stored: {exc}") from exc
         finally:
             con.unregister("batch")
+            con.unregister("new_offsets")
+
+    def heads(self) -> dict[tuple[str, int], tuple[int, bytes]]:
+        """Per partition: (next offset, chain head) as committed."""
+        return {tp: (self._next[tp], self._heads[tp]) for tp in self._heads}
 
     def close(self) -> None:
         self.con.close()

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import orjson
 
 RECORD_VERSION = 1
-RecordType = Literal["finding", "dead_letter", "decision"]
+RecordType = Literal["finding", "dead_letter", "decision", "attribution", "graph_snapshot", "metrics_rollup"]
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ CREATE TABLE audit_log (
     value        BLOB      NOT NULL,  -- the audit record JSON, byte for byte
     record_type  VARCHAR   NOT NULL,  -- finding | dead_letter | ...
     record_id    VARCHAR   NOT NULL,  -- content-derived id (repeats when the worker re-delivers)
+    chain_hash   BLOB      NOT NULL,  -- SHA-256 hash chain per (topic, partition), see audit/chain.py
     written_at   TIMESTAMPTZ NOT NULL DEFAULT current_timestamp
 );
 
@@ -37,17 +38,19 @@ CREATE TABLE dead_letters (
     sample_count     INTEGER NOT NULL,  -- samples rejected for this reason (1 for a whole message)
     sample_indices   INTEGER[] NOT NULL, -- their positions in the message (first 1000; empty for a whole message)
     whole_message    BOOLEAN NOT NULL,  -- true when the message as a whole was refused
-    source_topic     VARCHAR NOT NULL,
+    original_sha256  VARCHAR NOT NULL,  -- of the original bytes (which are on the dead-letter topic)
+    original_bytes   BIGINT  NOT NULL,
+    source_topic     VARCHAR NOT NULL,  -- input position of the refused message
     source_partition INTEGER NOT NULL,
-    source_offset    BIGINT  NOT NULL,
-    original_sha256  VARCHAR NOT NULL,
-    original_bytes   BIGINT  NOT NULL
+    source_offset    BIGINT  NOT NULL
 );
 
--- Next offset to consume per audit-topic partition, written in the same transaction as the rows.
+-- Next offset to consume per audit-topic partition and the hash chain's head there, written in the same
+-- transaction as the rows (the only table that is updated in place).
 CREATE TABLE sink_offsets (
     topic       VARCHAR NOT NULL,
     "partition" INTEGER NOT NULL,
     next_offset BIGINT  NOT NULL,
+    chain_head  BLOB    NOT NULL,  -- chain_hash of the record at next_offset - 1
     PRIMARY KEY (topic, "partition")
 );
