@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -36,59 +37,72 @@ _HEADS_SCHEMA = pa.schema(
 # per row). Rows whose id is already stored (a worker re-delivery) are skipped by an anti-join: the tables
 # carry append-only triggers, and DuckDB refuses INSERT OR IGNORE (MERGE) on tables with triggers.
 _BODY = (
-    '(SELECT record_id, "partition", "offset", CAST(decode(value) AS JSON) AS j FROM batch WHERE record_type = \'{}\')'
+    '(SELECT record_id, "partition", "offset", CAST(decode(value) AS JSON) AS j'
+    " FROM {source} WHERE record_type = '{record_type}')"
 )
 _SOURCE = "j->>'$.source.topic', CAST(j->>'$.source.partition' AS INTEGER), CAST(j->>'$.source.offset' AS BIGINT)"
 
 
-def _derive(table: str, record_type: str, columns: str, key: str = "record_id") -> str:
-    return f"""
-    INSERT INTO {table}
-    SELECT * FROM (
-        SELECT {columns}, {_SOURCE} FROM {_BODY.format(record_type)}
-        QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY "partition", "offset") = 1
-    ) AS x
-    WHERE NOT EXISTS (SELECT 1 FROM {table} AS t WHERE t.id = x.id)
-    """
+@dataclass(frozen=True)
+class Derived:
+    """How one table is derived from audit records of one type (first occurrence of an id wins)."""
+
+    table: str
+    record_type: str
+    columns: str
+    key: str = "record_id"
+
+    def select(self, source: str) -> str:
+        body = _BODY.format(source=source, record_type=self.record_type)
+        return (
+            f"SELECT {self.columns}, {_SOURCE} FROM {body}"
+            f' QUALIFY row_number() OVER (PARTITION BY {self.key} ORDER BY "partition", "offset") = 1'
+        )
+
+    def insert(self) -> str:
+        return (
+            f"INSERT INTO {self.table} SELECT * FROM ({self.select('batch')}) AS x"
+            f" WHERE NOT EXISTS (SELECT 1 FROM {self.table} AS t WHERE t.id = x.id)"
+        )
 
 
-_DERIVE = [
-    _derive(
+DERIVED = [
+    Derived(
         "findings",
         "finding",
         "record_id AS id, j->>'$.body.kind', CAST(j->'$.body.subjects' AS VARCHAR[]),"
         " CAST(j->>'$.body.start' AS DOUBLE), CAST(j->>'$.body.end' AS DOUBLE), CAST(j->>'$.body.severity' AS DOUBLE),"
         " j->'$.body.evidence', j->'$.body.cost'",
     ),
-    _derive(
+    Derived(
         "dead_letters",
         "dead_letter",
         "record_id AS id, j->>'$.body.reason', j->>'$.body.detail', CAST(j->>'$.body.count' AS INTEGER),"
         " CAST(j->'$.body.indices' AS INTEGER[]), CAST(j->>'$.body.whole_message' AS BOOLEAN),"
         " j->>'$.body.original_sha256', CAST(j->>'$.body.original_bytes' AS BIGINT)",
     ),
-    _derive(
+    Derived(
         "decisions",
         "decision",
         "j->>'$.body.id' AS id, CAST(j->>'$.body.time' AS DOUBLE), j->>'$.body.controller', j->>'$.body.layer',"
         " j->>'$.body.action', CAST(j->'$.body.targets' AS VARCHAR[]), j->'$.body.parameters', j->>'$.body.reason',"
         " j->>'$.body.expected_effect.metric', j->>'$.body.expected_effect.direction', j->>'$.body.job'",
-        key="j->>'$.body.id'",
+        "j->>'$.body.id'",
     ),
-    _derive(
+    Derived(
         "attributions",
         "attribution",
         "record_id AS id, j->>'$.body.finding_id', CAST(j->>'$.body.rank' AS INTEGER), j->>'$.body.cause_kind',"
         " j->>'$.body.cause', CAST(j->>'$.body.share' AS DOUBLE), CAST(j->>'$.body.slowdown' AS DOUBLE),"
         " CAST(j->>'$.body.cost_accel_s' AS DOUBLE), j->'$.body.evidence'",
     ),
-    _derive(
+    Derived(
         "graph_snapshots",
         "graph_snapshot",
         "record_id AS id, j->>'$.body.job', CAST(j->>'$.body.valid_from' AS DOUBLE), j->>'$.body.digest',"
         " j->'$.body.nodes', j->'$.body.edges'",
     ),
-    _derive(
+    Derived(
         "metrics_rollup",
         "metrics_rollup",
         "record_id AS id, j->>'$.body.job', j->>'$.body.entity', j->>'$.body.name',"
@@ -98,6 +112,7 @@ _DERIVE = [
         " CAST(j->>'$.body.max' AS DOUBLE), CAST(j->>'$.body.total' AS DOUBLE)",
     ),
 ]
+_INSERTS = [d.insert() for d in DERIVED]
 RECORD_TYPES = ("finding", "dead_letter", "decision", "attribution", "graph_snapshot", "metrics_rollup")
 
 
@@ -186,7 +201,7 @@ class DuckDBStore:
                 'INSERT INTO audit_log (topic, "partition", "offset", kafka_ts_ms, key, value, record_type,'
                 " record_id, chain_hash) SELECT * FROM batch"
             )
-            for statement in _DERIVE:
+            for statement in _INSERTS:
                 con.execute(statement)
             con.execute("INSERT OR REPLACE INTO sink_offsets SELECT * FROM new_offsets")
             con.execute("COMMIT")
@@ -196,6 +211,13 @@ class DuckDBStore:
         finally:
             con.unregister("batch")
             con.unregister("new_offsets")
+
+    def add_checkpoint(self, seq: int, line: dict[str, str]) -> None:
+        """Record a signed checkpoint (already written to the checkpoint file and topic)."""
+        self.con.execute(
+            "INSERT INTO checkpoints SELECT ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM checkpoints WHERE seq = ?)",
+            [seq, line["payload"], line["signature"], line["key_id"], seq],
+        )
 
     def heads(self) -> dict[tuple[str, int], tuple[int, bytes]]:
         """Per partition: (next offset, chain head) as committed."""

@@ -12,12 +12,17 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
+from aiohttp import web
 
+from audit.checkpoint import Signer, append_line, last_seq
+from audit.duckdb_store import DuckDBStore
+from audit.sql_service import Limits, require_token_off_loopback, sql_routes
 from audit.store import AuditStore, RawRecord
 from streams import ops
 from streams.config import Settings
@@ -37,9 +42,10 @@ class _SeekToStored(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 class AuditSink:
-    def __init__(self, settings: Settings, store: AuditStore) -> None:
+    def __init__(self, settings: Settings, store: AuditStore, routes: Sequence[web.RouteDef] = ()) -> None:
         self.settings = settings
         self.store = store
+        self.routes = routes
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=settings.kafka_bootstrap_servers,
             group_id=settings.sink_group,
@@ -47,6 +53,11 @@ class AuditSink:
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=8 * 1024 * 1024,
         )
+        self.signer = Signer.load_or_create(settings.signing_key_path)
+        self.checkpoint_seq = last_seq(settings.checkpoint_path)
+        self.checkpointed: dict[tuple[str, int], tuple[int, bytes]] = {}
+        self.last_checkpoint = time.monotonic()
+        self.producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all")
         self.stopping = asyncio.Event()
         self.failed: BaseException | None = None
         self.last_commit: float | None = None
@@ -76,20 +87,23 @@ class AuditSink:
 
     async def run(self, on_ready: Callable[[int], None] | None = None) -> None:
         runner, self.http_port = await ops.start_http(
-            self.settings.http_host, self.settings.sink_http_port, self.health
+            self.settings.http_host, self.settings.sink_http_port, self.health, self.routes
         )
         await self.consumer.start()
+        await self.producer.start()
         self.consumer.subscribe([self.settings.audit_topic], listener=_SeekToStored(self))
         if on_ready is not None:
             on_ready(self.http_port)
         try:
             while not self.stopping.is_set():
                 await self._one_batch()
+            await self.checkpoint(force=True)
         except BaseException as exc:
             self.failed = exc
             raise
         finally:
             await self.consumer.stop()
+            await self.producer.stop()
             await runner.cleanup()
             self.store.close()
 
@@ -114,18 +128,38 @@ class AuditSink:
                 await self.consumer.commit({tp: msgs[-1].offset + 1 for tp, msgs in fetched.items() if msgs})
             except KafkaError as exc:
                 log.debug("monitoring commit to Kafka failed (harmless)", extra={"error": repr(exc)})
+        await self.checkpoint()
         for tp in self.consumer.assignment():
             highwater = self.consumer.highwater(tp)
             if highwater is not None:
                 lag = max(0, highwater - await self.consumer.position(tp))
                 ops.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
 
+    async def checkpoint(self, force: bool = False) -> None:
+        """Sign the chain heads if they moved (every ``checkpoint_interval_s``, or now when ``force``): the
+        file first (fsync), then the checkpoints topic, then the checkpoints table."""
+        heads = self.store.heads()
+        due = force or time.monotonic() - self.last_checkpoint >= self.settings.checkpoint_interval_s
+        if not due or heads == self.checkpointed:
+            return
+        self.checkpoint_seq += 1
+        line = self.signer.checkpoint(self.checkpoint_seq, heads)
+        await asyncio.to_thread(append_line, self.settings.checkpoint_path, line)
+        await self.producer.send_and_wait(self.settings.checkpoint_topic, orjson.dumps(line), key=b"checkpoint")
+        await asyncio.to_thread(self.store.add_checkpoint, self.checkpoint_seq, line)
+        self.checkpointed, self.last_checkpoint = heads, time.monotonic()
+        ops.CHECKPOINTS.inc()
 
-def run(settings: Settings, store: AuditStore) -> None:
-    """Run the sink until SIGTERM/SIGINT; the batch in flight is written before it exits."""
+
+def run(settings: Settings, store: DuckDBStore) -> None:
+    """Run the sink until SIGTERM/SIGINT; the batch in flight is written before it exits. It also serves
+    read-only SQL over the store on its HTTP port (``POST /sql``)."""
+    require_token_off_loopback(settings.http_host, settings.sql_token)
+    limits = Limits(settings.query_max_rows, settings.query_timeout_s)
+    routes = sql_routes(store.con.cursor(), settings.sql_token, limits)
 
     async def main() -> None:
-        sink = AuditSink(settings, store)
+        sink = AuditSink(settings, store, routes)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, sink.stopping.set)

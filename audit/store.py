@@ -27,6 +27,14 @@ class AuditStore(Protocol):
         """Store the records and advance the offsets atomically: all of it or none of it."""
         ...
 
+    def heads(self) -> dict[tuple[str, int], tuple[int, bytes]]:
+        """Per (topic, partition): (next offset, hash-chain head) as committed."""
+        ...
+
+    def add_checkpoint(self, seq: int, line: dict[str, str]) -> None:
+        """Record a signed checkpoint line."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -36,14 +44,28 @@ class MemoryStore:
 
     records: list[RawRecord] = field(default_factory=list)
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    chain: dict[tuple[str, int], bytes] = field(default_factory=dict)
+    checkpoints: list[dict[str, str]] = field(default_factory=list)
 
     def next_offsets(self) -> dict[tuple[str, int], int]:
         return dict(self.offsets)
 
     def write(self, batch: Sequence[RawRecord]) -> None:
-        self.records.extend(batch)
+        from audit.chain import genesis, link
+
         for r in batch:
-            self.offsets[(r.topic, r.partition)] = max(self.offsets.get((r.topic, r.partition), 0), r.offset + 1)
+            tp = (r.topic, r.partition)
+            if r.offset < self.offsets.get(tp, -1):
+                continue  # a re-delivery of a stored record
+            self.records.append(r)
+            self.chain[tp] = link(self.chain.get(tp) or genesis(*tp), r)
+            self.offsets[tp] = r.offset + 1
+
+    def heads(self) -> dict[tuple[str, int], tuple[int, bytes]]:
+        return {tp: (self.offsets[tp], h) for tp, h in self.chain.items()}
+
+    def add_checkpoint(self, seq: int, line: dict[str, str]) -> None:
+        self.checkpoints.append(line)
 
     def close(self) -> None:
         pass

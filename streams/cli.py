@@ -199,6 +199,39 @@ def produce(
     asyncio.run(run())
 
 
+@cli.command()
+@click.option("--db", "db_path", type=click.Path(path_type=Path), help="DuckDB file (default: DRIFTLOG_DB_PATH).")
+@click.option("--checkpoints", "checkpoint_file", type=click.Path(path_type=Path),
+              help="Signed checkpoint file (default: DRIFTLOG_CHECKPOINT_FILE).")  # fmt: skip
+@click.option(
+    "--public-key", type=click.Path(path_type=Path), help="Public key (default: DRIFTLOG_SIGNING_KEY + .pub)."
+)
+@click.pass_context
+def verify(ctx: click.Context, db_path: Path | None, checkpoint_file: Path | None, public_key: Path | None) -> None:
+    """Check the hash chains, offsets, signed checkpoints and derived tables; name the first mismatch.
+
+    Exit code 0 when everything matches, 2 when something does not."""
+    from audit.checkpoint import public_key_path
+    from audit.verify import verify as run_verify
+
+    s = _settings(ctx)
+    if db_path is not None:
+        s = s.model_copy(update={"db_path": db_path})
+    report = run_verify(
+        s.db_path, checkpoint_file or s.checkpoint_path, public_key or public_key_path(s.signing_key_path)
+    )
+    click.echo(
+        f"{report.records:,} records in {report.partitions} partitions, {report.checkpoints} signed checkpoints, "
+        f"{report.seconds:.2f}s ({report.rate:,.0f} records/s)"
+    )
+    if report.ok:
+        click.echo("OK: the audit trail matches its hash chains, offsets, checkpoints and derived tables")
+        return
+    for problem in report.problems:
+        click.echo(f"MISMATCH: {problem}")
+    ctx.exit(2)
+
+
 @cli.group()
 def contract() -> None:
     """The event contract: JSON Schema files and their documentation."""
@@ -223,16 +256,49 @@ def contract_schema(name: str) -> None:
 
 
 @cli.command()
-@click.argument("sql")
+@click.argument("sql", required=False)
+@click.option("--name", help="Run a named query from sql/queries instead of SQL text.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A named query's parameter (repeatable).")
+@click.option("--list", "list_queries", is_flag=True, help="List the named queries and their parameters.")
 @click.option("--db", "db_path", type=click.Path(path_type=Path), help="DuckDB file (default: DRIFTLOG_DB_PATH).")
+@click.option("--url", help="SQL endpoint of a running sink (default: http://127.0.0.1:DRIFTLOG_SINK_HTTP_PORT/sql).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
 @click.option("--max-rows", default=10_000, show_default=True, help="Refuse results larger than this.")
 @click.pass_context
-def query(ctx: click.Context, sql: str, db_path: Path | None, fmt: str, max_rows: int) -> None:
-    """Run a read-only SQL query over the audit trail."""
-    from audit.query import run_query
+def query(
+    ctx: click.Context,
+    sql: str | None,
+    name: str | None,
+    params: tuple[str, ...],
+    list_queries: bool,
+    db_path: Path | None,
+    url: str | None,
+    fmt: str,
+    max_rows: int,
+) -> None:
+    """Run a read-only SQL query (or a named one) over the audit trail, also while the sink runs.
 
-    result = run_query(db_path or _settings(ctx).db_path, sql, max_rows=max_rows)
+    Without a running sink the DuckDB file is opened read-only; while the sink holds it, the query goes to
+    the sink's SQL endpoint and sees every committed record."""
+    from audit.queries import library, named
+    from audit.query import Endpoint, run_query
+    from streams.produce import parse_pairs
+
+    if list_queries:
+        for q in library().values():
+            args = " ".join(f"--param {p.name}=<{p.type}>" for p in q.params)
+            click.echo(f"{q.name} {args}\n    {q.answers}")
+        return
+    if (sql is None) == (name is None):
+        raise ConfigError("give either SQL text or --name NAME (see --list)")
+    bound: dict[str, object] | None = None
+    if name is not None:
+        q = named(name)
+        sql, bound = q.sql, q.bind(parse_pairs(params, "--param"))
+    s = _settings(ctx)
+    endpoint = Endpoint(url or f"http://127.0.0.1:{s.sink_http_port}/sql", s.sql_token)
+    assert sql is not None
+    result = run_query(db_path or s.db_path, sql, bound, max_rows=max_rows, endpoint=endpoint)
     if fmt == "json":
         click.echo(orjson.dumps(result.records(), default=str, option=orjson.OPT_INDENT_2).decode())
     elif fmt == "csv":

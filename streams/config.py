@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_HOME = Path.home() / ".cache" / "driftlog"
@@ -37,15 +37,34 @@ class Settings(BaseSettings):
     dead_letter_topic: str = Field(
         "driftlog.dead-letter", description="Topic of rejected input, with the original bytes and the reason."
     )
+    checkpoint_topic: str = Field(
+        "driftlog.checkpoints", description="Topic where the sink publishes signed checkpoints of the chain heads."
+    )
     topic_partitions: int = Field(4, ge=1, le=1024, description="Partitions for topics driftlog creates.")
     worker_group: str = Field("driftlog-worker", description="Faust application id (the worker's consumer group).")
     sink_group: str = Field("driftlog-sink", description="Consumer group of the audit sink (monitoring only).")
     db_path: Path = Field(Path("driftlog.duckdb"), description="DuckDB file the audit sink writes.")
+    checkpoint_file: Path | None = Field(
+        None, description="File the sink appends signed checkpoints to (default: the DuckDB path + .checkpoints.jsonl)."
+    )
+    checkpoint_interval_s: float = Field(
+        10.0, gt=0, description="Seconds between signed checkpoints while records arrive."
+    )
+    signing_key: Path | None = Field(
+        None,
+        description="Ed25519 private key (PEM) that signs checkpoints; created if missing (default: <home>/keys/audit.pem).",
+    )
     sink_batch_max: int = Field(10_000, ge=1, description="Most audit records the sink writes in one transaction.")
     sink_batch_wait_ms: int = Field(200, ge=1, description="Longest the sink waits to fill a batch, ms.")
     http_host: str = Field("127.0.0.1", description="Address the health/metrics endpoints bind to.")
     worker_http_port: int = Field(6066, ge=0, le=65535, description="Worker health/metrics port (0: any free port).")
     sink_http_port: int = Field(6067, ge=0, le=65535, description="Sink health/metrics port (0: any free port).")
+    sql_token: str = Field(
+        "",
+        description="Bearer token the sink's SQL endpoint requires (required when DRIFTLOG_HTTP_HOST is not loopback).",
+    )
+    query_max_rows: int = Field(100_000, ge=1, description="Most rows one SQL query may return.")
+    query_timeout_s: float = Field(10.0, gt=0, description="Longest one SQL query may run before it is stopped, s.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("warning", description="Log level.")
     log_format: Literal["json", "text"] = Field("json", description="Log line format.")
     allowed_lateness_s: float = Field(
@@ -65,13 +84,28 @@ class Settings(BaseSettings):
     def kafka_home(self) -> Path:
         return self.home / "kafka"
 
+    @field_validator("checkpoint_file", "signing_key", mode="before")
+    @classmethod
+    def _empty_is_default(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.checkpoint_file or self.db_path.with_name(self.db_path.name + ".checkpoints.jsonl")
+
+    @property
+    def signing_key_path(self) -> Path:
+        return self.signing_key or self.home / "keys" / "audit.pem"
+
     @property
     def input_topics(self) -> tuple[str, str]:
         return (self.telemetry_topic, self.decisions_topic)
 
     @property
     def all_topics(self) -> tuple[str, ...]:
-        return (self.telemetry_topic, self.decisions_topic, self.audit_topic, self.dead_letter_topic)
+        return (
+            self.telemetry_topic, self.decisions_topic, self.audit_topic, self.dead_letter_topic, self.checkpoint_topic
+        )  # fmt: skip
 
 
 def env_names() -> dict[str, str]:
@@ -93,4 +127,7 @@ def load(**overrides: object) -> Settings:
 def to_env(settings: Settings) -> dict[str, str]:
     """The environment that reproduces ``settings`` in a child process."""
     values = settings.model_dump()
-    return {env: str(values[name]) for name, env in zip(Settings.model_fields, env_names(), strict=True)}
+    return {
+        env: "" if values[name] is None else str(values[name])
+        for name, env in zip(Settings.model_fields, env_names(), strict=True)
+    }

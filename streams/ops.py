@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -14,6 +14,7 @@ DEAD_LETTERS = Counter("driftlog_dead_letters_total", "Rejected messages or samp
 FINDINGS = Counter("driftlog_findings_total", "Findings emitted, by kind", ["kind"])
 CONSUMER_LAG = Gauge("driftlog_consumer_lag", "Records not yet processed, per partition", ["topic", "partition"])
 SINK_ROWS = Counter("driftlog_sink_rows_total", "Audit records written to the store")
+CHECKPOINTS = Counter("driftlog_checkpoints_total", "Signed checkpoints of the chain heads written")
 SINK_COMMIT_SECONDS = Histogram(
     "driftlog_sink_commit_seconds",
     "Duration of one sink transaction (rows + offsets)",
@@ -23,7 +24,9 @@ SINK_COMMIT_SECONDS = Histogram(
 HealthFn = Callable[[], tuple[bool, dict[str, Any]]]
 
 
-async def start_http(host: str, port: int, health: HealthFn) -> tuple[web.AppRunner, int]:
+async def start_http(
+    host: str, port: int, health: HealthFn, routes: Sequence[web.RouteDef] = ()
+) -> tuple[web.AppRunner, int]:
     """Serve ``/health`` (200 when healthy, else 503, JSON details) and ``/metrics``. Returns the bound port."""
 
     async def health_view(_: web.Request) -> web.Response:
@@ -36,6 +39,7 @@ async def start_http(host: str, port: int, health: HealthFn) -> tuple[web.AppRun
     app = web.Application()
     app.router.add_get("/health", health_view)
     app.router.add_get("/metrics", metrics_view)
+    app.add_routes(routes)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

@@ -1,0 +1,163 @@
+"""Every named query in sql/queries, on a small audit trail with known answers (written through the sink's
+only write path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from audit.duckdb_store import DuckDBStore
+from audit.queries import library, named
+from audit.query import run_query
+from audit.records import AuditRecord, SourcePosition
+from audit.store import RawRecord
+from streams.engine.findings import Finding
+from streams.errors import QueryError
+
+DAY = 86_400.0
+F1 = Finding("straggler", ("rank:j/3",), 1000.0, 1100.0, 1.3, {}, {"accel_s": 50.0})
+F2 = Finding("step_time_drift", ("job:j",), 1500.0, 1600.0, 1.1, {}, {"accel_s": 20.0})
+F3 = Finding("step_time_drift", ("job:k",), 5000.0, 5100.0, 1.5, {}, {"accel_s": 5.0})
+
+
+def decision(id_: str, t: float, controller: str, targets: list[str], metric: str, direction: str) -> dict[str, Any]:
+    return {"id": id_, "time": t, "controller": controller, "layer": "power", "action": "act", "targets": targets,
+            "parameters": {}, "reason": f"{id_} reason", "expected_effect": {"metric": metric, "direction": direction},
+            "job": "j"}  # fmt: skip
+
+
+DECISIONS = [
+    decision("D1", 900.0, "power-manager", ["node:n7"], "power_w", "down"),
+    decision("D2", 950.0, "autoscaler", ["node:n7", "node:n8"], "power_w", "up"),
+    decision("D3", 2000.0, "scheduler", ["rank:j/3"], "step_s", "down"),
+    decision("D4", 2010.0, "retry", ["rank:j/3"], "step_s", "down"),
+]
+
+
+def rollup(name: str, entity: str, start: float, mean: float, total: float, job: str = "j") -> dict[str, Any]:
+    return {"job": job, "entity": entity, "name": name, "window_start": start, "window_end": start + 600, "n": 10,
+            "mean": mean, "p50": mean, "p99": mean, "min": mean, "max": mean, "total": total}  # fmt: skip
+
+
+def records() -> list[AuditRecord]:
+    src = SourcePosition("telemetry", 0, 1)
+    out = [AuditRecord("finding", f.id, src, f.as_dict(), "k") for f in (F1, F2, F3)]
+    out += [AuditRecord("decision", f"d{d['id']}", src, d, "k") for d in DECISIONS]
+    attributions = [
+        {"finding_id": F1.id, "rank": 1, "cause_kind": "element", "cause": "rank:j/3", "share": 0.7,
+         "slowdown": 1.25, "cost_accel_s": 35.0, "evidence": {}},
+        {"finding_id": F1.id, "rank": 2, "cause_kind": "decision", "cause": "D1", "share": 0.3,
+         "slowdown": 1.05, "cost_accel_s": 15.0, "evidence": {}},
+    ]  # fmt: skip
+    out += [AuditRecord("attribution", f"a{i}", src, a, "k") for i, a in enumerate(attributions)]
+    graphs = [
+        {"job": "j", "valid_from": 0.0, "digest": "g0", "nodes": [{"id": "rank:j/0"}], "edges": []},
+        {"job": "j", "valid_from": 1200.0, "digest": "g1", "nodes": [{"id": "rank:j/0"}, {"id": "rank:j/3"}],
+         "edges": [{"src": "rank:j/0", "dst": "rank:j/3", "kind": "collective"}]},
+    ]  # fmt: skip
+    out += [AuditRecord("graph_snapshot", f"g{i}", src, g, "k") for i, g in enumerate(graphs)]
+    rollups = [
+        rollup("accel_s_per_output", "job:j", 0.0, 2.0, 0.0),
+        rollup("accel_s_per_output", "job:j", 600.0, 2.5, 0.0),
+        rollup("wasted_accel_s", "cause:straggler_wait", 0.0, 0.0, 30.0),
+        rollup("wasted_accel_s", "cause:straggler_wait", 600.0, 0.0, 12.0),
+        rollup("wasted_accel_s", "cause:pipeline_bubble", 0.0, 0.0, 10.0),
+        rollup("wasted_accel_s", "cause:retry", DAY, 0.0, 7.0),
+        rollup("wasted_accel_s", "cause:retry", 0.0, 0.0, 99.0, job="other"),
+    ]
+    out += [AuditRecord("metrics_rollup", f"r{i}", src, r, "k") for i, r in enumerate(rollups)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("q") / "q.duckdb"
+    store = DuckDBStore(path)
+    store.write([RawRecord("audit", 0, i, 0, None, r.encode()) for i, r in enumerate(records())])
+    store.close()
+    return path
+
+
+def run(db: Path, name: str, **params: object) -> list[tuple[Any, ...]]:
+    q = named(name)
+    return run_query(db, q.sql, q.bind({k: str(v) for k, v in params.items()})).rows
+
+
+def test_findings_in_window(db: Path) -> None:
+    rows = run(db, "findings_in_window", start=900, end=2000)
+    assert [(r[1], r[2], r[6]) for r in rows] == [
+        ("straggler", ["rank:j/3"], 50.0),
+        ("step_time_drift", ["job:j"], 20.0),
+    ]
+
+
+def test_finding_causes(db: Path) -> None:
+    assert run(db, "finding_causes", finding_id=F1.id) == [
+        (1, "element", "rank:j/3", 0.7, 1.25, 35.0, None, None, None),
+        (2, "decision", "D1", 0.3, 1.05, 15.0, "power-manager", "act", "D1 reason"),
+    ]
+
+
+def test_decisions_touching(db: Path) -> None:
+    assert [r[0] for r in run(db, "decisions_touching", element="node:", start=0, end=10_000)] == ["D1", "D2"]
+    assert [r[0] for r in run(db, "decisions_touching", element="node:n8", start=0, end=10_000)] == ["D2"]
+    assert [r[0] for r in run(db, "decisions_touching", element="rank:j/", start=0, end=2005)] == ["D3"]
+
+
+def test_preceding(db: Path) -> None:
+    rows = run(db, "preceding", finding_id=F2.id, horizon_s=600)
+    assert [(r[0], r[1], r[3]) for r in rows] == [("decision", "D1", 600.0), ("decision", "D2", 550.0),
+                                                  ("finding", F1.id, 500.0)]  # fmt: skip
+
+
+def test_cost_per_output(db: Path) -> None:
+    assert run(db, "cost_per_output", job="j") == [(0.0, 600.0, 2.0, 1.0, 10), (600.0, 1200.0, 2.5, 1.25, 10)]
+
+
+def test_wasted_by_cause(db: Path) -> None:
+    rows = run(db, "wasted_by_cause", job="j")
+    assert [(str(r[1]), r[2], r[3]) for r in rows] == [
+        ("1970-01-01", "cause:straggler_wait", 42.0),
+        ("1970-01-01", "cause:pipeline_bubble", 10.0),
+        ("1970-01-02", "cause:retry", 7.0),
+    ]
+    assert len(run(db, "wasted_by_cause", job="%")) == 4
+
+
+def test_controller_conflicts(db: Path) -> None:
+    rows = run(db, "controller_conflicts", window_s=60)
+    assert [(r[0], r[1], r[4], r[5], r[6]) for r in rows] == [
+        ("D1", "D2", ["node:n7"], 50.0, "opposed"),
+        ("D3", "D4", ["rank:j/3"], 10.0, "overlapping"),
+    ]
+    assert run(db, "controller_conflicts", window_s=5) == []
+
+
+def test_coherence_timeline(db: Path) -> None:
+    assert run(db, "coherence_timeline", bucket_s=1000, window_s=20) == [(0.0, 2, 0, 1.0), (2000.0, 2, 2, 0.0)]
+
+
+def test_graph_at(db: Path) -> None:
+    assert [(r[1], r[2], r[3]) for r in run(db, "graph_at", job="j", at=1199)] == [("g0", 1, 0)]
+    assert [(r[1], r[2], r[3]) for r in run(db, "graph_at", job="j", at=5000)] == [("g1", 2, 1)]
+    assert run(db, "graph_at", job="j", at=-1) == []
+
+
+def test_every_named_query_has_a_test_here() -> None:
+    tested = {n.removeprefix("test_") for n in globals() if n.startswith("test_")}
+    assert set(library()) <= tested
+
+
+def test_parameters_are_checked() -> None:
+    with pytest.raises(QueryError, match="missing \\['end'\\]"):
+        named("findings_in_window").bind({"start": "1"})
+    with pytest.raises(QueryError, match="must be DOUBLE"):
+        named("findings_in_window").bind({"start": "soon", "end": "2"})
+    with pytest.raises(QueryError, match="no named query"):
+        named("nope")
+
+
+def test_the_horizon_bounds_what_precedes(db: Path) -> None:
+    assert [r[1] for r in run(db, "preceding", finding_id=F2.id, horizon_s=550)] == ["D2", F1.id]
