@@ -1,8 +1,10 @@
 """The audit sink: audit topic → :class:`~audit.store.AuditStore`, exactly once.
 
 The Kafka Connect pattern: the store keeps the next offset per partition in the same transaction as the
-rows; on every partition assignment the consumer seeks to those offsets, so Kafka's committed offsets are
-for monitoring only. A batch that fails to write is not acknowledged anywhere: the sink stops with the
+rows, and the consumer seeks to those offsets, so Kafka's committed offsets are for monitoring only. There
+is one sink per DuckDB file (DuckDB admits one writer), so it assigns itself every partition of the audit
+topic instead of joining a group rebalance: a restarted sink resumes at once, not after the dead member's
+session times out. New partitions are picked up every ``PARTITION_REFRESH_S``. A batch that fails to write is not acknowledged anywhere: the sink stops with the
 error instead of skipping it (it would be consumed again from the stored offsets on restart).
 """
 
@@ -16,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from aiohttp import web
 
@@ -26,19 +28,10 @@ from audit.sql_service import Limits, require_token_off_loopback, sql_routes
 from audit.store import AuditStore, RawRecord
 from streams import ops
 from streams.config import Settings
+from streams.kafka.admin import partitions
 
 log = logging.getLogger("driftlog.sink")
-
-
-class _SeekToStored(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, sink: AuditSink) -> None:
-        self.sink = sink
-
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        return None
-
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        self.sink.seek_to_stored(assigned)
+PARTITION_REFRESH_S = 30.0
 
 
 class AuditSink:
@@ -63,6 +56,15 @@ class AuditSink:
         self.last_commit: float | None = None
         self.rows_written = 0
         self.http_port = 0
+        self.partitions_checked = 0.0
+
+    async def assign(self) -> None:
+        """Assign every partition of the audit topic (again, if some were added) and seek to the stored offsets."""
+        found = await partitions(self.settings.kafka_bootstrap_servers, [self.settings.audit_topic])
+        self.partitions_checked = time.monotonic()
+        if set(found) != self.consumer.assignment():
+            self.consumer.assign(found)
+            self.seek_to_stored(found)
 
     def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
         stored = self.store.next_offsets()
@@ -91,7 +93,7 @@ class AuditSink:
         )
         await self.consumer.start()
         await self.producer.start()
-        self.consumer.subscribe([self.settings.audit_topic], listener=_SeekToStored(self))
+        await self.assign()
         if on_ready is not None:
             on_ready(self.http_port)
         try:
@@ -108,6 +110,8 @@ class AuditSink:
             self.store.close()
 
     async def _one_batch(self) -> None:
+        if time.monotonic() - self.partitions_checked > PARTITION_REFRESH_S:
+            await self.assign()
         fetched = await self.consumer.getmany(
             timeout_ms=self.settings.sink_batch_wait_ms, max_records=self.settings.sink_batch_max
         )

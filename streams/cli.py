@@ -232,6 +232,41 @@ def verify(ctx: click.Context, db_path: Path | None, checkpoint_file: Path | Non
     ctx.exit(2)
 
 
+EXPORT_TABLES = (
+    "audit_log", "findings", "attributions", "decisions", "graph_snapshots", "metrics_rollup", "dead_letters",
+    "checkpoints", "sink_offsets",
+)  # fmt: skip
+
+
+@cli.command()
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help="Directory for the files.")
+@click.option("--format", "fmt", type=click.Choice(["parquet"]), default="parquet", show_default=True)
+@click.option("--table", "tables", multiple=True, type=click.Choice(EXPORT_TABLES), help="Only these (repeatable).")
+@click.option("--db", "db_path", type=click.Path(path_type=Path), help="DuckDB file (default: DRIFTLOG_DB_PATH).")
+@click.option("--url", help="SQL endpoint of a running sink (default: http://127.0.0.1:DRIFTLOG_SINK_HTTP_PORT/sql).")
+@click.option("--max-rows", default=50_000_000, show_default=True, help="Refuse tables larger than this.")
+@click.pass_context
+def export(
+    ctx: click.Context, out_dir: Path, fmt: str, tables: tuple[str, ...], db_path: Path | None, url: str | None,
+    max_rows: int,
+) -> None:  # fmt: skip
+    """Export audit tables as Parquet files for external tools (one file per table)."""
+    import pyarrow.parquet as pq
+
+    from audit.query import Endpoint, fetch_arrow
+
+    s = _settings(ctx)
+    endpoint = Endpoint(url or f"http://127.0.0.1:{s.sink_http_port}/sql", s.sql_token)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for table in tables or EXPORT_TABLES:
+        data = fetch_arrow(db_path or s.db_path, f"SELECT * FROM {table}", max_rows=max_rows, endpoint=endpoint)
+        target = out_dir / f"{table}.{fmt}"
+        partial = target.with_name(target.name + ".partial")
+        pq.write_table(data, partial)
+        partial.replace(target)
+        click.echo(f"{target}: {data.num_rows:,} rows")
+
+
 @cli.group()
 def contract() -> None:
     """The event contract: JSON Schema files and their documentation."""

@@ -1,10 +1,14 @@
-"""A broker-free harness: run Kafka-like messages through the same processor the live agents use."""
+"""Test harnesses shipped with the package: run messages through the same processor the live agents use
+(no broker), and a SIGKILL loop against a real sink (for the integration tests and bench/kill_loop.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
+from pathlib import Path
 
 from audit.records import SourcePosition
+from streams.config import Settings, to_env
 from streams.engine.engine import Engine, EngineConfig
 from streams.pipeline import Output, Processor
 
@@ -24,3 +28,36 @@ def run_messages(
     for offset, raw in enumerate(decisions):
         total.extend(processor.decision(raw, SourcePosition("decisions", 0, offset)))
     return total
+
+
+def sigkill_loop(cfg: Settings, kills: int, logdir: Path, seed: int = 11, max_pause_s: float = 0.3) -> list[int]:
+    """Start the sink, SIGKILL it at a random moment after it is healthy, ``kills`` times; then run it to
+    the end of the audit topic and stop it cleanly. Returns the audit_log row count seen after each kill."""
+    import random
+    import signal
+    import time
+
+    from audit.query import run_query
+    from streams.kafka.admin import group_lag
+    from streams.supervise import Child
+
+    rng = random.Random(seed)
+    env = to_env(cfg)
+    seen = []
+    for k in range(kills):
+        sink = Child(["sink"], env, logdir / f"sink{k}.log")
+        sink.wait_healthy(cfg.sink_http_port)
+        time.sleep(rng.uniform(0.0, max_pause_s))
+        sink.stop(grace=0, sig=signal.SIGKILL)
+        seen.append(run_query(cfg.db_path, "SELECT count(*) FROM audit_log").rows[0][0])
+    sink = Child(["sink"], env, logdir / "sink-final.log")
+    sink.wait_healthy(cfg.sink_http_port)
+    deadline = time.monotonic() + 300
+    while sum(asyncio.run(group_lag(cfg.kafka_bootstrap_servers, cfg.sink_group, [cfg.audit_topic])).values()):
+        sink.check_alive()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the sink did not reach the end of {cfg.audit_topic}:\n{sink.tail()}")
+        time.sleep(0.5)
+    if sink.stop() != 0:
+        raise RuntimeError(f"the sink did not stop cleanly:\n{sink.tail()}")
+    return seen

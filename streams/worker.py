@@ -54,9 +54,13 @@ class OpsService(Service):
             await self.runner.cleanup()
 
     def health(self) -> tuple[bool, dict[str, Any]]:
-        consumer = self.app.consumer if self.app.producer is not None else None
+        """Healthy once the worker has joined its group and is not in the middle of a rebalance."""
+        app = self.app
+        consumer = app.consumer if app.producer is not None else None
         assigned = sorted(f"{tp.topic}/{tp.partition}" for tp in consumer.assignment()) if consumer else []
-        return (not self.app.should_stop, {"role": "worker", "assigned": assigned})
+        joined = app.rebalancing_count > 0 and not app.rebalancing
+        details = {"role": "worker", "assigned": assigned, "rebalancing": app.rebalancing}
+        return (joined and not app.should_stop, details)
 
     def observe(self, topic: str, partition: int, offset: int) -> None:
         """Record progress and refresh the lag gauge (highwater minus the next offset to process)."""

@@ -111,15 +111,25 @@ async def wait_until_ready(bootstrap: str, timeout: float) -> None:
     raise BrokerError(f"Kafka at {bootstrap} did not accept produce/consume within {timeout:.0f}s: {last!r}")
 
 
+async def partitions(bootstrap: str, topics: Iterable[str]) -> list[TopicPartition]:
+    """Every partition of ``topics`` as the cluster describes them now."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics(list(topics))
+    finally:
+        await admin.close()
+    return sorted(TopicPartition(d["topic"], p["partition"]) for d in described for p in d.get("partitions", []))
+
+
 async def group_lag(bootstrap: str, group: str, topics: Iterable[str]) -> dict[TopicPartition, int]:
     """Per partition: end offset minus the group's committed offset (all of it when nothing is committed)."""
+    tps = await partitions(bootstrap, topics)
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
     await admin.start()
     await consumer.start()
     try:
-        described = await admin.describe_topics(list(topics))
-        tps = [TopicPartition(d["topic"], p["partition"]) for d in described for p in d.get("partitions", [])]
         ends = await consumer.end_offsets(tps)
         committed = await admin.list_consumer_group_offsets(group, partitions=tps)
         lag: dict[TopicPartition, int] = {}
