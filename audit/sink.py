@@ -4,8 +4,10 @@ The Kafka Connect pattern: the store keeps the next offset per partition in the 
 rows, and the consumer seeks to those offsets, so Kafka's committed offsets are for monitoring only. There
 is one sink per DuckDB file (DuckDB admits one writer), so it assigns itself every partition of the audit
 topic instead of joining a group rebalance: a restarted sink resumes at once, not after the dead member's
-session times out. New partitions are picked up every ``PARTITION_REFRESH_S``. A batch that fails to write is not acknowledged anywhere: the sink stops with the
-error instead of skipping it (it would be consumed again from the stored offsets on restart).
+session times out. New partitions are picked up every ``PARTITION_REFRESH_S``.
+
+A batch that fails to write is not acknowledged anywhere: the sink stops with the error instead of
+skipping it (it would be consumed again from the stored offsets on restart).
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
+from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
-from aiohttp import web
 
 from audit.checkpoint import Signer, append_line, last_seq
 from audit.duckdb_store import DuckDBStore

@@ -137,10 +137,11 @@ def _check_offsets(
 def _check_derived(con: duckdb.DuckDBPyConnection, report: Report) -> None:
     for derived in DERIVED:
         expected = derived.select("audit_log")
+        stored = f"SELECT * FROM {derived.table}"
         for label, query in (
-            ("missing from", f"SELECT id FROM (({expected}) EXCEPT ALL (SELECT * FROM {derived.table})) LIMIT 1"),
-            ("not derived from audit_log but in", f"SELECT id FROM ((SELECT * FROM {derived.table}) EXCEPT ALL ({expected})) LIMIT 1"),
-        ):  # fmt: skip
+            ("missing from", f"SELECT id FROM (({expected}) EXCEPT ALL ({stored})) LIMIT 1"),
+            ("not derived from audit_log but in", f"SELECT id FROM (({stored}) EXCEPT ALL ({expected})) LIMIT 1"),
+        ):
             row = con.execute(query).fetchone()
             if row is not None:
                 report.problems.append(f"{derived.table} row {row[0]!r} is {label} {derived.table} as stored")

@@ -17,14 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from audit.checkpoint import public_key_path  # noqa: E402
-from audit.query import run_query  # noqa: E402
-from audit.verify import verify  # noqa: E402
-from bench._broker import bench_settings  # noqa: E402
-from streams.demo import produce  # noqa: E402
-from streams.kafka.admin import ensure_topics  # noqa: E402
-from streams.testing import sigkill_loop  # noqa: E402
-from tests.integration.test_sink_exactly_once import audit_records  # noqa: E402
+from audit.checkpoint import public_key_path
+from audit.query import run_query
+from audit.verify import verify
+from bench._broker import bench_settings
+from streams.demo import produce
+from streams.kafka.admin import ensure_topics
+from streams.testing import sigkill_loop
+from tests.integration.test_sink_exactly_once import audit_records
 
 
 def main() -> int:

@@ -52,7 +52,8 @@ class Settings(BaseSettings):
     )
     signing_key: Path | None = Field(
         None,
-        description="Ed25519 private key (PEM) that signs checkpoints; created if missing (default: <home>/keys/audit.pem).",
+        description="Ed25519 private key (PEM) that signs checkpoints; created if missing "
+        "(default: <home>/keys/audit.pem).",
     )
     sink_batch_max: int = Field(10_000, ge=1, description="Most audit records the sink writes in one transaction.")
     sink_batch_wait_ms: int = Field(200, ge=1, description="Longest the sink waits to fill a batch, ms.")
