@@ -1,17 +1,15 @@
-"""The DuckDB audit store: raw records, derived tables and consumed offsets in one transaction per batch."""
+"""The DuckDB audit store: raw records, derived rows and consumed offsets in one transaction per batch."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-import orjson
 import pyarrow as pa
 
 from audit.chain import genesis, link
+from audit.derived import DERIVED, RECORD_TYPES
 from audit.migrations import migrate
 from audit.store import RawRecord
 from streams.errors import StoreError
@@ -24,8 +22,6 @@ _BATCH_SCHEMA = pa.schema(
         ("kafka_ts_ms", pa.int64()),
         ("key", pa.binary()),
         ("value", pa.binary()),
-        ("record_type", pa.string()),
-        ("record_id", pa.string()),
         ("chain_hash", pa.binary(32)),
     ]
 )
@@ -33,100 +29,32 @@ _HEADS_SCHEMA = pa.schema(
     [("topic", pa.string()), ("partition", pa.int32()), ("next_offset", pa.int64()), ("chain_head", pa.binary(32))]
 )
 
-# Derived tables are filled by DuckDB from the JSON of the records just inserted (vectorised, no Python
-# per row). Rows whose id is already stored (a worker re-delivery) are skipped by an anti-join: the tables
-# carry append-only triggers, and DuckDB refuses INSERT OR IGNORE (MERGE) on tables with triggers.
-_BODY = (
-    '(SELECT record_id, "partition", "offset", CAST(decode(value) AS JSON) AS j'
-    " FROM {source} WHERE record_type = '{record_type}')"
-)
-_SOURCE = "j->>'$.source.topic', CAST(j->>'$.source.partition' AS INTEGER), CAST(j->>'$.source.offset' AS BIGINT)"
+
+def classify(source: str) -> str:
+    """``source``'s rows with the record type and id of each: one JSON parse per record. A well-formed
+    audit record gives its own; anything else is kept as type 'invalid' with a content hash for id."""
+    return f"""
+    SELECT topic, "partition", "offset", kafka_ts_ms, key, value,
+           CASE WHEN ok THEN c.type ELSE 'invalid' END AS record_type,
+           CASE WHEN ok THEN c.id ELSE left(sha256(value), 32) END AS record_id,
+           chain_hash
+    FROM (
+        SELECT *, coalesce(c.v = 1 AND c.type IN {RECORD_TYPES!r} AND c.id IS NOT NULL
+                           AND json_type(c.body) = 'OBJECT', false) AS ok
+        FROM (SELECT *, try(json_transform(decode(value),
+                            '{{"v": "INTEGER", "type": "VARCHAR", "id": "VARCHAR", "body": "JSON"}}')) AS c
+              FROM {source})
+    )
+    """
 
 
-@dataclass(frozen=True)
-class Derived:
-    """How one table is derived from audit records of one type (first occurrence of an id wins)."""
-
-    table: str
-    record_type: str
-    columns: str
-    key: str = "record_id"
-
-    def select(self, source: str) -> str:
-        body = _BODY.format(source=source, record_type=self.record_type)
-        return (
-            f"SELECT {self.columns}, {_SOURCE} FROM {body}"
-            f' QUALIFY row_number() OVER (PARTITION BY {self.key} ORDER BY "partition", "offset") = 1'
-        )
-
-    def insert(self) -> str:
-        return (
-            f"INSERT INTO {self.table} SELECT * FROM ({self.select('batch')}) AS x"
-            f" WHERE NOT EXISTS (SELECT 1 FROM {self.table} AS t WHERE t.id = x.id)"
-        )
-
-
-DERIVED = [
-    Derived(
-        "findings",
-        "finding",
-        "record_id AS id, j->>'$.body.kind', CAST(j->'$.body.subjects' AS VARCHAR[]),"
-        " CAST(j->>'$.body.start' AS DOUBLE), CAST(j->>'$.body.end' AS DOUBLE), CAST(j->>'$.body.severity' AS DOUBLE),"
-        " j->'$.body.evidence', j->'$.body.cost'",
-    ),
-    Derived(
-        "dead_letters",
-        "dead_letter",
-        "record_id AS id, j->>'$.body.reason', j->>'$.body.detail', CAST(j->>'$.body.count' AS INTEGER),"
-        " CAST(j->'$.body.indices' AS INTEGER[]), CAST(j->>'$.body.whole_message' AS BOOLEAN),"
-        " j->>'$.body.original_sha256', CAST(j->>'$.body.original_bytes' AS BIGINT)",
-    ),
-    Derived(
-        "decisions",
-        "decision",
-        "j->>'$.body.id' AS id, CAST(j->>'$.body.time' AS DOUBLE), j->>'$.body.controller', j->>'$.body.layer',"
-        " j->>'$.body.action', CAST(j->'$.body.targets' AS VARCHAR[]), j->'$.body.parameters', j->>'$.body.reason',"
-        " j->>'$.body.expected_effect.metric', j->>'$.body.expected_effect.direction', j->>'$.body.job'",
-        "j->>'$.body.id'",
-    ),
-    Derived(
-        "attributions",
-        "attribution",
-        "record_id AS id, j->>'$.body.finding_id', CAST(j->>'$.body.rank' AS INTEGER), j->>'$.body.cause_kind',"
-        " j->>'$.body.cause', CAST(j->>'$.body.share' AS DOUBLE), CAST(j->>'$.body.slowdown' AS DOUBLE),"
-        " CAST(j->>'$.body.cost_accel_s' AS DOUBLE), j->'$.body.evidence'",
-    ),
-    Derived(
-        "graph_snapshots",
-        "graph_snapshot",
-        "record_id AS id, j->>'$.body.job', CAST(j->>'$.body.valid_from' AS DOUBLE), j->>'$.body.digest',"
-        " j->'$.body.nodes', j->'$.body.edges'",
-    ),
-    Derived(
-        "metrics_rollup",
-        "metrics_rollup",
-        "record_id AS id, j->>'$.body.job', j->>'$.body.entity', j->>'$.body.name',"
-        " CAST(j->>'$.body.window_start' AS DOUBLE), CAST(j->>'$.body.window_end' AS DOUBLE),"
-        " CAST(j->>'$.body.n' AS BIGINT), CAST(j->>'$.body.mean' AS DOUBLE),"
-        " CAST(j->>'$.body.p50' AS DOUBLE), CAST(j->>'$.body.p99' AS DOUBLE), CAST(j->>'$.body.min' AS DOUBLE),"
-        " CAST(j->>'$.body.max' AS DOUBLE), CAST(j->>'$.body.total' AS DOUBLE)",
-    ),
+_INSERTS = [
+    f"CREATE OR REPLACE TEMP TABLE staged AS {classify('batch')}",
+    'INSERT INTO audit_log (topic, "partition", "offset", kafka_ts_ms, key, value, record_type, record_id,'
+    " chain_hash) SELECT * FROM staged",
+    *(f"INSERT INTO {d.table} {d.select('staged')}" for d in DERIVED),
+    "INSERT OR REPLACE INTO sink_offsets SELECT * FROM new_offsets",
 ]
-_INSERTS = [d.insert() for d in DERIVED]
-RECORD_TYPES = ("finding", "dead_letter", "decision", "attribution", "graph_snapshot", "metrics_rollup")
-
-
-def _classify(value: bytes) -> tuple[str, str]:
-    """(record_type, record_id) of an audit record; foreign or broken bytes are kept as type 'invalid'."""
-    try:
-        doc = orjson.loads(value)
-        if isinstance(doc, dict) and isinstance(doc.get("type"), str) and isinstance(doc.get("id"), str):
-            if doc["type"] not in RECORD_TYPES or not isinstance(doc.get("body"), dict):
-                raise ValueError("not a known audit record")
-            return doc["type"], doc["id"]
-    except ValueError:
-        pass
-    return "invalid", hashlib.sha256(value).hexdigest()[:32]
 
 
 class DuckDBStore:
@@ -163,7 +91,6 @@ class DuckDBStore:
             hashes.append(h)
             heads[tp] = h
             nexts[tp] = r.offset + 1
-        kinds = [_classify(r.value) for r in fresh]
         table = pa.Table.from_arrays(
             [
                 pa.array([r.topic for r in fresh], pa.string()),
@@ -172,8 +99,6 @@ class DuckDBStore:
                 pa.array([r.timestamp_ms for r in fresh], pa.int64()),
                 pa.array([r.key for r in fresh], pa.binary()),
                 pa.array([r.value for r in fresh], pa.binary()),
-                pa.array([k[0] for k in kinds], pa.string()),
-                pa.array([k[1] for k in kinds], pa.string()),
                 pa.array(hashes, pa.binary(32)),
             ],
             schema=_BATCH_SCHEMA,
@@ -197,13 +122,8 @@ class DuckDBStore:
         con.register("new_offsets", offsets)
         try:
             con.execute("BEGIN")
-            con.execute(
-                'INSERT INTO audit_log (topic, "partition", "offset", kafka_ts_ms, key, value, record_type,'
-                " record_id, chain_hash) SELECT * FROM batch"
-            )
             for statement in _INSERTS:
                 con.execute(statement)
-            con.execute("INSERT OR REPLACE INTO sink_offsets SELECT * FROM new_offsets")
             con.execute("COMMIT")
         except duckdb.Error as exc:
             con.execute("ROLLBACK")

@@ -19,7 +19,8 @@ import duckdb
 
 from audit.chain import genesis, link
 from audit.checkpoint import Checkpoint, load_public_key, read_checkpoints
-from audit.duckdb_store import DERIVED
+from audit.derived import DERIVED
+from audit.duckdb_store import classify
 from audit.query import READ_ONLY_CONFIG
 from audit.store import RawRecord
 from streams.errors import StoreError
@@ -135,12 +136,24 @@ def _check_offsets(
 
 
 def _check_derived(con: duckdb.DuckDBPyConnection, report: Report) -> None:
+    """Classify and derive again from the raw records; compare with what is stored, row for row."""
+    staged = f"WITH staged AS ({classify('audit_log')})"
+    columns = 'topic, "partition", "offset", record_type, record_id'
+    row = con.execute(
+        f'{staged} SELECT "partition", "offset" FROM ((SELECT {columns} FROM staged)'
+        f" EXCEPT ALL (SELECT {columns} FROM audit_log)) LIMIT 1"
+    ).fetchone()
+    if row is not None:
+        report.problems.append(f"audit_log record {row[0]}@{row[1]}: stored type or id differ from its bytes")
     for derived in DERIVED:
-        expected = derived.select("audit_log")
+        expected = derived.select("staged")
         stored = f"SELECT * FROM {derived.table}"
         for label, query in (
-            ("missing from", f"SELECT id FROM (({expected}) EXCEPT ALL ({stored})) LIMIT 1"),
-            ("not derived from audit_log but in", f"SELECT id FROM (({stored}) EXCEPT ALL ({expected})) LIMIT 1"),
+            ("missing from", f"{staged} SELECT id FROM (({expected}) EXCEPT ALL ({stored})) LIMIT 1"),
+            (
+                "not derived from audit_log but in",
+                f"{staged} SELECT id FROM (({stored}) EXCEPT ALL ({expected})) LIMIT 1",
+            ),
         ):
             row = con.execute(query).fetchone()
             if row is not None:

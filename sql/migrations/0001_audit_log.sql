@@ -1,4 +1,4 @@
--- 0001: the raw audit log, the records derived from it, and the sink's consumed offsets.
+-- 0001: the raw audit log and the sink's consumed offsets with the hash-chain heads.
 
 -- Every audit record exactly as it was consumed from the audit topic (one row per Kafka record).
 CREATE TABLE audit_log (
@@ -12,37 +12,6 @@ CREATE TABLE audit_log (
     record_id    VARCHAR   NOT NULL,  -- content-derived id (repeats when the worker re-delivers)
     chain_hash   BLOB      NOT NULL,  -- SHA-256 hash chain per (topic, partition), see audit/chain.py
     written_at   TIMESTAMPTZ NOT NULL DEFAULT current_timestamp
-);
-
--- Findings: something degraded. One row per finding id (re-deliveries of the same id are ignored).
-CREATE TABLE findings (
-    id               VARCHAR PRIMARY KEY,
-    kind             VARCHAR NOT NULL,  -- e.g. step_time_drift
-    subjects         VARCHAR[] NOT NULL,  -- operator-graph element ids, e.g. job:<id>
-    start_time       DOUBLE  NOT NULL,  -- event time (s) the degradation began
-    end_time         DOUBLE  NOT NULL,  -- event time (s) of the last evidence at detection
-    severity         DOUBLE  NOT NULL,  -- e.g. observed / baseline step time
-    evidence         JSON    NOT NULL,
-    cost             JSON    NOT NULL,  -- unit -> estimate, e.g. {"extra_step_seconds": 12.5}
-    source_topic     VARCHAR NOT NULL,  -- input position the finding was emitted at
-    source_partition INTEGER NOT NULL,
-    source_offset    BIGINT  NOT NULL
-);
-
--- Rejected input, one row per (input message, reason). The original bytes are on the dead-letter topic.
-CREATE TABLE dead_letters (
-    id               VARCHAR PRIMARY KEY,
-    reason           VARCHAR NOT NULL,  -- malformed_json | unknown_schema | missing_field | wrong_type | not_finite
-                                        -- | out_of_range | unknown_kind | bad_columns | oversized | duplicate | late ...
-    detail           VARCHAR NOT NULL,  -- the first rejected sample's precise reason
-    sample_count     INTEGER NOT NULL,  -- samples rejected for this reason (1 for a whole message)
-    sample_indices   INTEGER[] NOT NULL, -- their positions in the message (first 1000; empty for a whole message)
-    whole_message    BOOLEAN NOT NULL,  -- true when the message as a whole was refused
-    original_sha256  VARCHAR NOT NULL,  -- of the original bytes (which are on the dead-letter topic)
-    original_bytes   BIGINT  NOT NULL,
-    source_topic     VARCHAR NOT NULL,  -- input position of the refused message
-    source_partition INTEGER NOT NULL,
-    source_offset    BIGINT  NOT NULL
 );
 
 -- Next offset to consume per audit-topic partition and the hash chain's head there, written in the same

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from streams.contract.columns import MISSING, check_column
@@ -26,5 +27,7 @@ def decode_decision(raw: bytes) -> tuple[dict[str, Any] | None, Reject | None]:
         if checked.problems:
             _, reason, detail = checked.problems[0]
             return None, Reject(reason, f"decision.{detail}")
-        decision[rule.name] = checked.values[0].item() if hasattr(checked.values[0], "item") else checked.values[0]
+        value = checked.values[0]
+        # numpy scalars become Python values; defaults ({} ...) are copied, never shared between decisions
+        decision[rule.name] = value.item() if hasattr(value, "item") else copy.deepcopy(value)
     return decision, None

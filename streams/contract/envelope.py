@@ -16,7 +16,7 @@ import numpy.typing as npt
 import orjson
 
 from streams.contract.columns import MISSING, Checked, check_column
-from streams.contract.fast import MAX_COLUMN_BATCHES, MAX_COLUMN_ROWS, decode_fast
+from streams.contract.fast import MAX_COLUMN_BATCHES, MAX_COLUMN_ROWS, MAX_SEQ, decode_fast
 from streams.contract.schema import SAMPLE_KINDS, TELEMETRY_SCHEMA, sample_rules
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -69,8 +69,11 @@ def parse_json(raw: bytes) -> tuple[Any, Reject | None]:
         return orjson.loads(raw), None
     except orjson.JSONDecodeError as exc:
         try:
-            return json.loads(raw), None
-        except (ValueError, RecursionError):
+            doc = json.loads(raw)
+            # the standard library also reads lone surrogates ("\ud800"), which no UTF-8 text can carry
+            json.dumps(doc, ensure_ascii=False).encode()
+            return doc, None
+        except (ValueError, RecursionError):  # UnicodeError is a ValueError
             return None, Reject("malformed_json", str(exc))
 
 
@@ -113,8 +116,8 @@ def _check_envelope(doc: Any) -> Reject | None:
     if type(source) is not str or not 0 < len(source) <= 256:
         return Reject("missing_field", "envelope field 'source' must be a non-empty string (≤ 256 chars)")
     seq = doc.get("seq")
-    if seq is not None and (type(seq) is not int or seq < 0):
-        return Reject("wrong_type", "envelope field 'seq' must be a non-negative integer")
+    if seq is not None and (type(seq) is not int or not 0 <= seq <= MAX_SEQ):
+        return Reject("wrong_type", f"envelope field 'seq' must be an integer in 0..{MAX_SEQ}")
     samples, columns = doc.get("samples"), doc.get("columns")
     if samples is None and columns is None:
         return Reject("missing_field", "envelope needs 'samples' (row-wise) or 'columns' (columnar)")
@@ -124,7 +127,10 @@ def _check_envelope(doc: Any) -> Reject | None:
         return Reject("wrong_type", "envelope field 'columns' must be an array")
     if columns is not None and len(columns) > MAX_COLUMN_BATCHES:
         return Reject("oversized", f"{len(columns)} column batches > limit {MAX_COLUMN_BATCHES}")
-    n = len(samples or ()) + sum(c.get("n", 0) for c in columns or () if type(c) is dict and type(c.get("n")) is int)
+    for c in columns or ():  # a batch that cannot say how many samples it holds cannot be accounted for
+        if type(c) is not dict or type(c.get("n")) is not int or not 0 <= c["n"] <= MAX_SAMPLES:
+            return Reject("bad_columns", f"every column batch needs an integer 'n' in 0..{MAX_SAMPLES}")
+    n = len(samples or ()) + sum(c["n"] for c in columns or ())
     if n > MAX_SAMPLES:
         return Reject("oversized", f"{n} samples > limit {MAX_SAMPLES}")
     return None
@@ -177,11 +183,9 @@ def _transpose(rows: list[dict[str, Any]], rules: tuple[Any, ...]) -> list[list[
     return columns
 
 
-def _decode_columns(batch: Any, offset: int, out: Decoded) -> int:
-    """Check one column batch; returns how many sample positions it takes."""
-    if type(batch) is not dict or type(batch.get("n")) is not int or not 0 <= batch["n"] <= MAX_SAMPLES:
-        out.rejects.append(Reject("bad_columns", "a column batch needs an integer 'n' (0..200000)", offset))
-        return 0
+def _decode_columns(batch: dict[str, Any], offset: int, out: Decoded) -> int:
+    """Check one column batch (its ``n`` was checked with the envelope); returns the positions it takes.
+    Columns the contract does not know are ignored, whatever their length."""
     n: int = batch["n"]
     kind, data = batch.get("kind"), batch.get("data")
     whole = None
@@ -190,7 +194,8 @@ def _decode_columns(batch: Any, offset: int, out: Decoded) -> int:
     elif type(data) is not dict:
         whole = Reject("bad_columns", "a column batch needs an object 'data' of columns")
     else:
-        wrong = [k for k, v in data.items() if type(v) is list and len(v) != n]
+        known = {rule.name for rule in sample_rules(kind)}
+        wrong = [k for k, v in data.items() if k in known and type(v) is list and len(v) != n]
         if wrong:
             whole = Reject("bad_columns", f"columns {wrong[:5]} do not have n={n} entries")
     if whole is not None:

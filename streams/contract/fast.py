@@ -20,6 +20,7 @@ from streams.contract.schema import SAMPLE_KINDS, TELEMETRY_SCHEMA, FieldRule, s
 
 MAX_COLUMN_ROWS = 200_000
 MAX_COLUMN_BATCHES = 64
+MAX_SEQ = 2**63 - 1
 
 
 def _value_type(rule: FieldRule) -> Any:
@@ -70,7 +71,7 @@ def _envelope_decoder() -> msgspec.json.Decoder[Any]:
         [
             ("schema", Literal[TELEMETRY_SCHEMA]),
             ("source", Annotated[str, msgspec.Meta(min_length=1, max_length=256)]),
-            ("seq", Union[Annotated[int, msgspec.Meta(ge=0)], None], None),  # noqa: UP007
+            ("seq", Union[Annotated[int, msgspec.Meta(ge=0, le=MAX_SEQ)], None], None),  # noqa: UP007
             ("samples", Union[list[Union[rows]], None], None),  # type: ignore[valid-type]  # noqa: UP007
             ("columns", Union[list[Union[batches]], None], None),  # type: ignore[valid-type]  # noqa: UP007
         ],
@@ -90,10 +91,13 @@ def _array(rule: FieldRule, values: Any) -> npt.NDArray[Any]:
 def decode_fast(raw: bytes) -> tuple[str, int | None, list[tuple[str, int, dict[str, npt.NDArray[Any]]]], int] | None:
     """(source, seq, [(kind, first sample position, columns)], total samples), or None to take the precise
     path (any problem at all, including column lengths that do not match ``n``)."""
+    if b"\\ud" in raw or b"\\uD" in raw:
+        return None  # surrogate escapes: lone ones are not text, and only orjson tells pairs from lone ones
     try:
+        raw.decode()  # msgspec skips the bytes of fields it ignores; those must be UTF-8 too
         env = _envelope_decoder().decode(raw)
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        return None
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+        return None  # the precise path names the problem
     if env.samples is None and env.columns is None:
         return None  # neither form: the precise path names the missing field
     samples, column_batches = env.samples or [], env.columns or []

@@ -54,7 +54,7 @@ def test_failed_batch_stores_nothing(store: DuckDBStore, monkeypatch: pytest.Mon
     store.write([raw(0, finding_record())])
     from audit import duckdb_store
 
-    monkeypatch.setattr(duckdb_store, "_DERIVE", [*duckdb_store._DERIVE, "SELECT error('disk on fire')"])
+    monkeypatch.setattr(duckdb_store, "_INSERTS", [*duckdb_store._INSERTS, "SELECT error('disk on fire')"])
     with pytest.raises(StoreError, match="nothing was stored"):
         store.write([raw(1, finding_record(9.0))])
     assert store.next_offsets() == {("audit", 0): 1}

@@ -38,7 +38,7 @@ def trail(tmp_path: Path) -> tuple[Path, Path, Path]:
 
 def tamper(db: Path, *statements: str) -> None:
     con = duckdb.connect(str(db))
-    for table in ("audit_log", "findings"):
+    for table in ("audit_log", "findings_log"):
         con.execute(f"DROP TRIGGER {table}_no_update ON {table}")
         con.execute(f"DROP TRIGGER {table}_no_delete ON {table}")
     for s in statements:
@@ -54,9 +54,13 @@ def test_an_untouched_trail_verifies(trail: tuple[Path, Path, Path]) -> None:
 
 def test_guards_refuse_update_and_delete(trail: tuple[Path, Path, Path]) -> None:
     con = duckdb.connect(str(trail[0]))
-    for statement in ("UPDATE findings SET severity = 1", "DELETE FROM audit_log", "UPDATE decisions SET job = 'x'"):
+    guarded = ("UPDATE findings_log SET severity = 1", "DELETE FROM audit_log", "UPDATE decisions_log SET job = 'x'",
+               "DELETE FROM checkpoints")  # fmt: skip
+    for statement in guarded:
         with pytest.raises(duckdb.Error, match="append-only"):
             con.execute(statement)
+    with pytest.raises(duckdb.Error):  # the deduplicated tables are views
+        con.execute("DELETE FROM findings")
     con.close()
     assert verify(*trail).ok
 
@@ -93,13 +97,18 @@ def test_dropping_the_tail_is_caught_by_the_signed_checkpoint(trail: tuple[Path,
 
 
 def test_a_changed_derived_row_is_named(trail: tuple[Path, Path, Path]) -> None:
-    tamper(trail[0], "UPDATE findings SET severity = 0.5 WHERE start_time = 7.0")
+    tamper(trail[0], "UPDATE findings_log SET severity = 0.5 WHERE start_time = 7.0")
     problems = verify(*trail).problems
-    assert len(problems) == 2 and all(p.startswith("findings row") for p in problems)
+    assert len(problems) == 2 and all(p.startswith("findings_log row") for p in problems)
+
+
+def test_a_changed_record_type_is_named(trail: tuple[Path, Path, Path]) -> None:
+    tamper(trail[0], """UPDATE audit_log SET record_type = 'invalid' WHERE "partition" = 0 AND "offset" = 3""")
+    assert verify(*trail).problems[0] == "audit_log record 0@3: stored type or id differ from its bytes"
 
 
 def test_a_forged_checkpoint_is_refused(trail: tuple[Path, Path, Path]) -> None:
-    db, ckpt, _ = trail
+    _, ckpt, _ = trail
     other = Signer.load_or_create(ckpt.parent / "other.pem")
     append_line(ckpt, other.checkpoint(3, {("audit", 0): (1, b"\0" * 32)}))
     problems = verify(*trail).problems
