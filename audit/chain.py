@@ -15,6 +15,8 @@ from audit.store import RawRecord
 
 _HEADER = struct.Struct(">iqqi")
 _LEN = struct.Struct(">i")
+_NO_KEY = _LEN.pack(-1)
+_sha256 = hashlib.sha256
 
 
 def genesis(topic: str, partition: int) -> bytes:
@@ -22,16 +24,14 @@ def genesis(topic: str, partition: int) -> bytes:
 
 
 def link(prev: bytes, record: RawRecord) -> bytes:
-    topic = record.topic.encode()
-    key = record.key
-    h = hashlib.sha256(prev)
-    h.update(_HEADER.pack(record.partition, record.offset, record.timestamp_ms, len(topic)))
-    h.update(topic)
-    if key is None:
-        h.update(_LEN.pack(-1))
-    else:
-        h.update(_LEN.pack(len(key)))
-        h.update(key)
-    h.update(_LEN.pack(len(record.value)))
-    h.update(record.value)
-    return h.digest()
+    return link_parts(prev, record.topic.encode(), record.partition, record.offset, record.timestamp_ms,
+                      record.key, record.value)  # fmt: skip
+
+
+def link_parts(
+    prev: bytes, topic: bytes, partition: int, offset: int, ts: int, key: bytes | None, value: bytes
+) -> bytes:
+    key_part = _NO_KEY if key is None else _LEN.pack(len(key)) + key
+    return _sha256(
+        b"".join((prev, _HEADER.pack(partition, offset, ts, len(topic)), topic, key_part, _LEN.pack(len(value)), value))
+    ).digest()

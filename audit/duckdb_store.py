@@ -1,16 +1,17 @@
-"""The DuckDB audit store: raw records, derived rows and consumed offsets in one transaction per batch."""
+"""The DuckDB audit store: raw records, their hash chain and the consumed offsets, one transaction per batch."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
 from audit.chain import genesis, link
-from audit.derived import DERIVED, RECORD_TYPES
 from audit.migrations import migrate
+from audit.records import RECORD_TYPES
 from audit.store import RawRecord
 from streams.errors import StoreError
 
@@ -48,13 +49,23 @@ def classify(source: str) -> str:
     """
 
 
+# The records of each type are read through the views of sql/migrations/0002_records.sql: nothing but the
+# raw records (and their type and id, for filtering) is stored.
 _INSERTS = [
-    f"CREATE OR REPLACE TEMP TABLE staged AS {classify('batch')}",
     'INSERT INTO audit_log (topic, "partition", "offset", kafka_ts_ms, key, value, record_type, record_id,'
-    " chain_hash) SELECT * FROM staged",
-    *(f"INSERT INTO {d.table} {d.select('staged')}" for d in DERIVED),
+    f" chain_hash) {classify('batch')}",
     "INSERT OR REPLACE INTO sink_offsets SELECT * FROM new_offsets",
 ]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A batch ready to commit: its rows, its offsets and the chain heads after it."""
+
+    table: pa.Table
+    offsets: pa.Table
+    heads: dict[tuple[str, int], bytes]
+    nexts: dict[tuple[str, int], int]
 
 
 class DuckDBStore:
@@ -68,22 +79,33 @@ class DuckDBStore:
         except duckdb.IOException as exc:
             raise StoreError(f"cannot open {path} for writing (is another process using it?): {exc}") from exc
         migrate(self.con)
+        self.con.execute("SET wal_autocheckpoint = '256MB'")
         self.con.execute("SET lock_configuration = true")
         rows = self.con.execute('SELECT topic, "partition", next_offset, chain_head FROM sink_offsets').fetchall()
         self._next = {(t, p): o for t, p, o, _ in rows}
         self._heads = {(t, p): bytes(h) for t, p, _, h in rows}
+        self._pending_next, self._pending_heads = dict(self._next), dict(self._heads)  # as prepared
+        self._aux = self.con.cursor()
 
     def next_offsets(self) -> dict[tuple[str, int], int]:
         return dict(self._next)
 
     def write(self, batch: Sequence[RawRecord]) -> None:
         """Append the records not yet stored (offsets below the stored next offset are re-deliveries and
-        are skipped), their chain hashes, the derived rows and the new offsets, in one transaction."""
-        fresh = [r for r in batch if r.offset >= self._next.get((r.topic, r.partition), -1)]
+        are skipped), their chain hashes and the new offsets, in one transaction."""
+        prepared = self.prepare(batch)
+        if prepared is not None:
+            self.commit(prepared)
+
+    def prepare(self, batch: Sequence[RawRecord]) -> Prepared | None:
+        """The Python half of :meth:`write` (filter, hash, build Arrow), so that a caller can prepare the
+        next batch while :meth:`commit` of the previous one runs in DuckDB. Batches must be committed in
+        the order they were prepared."""
+        fresh = [r for r in batch if r.offset >= self._pending_next.get((r.topic, r.partition), -1)]
         if not fresh:
-            return
-        heads = dict(self._heads)
-        nexts = dict(self._next)
+            return None
+        heads = dict(self._pending_heads)
+        nexts = dict(self._pending_next)
         hashes = []
         for r in fresh:
             tp = (r.topic, r.partition)
@@ -113,8 +135,18 @@ class DuckDBStore:
             ],
             schema=_HEADS_SCHEMA,
         )
-        self._commit(table, offsets)
-        self._heads, self._next = heads, nexts
+        self._pending_heads, self._pending_next = heads, nexts
+        return Prepared(table, offsets, heads, nexts)
+
+    def commit(self, prepared: Prepared) -> None:
+        """Store a prepared batch in one transaction; on failure nothing of it is stored and the store
+        forgets every batch prepared after the last commit."""
+        try:
+            self._commit(prepared.table, prepared.offsets)
+        except StoreError:
+            self._pending_heads, self._pending_next = dict(self._heads), dict(self._next)
+            raise
+        self._heads, self._next = prepared.heads, prepared.nexts
 
     def _commit(self, table: pa.Table, offsets: pa.Table) -> None:
         con = self.con
@@ -133,8 +165,9 @@ class DuckDBStore:
             con.unregister("new_offsets")
 
     def add_checkpoint(self, seq: int, line: dict[str, str]) -> None:
-        """Record a signed checkpoint (already written to the checkpoint file and topic)."""
-        self.con.execute(
+        """Record a signed checkpoint (already written to the checkpoint file and topic). Its own connection:
+        a batch may be committing on the main one meanwhile."""
+        self._aux.execute(
             "INSERT INTO checkpoints SELECT ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM checkpoints WHERE seq = ?)",
             [seq, line["payload"], line["signature"], line["key_id"], seq],
         )
@@ -144,4 +177,5 @@ class DuckDBStore:
         return {tp: (self._next[tp], self._heads[tp]) for tp in self._heads}
 
     def close(self) -> None:
+        self._aux.close()
         self.con.close()

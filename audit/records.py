@@ -7,12 +7,13 @@ the same records (same ids, same bytes).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import orjson
 
 RECORD_VERSION = 1
 RecordType = Literal["finding", "dead_letter", "decision", "attribution", "graph_snapshot", "metrics_rollup"]
+RECORD_TYPES: tuple[str, ...] = get_args(RecordType)
 
 
 @dataclass(frozen=True)

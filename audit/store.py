@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 
 class RawRecord(NamedTuple):
@@ -25,6 +25,14 @@ class AuditStore(Protocol):
 
     def write(self, batch: Sequence[RawRecord]) -> None:
         """Store the records and advance the offsets atomically: all of it or none of it."""
+        ...
+
+    def prepare(self, batch: Sequence[RawRecord]) -> Any:
+        """The CPU half of :meth:`write` (None when nothing in ``batch`` is new)."""
+        ...
+
+    def commit(self, prepared: Any) -> None:
+        """The storage half of :meth:`write`; prepared batches are committed in order."""
         ...
 
     def heads(self) -> dict[tuple[str, int], tuple[int, bytes]]:
@@ -51,9 +59,15 @@ class MemoryStore:
         return dict(self.offsets)
 
     def write(self, batch: Sequence[RawRecord]) -> None:
+        self.commit(self.prepare(batch))
+
+    def prepare(self, batch: Sequence[RawRecord]) -> list[RawRecord]:
+        return list(batch)
+
+    def commit(self, prepared: list[RawRecord]) -> None:
         from audit.chain import genesis, link
 
-        for r in batch:
+        for r in prepared:
             tp = (r.topic, r.partition)
             if r.offset < self.offsets.get(tp, -1):
                 continue  # a re-delivery of a stored record

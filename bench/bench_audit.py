@@ -4,7 +4,8 @@
 
 Goals (issue 4): sink >= 400k audit rows/s with hashing, verify >= 300k rows/s. The records are
 finding-shaped audit records (~330 bytes) spread over 4 partitions, written through DuckDBStore.write,
-the sink's only write path (chain hashes, raw rows, derived findings and offsets in one transaction).
+the sink's only write path (chain hashes, raw rows and offsets in one transaction per batch), pipelined
+as the sink runs it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -24,6 +26,19 @@ from audit.duckdb_store import DuckDBStore
 from audit.store import RawRecord
 from audit.verify import verify
 from tests.integration.test_sink_exactly_once import audit_records
+
+
+def pipelined_write(store: DuckDBStore, batches: list[list[RawRecord]]) -> None:
+    """As the sink does: hash and stage batch N+1 while DuckDB commits batch N in another thread."""
+    with ThreadPoolExecutor(1) as pool:
+        pending = None
+        for batch in batches:
+            prepared = store.prepare(batch)
+            if pending is not None:
+                pending.result()
+            pending = pool.submit(store.commit, prepared) if prepared is not None else None
+        if pending is not None:
+            pending.result()
 
 
 def main() -> None:
@@ -47,8 +62,7 @@ def main() -> None:
         work = Path(tempfile.mkdtemp(prefix="driftlog-bench-audit-"))
         store = DuckDBStore(work / "a.duckdb")
         started = time.perf_counter()
-        for b in batches:
-            store.write(b)
+        pipelined_write(store, batches)
         write_rates.append(len(raws) / (time.perf_counter() - started))
         signer = Signer.load_or_create(work / "k.pem")
         append_line(work / "c.jsonl", signer.checkpoint(1, store.heads()))
@@ -61,9 +75,9 @@ def main() -> None:
     write, check = statistics.median(write_rates), statistics.median(verify_rates)
     print(f"{len(raws):,} audit records (~{mean_bytes:.0f} bytes), {args.batch:,} per transaction")
     print(f"  median of {args.repeats} runs; chain hashing alone: {hash_rate:,.0f} rows/s")
-    print(f"  sink write (hashing; raw, derived rows, offsets per transaction): {write:>10,.0f} rows/s"
+    print(f"  sink write (hashing, raw rows + offsets per transaction, pipelined): {write:>10,.0f} rows/s"
           f"  ({write / 400_000:.2f}x the 400k goal; runs {[f'{r:,.0f}' for r in write_rates]})")  # fmt: skip
-    print(f"  verify (chains, offsets, checkpoint, derived tables):           {check:>10,.0f} rows/s"
+    print(f"  verify (chains, offsets, checkpoint, classes and views):           {check:>10,.0f} rows/s"
           f"  ({check / 300_000:.2f}x the 300k goal; runs {[f'{r:,.0f}' for r in verify_rates]})")  # fmt: skip
 
 

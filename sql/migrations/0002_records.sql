@@ -1,126 +1,128 @@
--- 0002: the records derived from the audit log. Each is an append-only <name>_log with one row per audit
--- record (a worker re-delivery repeats a row, same id) and a view <name> with the first row per id in
--- audit-log order. audit/derived.py says which JSON field fills which column. Times are event time,
--- seconds since the epoch.
+-- 0002: the records the engine emits, as views over audit_log (one JSON parse per query; nothing is stored
+-- twice, so the derived data cannot drift from the hash-chained raw records). Each view keeps the first
+-- record per id in audit-log order (a worker re-delivery repeats an id). Every view also has
+-- source_topic/source_partition/source_offset: the input position the record was emitted at.
 
--- Findings: something degraded.
-CREATE TABLE findings_log (
-    id               VARCHAR NOT NULL,    -- content-derived finding id
-    kind             VARCHAR NOT NULL,    -- step_time_drift | straggler | straggler_cascade | sync_loss | ...
-    subjects         VARCHAR[] NOT NULL,  -- operator-graph element ids, e.g. job:<id>, rank:<job>/<r>
-    start_time       DOUBLE  NOT NULL,    -- when the degradation began
-    end_time         DOUBLE  NOT NULL,    -- last evidence at detection
-    severity         DOUBLE  NOT NULL,    -- e.g. observed / baseline step time
-    evidence         JSON    NOT NULL,
-    cost             JSON    NOT NULL,    -- unit -> estimate, e.g. {"accel_s": 812.5}
-    source_topic     VARCHAR NOT NULL,    -- input position the finding was emitted at
-    source_partition INTEGER NOT NULL,
-    source_offset    BIGINT  NOT NULL,
-    audit_partition  INTEGER NOT NULL,    -- the audit record it came from
-    audit_offset     BIGINT  NOT NULL
-);
+-- Findings: something degraded. kind: step_time_drift | straggler | straggler_cascade | sync_loss | ...;
+-- subjects: operator-graph element ids (job:<id>, rank:<job>/<r>, ...); start_time/end_time: event time (s)
+-- the degradation began / of the last evidence at detection; severity: e.g. observed / baseline; cost: unit
+-- -> estimate, e.g. {"accel_s": 812.5}.
+CREATE VIEW findings AS
+SELECT s."id" AS id,
+       s."body"."kind" AS kind,
+       s."body"."subjects" AS subjects,
+       s."body"."start" AS start_time,
+       s."body"."end" AS end_time,
+       s."body"."severity" AS severity,
+       s."body"."evidence" AS evidence,
+       s."body"."cost" AS cost,
+       s."source"."topic" AS source_topic,
+       s."source"."partition" AS source_partition,
+       s."source"."offset" AS source_offset
+FROM (SELECT json_transform(decode(value), '{"id": "VARCHAR", "body": {"kind": "VARCHAR", "subjects": "VARCHAR[]", "start": "DOUBLE", "end": "DOUBLE", "severity": "DOUBLE", "evidence": "JSON", "cost": "JSON"}, "source": {"topic": "VARCHAR", "partition": "INTEGER", "offset": "BIGINT"}}') AS s, "partition", "offset"
+      FROM audit_log WHERE record_type = 'finding')
+QUALIFY row_number() OVER (PARTITION BY s."id" ORDER BY "partition", "offset") = 1;
 
--- Rejected input, one row per (input message, reason). The original bytes are on the dead-letter topic.
-CREATE TABLE dead_letters_log (
-    id               VARCHAR NOT NULL,
-    reason           VARCHAR NOT NULL,    -- see docs/contract.md: malformed_json, wrong_type, duplicate, late, ...
-    detail           VARCHAR NOT NULL,    -- the first rejected sample's precise reason
-    sample_count     INTEGER NOT NULL,    -- samples rejected for this reason (1 for a whole message)
-    sample_indices   INTEGER[] NOT NULL,  -- their positions in the message (first 1000; empty for a whole message)
-    whole_message    BOOLEAN NOT NULL,    -- true when the message as a whole was refused
-    original_sha256  VARCHAR NOT NULL,    -- of the original bytes
-    original_bytes   BIGINT  NOT NULL,
-    source_topic     VARCHAR NOT NULL,    -- input position of the refused message
-    source_partition INTEGER NOT NULL,
-    source_offset    BIGINT  NOT NULL,
-    audit_partition  INTEGER NOT NULL,
-    audit_offset     BIGINT  NOT NULL
-);
+-- Rejected input, one row per (input message, reason); the original bytes are on the dead-letter topic.
+-- reason: see docs/contract.md; detail: the first rejected sample's precise reason; sample_count: samples
+-- rejected for this reason (1 for a whole message); sample_indices: their positions (first 1000);
+-- whole_message: the message as a whole was refused.
+CREATE VIEW dead_letters AS
+SELECT s."id" AS id,
+       s."body"."reason" AS reason,
+       s."body"."detail" AS detail,
+       s."body"."count" AS sample_count,
+       s."body"."indices" AS sample_indices,
+       s."body"."whole_message" AS whole_message,
+       s."body"."original_sha256" AS original_sha256,
+       s."body"."original_bytes" AS original_bytes,
+       s."source"."topic" AS source_topic,
+       s."source"."partition" AS source_partition,
+       s."source"."offset" AS source_offset
+FROM (SELECT json_transform(decode(value), '{"id": "VARCHAR", "body": {"reason": "VARCHAR", "detail": "VARCHAR", "count": "INTEGER", "indices": "INTEGER[]", "whole_message": "BOOLEAN", "original_sha256": "VARCHAR", "original_bytes": "BIGINT"}, "source": {"topic": "VARCHAR", "partition": "INTEGER", "offset": "BIGINT"}}') AS s, "partition", "offset"
+      FROM audit_log WHERE record_type = 'dead_letter')
+QUALIFY row_number() OVER (PARTITION BY s."id" ORDER BY "partition", "offset") = 1;
 
--- Control decisions: what the scheduler, autoscaler, retry logic, runtime, power manager and policy gates did.
-CREATE TABLE decisions_log (
-    id                 VARCHAR NOT NULL,  -- the producer's decision id
-    time               DOUBLE  NOT NULL,
-    controller         VARCHAR NOT NULL,  -- e.g. hpa/router, power-manager/rack7
-    layer              VARCHAR NOT NULL,  -- scheduler | orchestrator | autoscaler | runtime | retry | model | policy | power | other
-    action             VARCHAR NOT NULL,  -- e.g. scale_out, power_cap, preempt, retry
-    targets            VARCHAR[] NOT NULL, -- operator-graph element ids acted on
-    parameters         JSON    NOT NULL,
-    reason             VARCHAR NOT NULL,
-    expected_metric    VARCHAR,           -- expected effect: which metric ...
-    expected_direction VARCHAR,           -- ... and which way (up | down | none)
-    job                VARCHAR NOT NULL,  -- '' when not job-specific
-    source_topic       VARCHAR NOT NULL,
-    source_partition   INTEGER NOT NULL,
-    source_offset      BIGINT  NOT NULL,
-    audit_partition    INTEGER NOT NULL,
-    audit_offset       BIGINT  NOT NULL
-);
+-- Control decisions: what the scheduler, autoscaler, retry logic, runtime, power manager and policy gates
+-- did. id: the producer's decision id; layer: scheduler | orchestrator | autoscaler | runtime | retry |
+-- model | policy | power | other; targets: operator-graph element ids acted on;
+-- expected_metric/expected_direction: the effect it expected (up | down | none); job: '' when not job-
+-- specific.
+CREATE VIEW decisions AS
+SELECT s."body"."id" AS id,
+       s."body"."time" AS time,
+       s."body"."controller" AS controller,
+       s."body"."layer" AS layer,
+       s."body"."action" AS action,
+       s."body"."targets" AS targets,
+       s."body"."parameters" AS parameters,
+       s."body"."reason" AS reason,
+       s."body"."expected_effect"."metric" AS expected_metric,
+       s."body"."expected_effect"."direction" AS expected_direction,
+       s."body"."job" AS job,
+       s."source"."topic" AS source_topic,
+       s."source"."partition" AS source_partition,
+       s."source"."offset" AS source_offset
+FROM (SELECT json_transform(decode(value), '{"body": {"id": "VARCHAR", "time": "DOUBLE", "controller": "VARCHAR", "layer": "VARCHAR", "action": "VARCHAR", "targets": "VARCHAR[]", "parameters": "JSON", "reason": "VARCHAR", "expected_effect": {"metric": "VARCHAR", "direction": "VARCHAR"}, "job": "VARCHAR"}, "source": {"topic": "VARCHAR", "partition": "INTEGER", "offset": "BIGINT"}}') AS s, "partition", "offset"
+      FROM audit_log WHERE record_type = 'decision')
+QUALIFY row_number() OVER (PARTITION BY s."body"."id" ORDER BY "partition", "offset") = 1;
 
--- A ranked cause of a finding: an operator-graph element or a control decision, with its share of the cost.
-CREATE TABLE attributions_log (
-    id               VARCHAR NOT NULL,
-    finding_id       VARCHAR NOT NULL,  -- findings.id
-    rank             INTEGER NOT NULL,  -- 1 = most likely cause
-    cause_kind       VARCHAR NOT NULL,  -- element | decision
-    cause            VARCHAR NOT NULL,  -- element id (rank:job/3, stage:job/2, link:a-b, ...) or decision id
-    share            DOUBLE  NOT NULL,  -- share of the finding's cost attributed to this cause (0..1)
-    slowdown         DOUBLE,            -- actual / counterfactual step time with this cause healed
-    cost_accel_s     DOUBLE,            -- accelerator-seconds attributed
-    evidence         JSON    NOT NULL,
-    source_topic     VARCHAR NOT NULL,
-    source_partition INTEGER NOT NULL,
-    source_offset    BIGINT  NOT NULL,
-    audit_partition  INTEGER NOT NULL,
-    audit_offset     BIGINT  NOT NULL
-);
+-- A ranked cause of a finding. rank: 1 = most likely; cause_kind: element | decision; cause: element id
+-- (rank:job/3, stage:job/2, link:a-b, ...) or decision id; share: of the finding's cost (0..1); slowdown:
+-- actual / counterfactual step time with this cause healed; cost_accel_s: accelerator-seconds attributed.
+CREATE VIEW attributions AS
+SELECT s."id" AS id,
+       s."body"."finding_id" AS finding_id,
+       s."body"."rank" AS rank,
+       s."body"."cause_kind" AS cause_kind,
+       s."body"."cause" AS cause,
+       s."body"."share" AS share,
+       s."body"."slowdown" AS slowdown,
+       s."body"."cost_accel_s" AS cost_accel_s,
+       s."body"."evidence" AS evidence,
+       s."source"."topic" AS source_topic,
+       s."source"."partition" AS source_partition,
+       s."source"."offset" AS source_offset
+FROM (SELECT json_transform(decode(value), '{"id": "VARCHAR", "body": {"finding_id": "VARCHAR", "rank": "INTEGER", "cause_kind": "VARCHAR", "cause": "VARCHAR", "share": "DOUBLE", "slowdown": "DOUBLE", "cost_accel_s": "DOUBLE", "evidence": "JSON"}, "source": {"topic": "VARCHAR", "partition": "INTEGER", "offset": "BIGINT"}}') AS s, "partition", "offset"
+      FROM audit_log WHERE record_type = 'attribution')
+QUALIFY row_number() OVER (PARTITION BY s."id" ORDER BY "partition", "offset") = 1;
 
--- The operator graph of a job as it changed (a snapshot only when it changed).
-CREATE TABLE graph_snapshots_log (
-    id               VARCHAR NOT NULL,
-    job              VARCHAR NOT NULL,
-    valid_from       DOUBLE  NOT NULL,  -- from when this graph holds
-    digest           VARCHAR NOT NULL,  -- content hash of nodes + edges
-    nodes            JSON    NOT NULL,  -- [{"id", "kind", ...attributes}]
-    edges            JSON    NOT NULL,  -- [{"src", "dst", "kind"}]
-    source_topic     VARCHAR NOT NULL,
-    source_partition INTEGER NOT NULL,
-    source_offset    BIGINT  NOT NULL,
-    audit_partition  INTEGER NOT NULL,
-    audit_offset     BIGINT  NOT NULL
-);
+-- The operator graph of a job as it changed (a snapshot only when it changed). valid_from: event time from
+-- which it holds; digest: content hash; nodes: [{id, kind, ...}]; edges: [{src, dst, kind}].
+CREATE VIEW graph_snapshots AS
+SELECT s."id" AS id,
+       s."body"."job" AS job,
+       s."body"."valid_from" AS valid_from,
+       s."body"."digest" AS digest,
+       s."body"."nodes" AS nodes,
+       s."body"."edges" AS edges,
+       s."source"."topic" AS source_topic,
+       s."source"."partition" AS source_partition,
+       s."source"."offset" AS source_offset
+FROM (SELECT json_transform(decode(value), '{"id": "VARCHAR", "body": {"job": "VARCHAR", "valid_from": "DOUBLE", "digest": "VARCHAR", "nodes": "JSON", "edges": "JSON"}, "source": {"topic": "VARCHAR", "partition": "INTEGER", "offset": "BIGINT"}}') AS s, "partition", "offset"
+      FROM audit_log WHERE record_type = 'graph_snapshot')
+QUALIFY row_number() OVER (PARTITION BY s."id" ORDER BY "partition", "offset") = 1;
 
--- Windowed roll-ups of the key series per job and entity (step time, cost per output, wasted accelerator-s by cause, ...).
-CREATE TABLE metrics_rollup_log (
-    id               VARCHAR NOT NULL,
-    job              VARCHAR NOT NULL,
-    entity           VARCHAR NOT NULL,  -- element id the series belongs to (job:x, or cause:straggler_wait ...)
-    name             VARCHAR NOT NULL,  -- e.g. step_s, accel_s_per_output, power_w, wasted_accel_s
-    window_start     DOUBLE  NOT NULL,
-    window_end       DOUBLE  NOT NULL,
-    n                BIGINT  NOT NULL,
-    mean             DOUBLE,
-    p50              DOUBLE,
-    p99              DOUBLE,
-    min              DOUBLE,
-    max              DOUBLE,
-    total            DOUBLE,            -- sum over the window (for additive series such as wasted_accel_s)
-    source_topic     VARCHAR NOT NULL,
-    source_partition INTEGER NOT NULL,
-    source_offset    BIGINT  NOT NULL,
-    audit_partition  INTEGER NOT NULL,
-    audit_offset     BIGINT  NOT NULL
-);
-
-CREATE VIEW findings AS SELECT * EXCLUDE (audit_partition, audit_offset) FROM findings_log
-    QUALIFY row_number() OVER (PARTITION BY id ORDER BY audit_partition, audit_offset) = 1;
-CREATE VIEW dead_letters AS SELECT * EXCLUDE (audit_partition, audit_offset) FROM dead_letters_log
-    QUALIFY row_number() OVER (PARTITION BY id ORDER BY audit_partition, audit_offset) = 1;
-CREATE VIEW decisions AS SELECT * EXCLUDE (audit_partition, audit_offset) FROM decisions_log
-    QUALIFY row_number() OVER (PARTITION BY id ORDER BY audit_partition, audit_offset) = 1;
-CREATE VIEW attributions AS SELECT * EXCLUDE (audit_partition, audit_offset) FROM attributions_log
-    QUALIFY row_number() OVER (PARTITION BY id ORDER BY audit_partition, audit_offset) = 1;
-CREATE VIEW graph_snapshots AS SELECT * EXCLUDE (audit_partition, audit_offset) FROM graph_snapshots_log
-    QUALIFY row_number() OVER (PARTITION BY id ORDER BY audit_partition, audit_offset) = 1;
-CREATE VIEW metrics_rollup AS SELECT * EXCLUDE (audit_partition, audit_offset) FROM metrics_rollup_log
-    QUALIFY row_number() OVER (PARTITION BY id ORDER BY audit_partition, audit_offset) = 1;
+-- Windowed roll-ups of the key series per job and entity. entity: element id (job:x, or cause:straggler_wait
+-- ...); name: step_s | accel_s_per_output | power_w | wasted_accel_s ...; total: sum over the window (for
+-- additive series).
+CREATE VIEW metrics_rollup AS
+SELECT s."id" AS id,
+       s."body"."job" AS job,
+       s."body"."entity" AS entity,
+       s."body"."name" AS name,
+       s."body"."window_start" AS window_start,
+       s."body"."window_end" AS window_end,
+       s."body"."n" AS n,
+       s."body"."mean" AS mean,
+       s."body"."p50" AS p50,
+       s."body"."p99" AS p99,
+       s."body"."min" AS min,
+       s."body"."max" AS max,
+       s."body"."total" AS total,
+       s."source"."topic" AS source_topic,
+       s."source"."partition" AS source_partition,
+       s."source"."offset" AS source_offset
+FROM (SELECT json_transform(decode(value), '{"id": "VARCHAR", "body": {"job": "VARCHAR", "entity": "VARCHAR", "name": "VARCHAR", "window_start": "DOUBLE", "window_end": "DOUBLE", "n": "BIGINT", "mean": "DOUBLE", "p50": "DOUBLE", "p99": "DOUBLE", "min": "DOUBLE", "max": "DOUBLE", "total": "DOUBLE"}, "source": {"topic": "VARCHAR", "partition": "INTEGER", "offset": "BIGINT"}}') AS s, "partition", "offset"
+      FROM audit_log WHERE record_type = 'metrics_rollup')
+QUALIFY row_number() OVER (PARTITION BY s."id" ORDER BY "partition", "offset") = 1;
