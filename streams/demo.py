@@ -12,7 +12,9 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
+from audit.checkpoint import public_key_path
 from audit.query import run_query
+from audit.verify import verify
 from streams.config import Settings, to_env
 from streams.errors import DriftlogError
 from streams.kafka.admin import ensure_topics, group_lag
@@ -91,8 +93,9 @@ def run_demo(settings: Settings, db_path: Path, echo: Echo, timeout: float = 240
         settings = settings.model_copy(update={"kafka_bootstrap_servers": broker.start().bootstrap})
     echo(f"• Kafka at {settings.kafka_bootstrap_servers}")
     run = f"driftlog-demo-{uuid.uuid4().hex[:8]}"
-    db_path.unlink(missing_ok=True)
     cfg = namespaced(settings, run, db_path)
+    for old in (db_path, db_path.with_name(db_path.name + ".wal"), cfg.checkpoint_path):
+        old.unlink(missing_ok=True)  # a fresh trail each run (its checkpoints belong to it)
     logs = Path(tempfile.mkdtemp(prefix="driftlog-demo-logs-"))
     children: list[Child] = []
     try:
@@ -119,7 +122,10 @@ def run_demo(settings: Settings, db_path: Path, echo: Echo, timeout: float = 240
             if code != 0:
                 raise DriftlogError(f"`driftlog {child.args[0]}` exited with {code} on SIGTERM:\n{child.tail()}")
         children = []
-        echo(f"• stopped cleanly; audit trail in {db_path}\n")
+        report = verify(db_path, cfg.checkpoint_path, public_key_path(cfg.signing_key_path))
+        state = "intact" if report.ok else "NOT intact: " + "; ".join(report.problems[:2])
+        echo(f"• stopped cleanly; audit trail in {db_path}: {report.records} records, "
+             f"{report.checkpoints} signed checkpoints, hash chains {state}\n")  # fmt: skip
         tell_story(db_path, echo)
     finally:
         for child in children:

@@ -43,7 +43,9 @@ def config_dict(level: str, fmt: str) -> dict[str, Any]:
         "root": {"level": level.upper(), "handlers": ["stderr"]},
         # these libraries are chatty at INFO; driftlog's own loggers follow the chosen level
         "loggers": {
-            name: {"level": max(level.upper(), "WARNING", key=_rank)} for name in ("faust", "mode", "aiokafka")
+            **{name: {"level": max(level.upper(), "WARNING", key=_rank)} for name in ("faust", "mode", "aiokafka")},
+            # "retrying after NotLeaderForPartition" just after a topic is created: retried, then fine
+            "aiokafka.producer.sender": {"level": max(level.upper(), "ERROR", key=_rank)},
         },
     }
 
