@@ -46,13 +46,3 @@ class AuditRecord:
             option=orjson.OPT_SORT_KEYS,
         )
 
-
-def decode(raw: bytes) -> dict[str, Any]:
-    """Parse an audit record; raises ValueError with the reason if it is not one."""
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ValueError(f"audit record is not JSON: {exc}") from exc
-    if not isinstance(doc, dict) or doc.get("v") != RECORD_VERSION or not isinstance(doc.get("body"), dict):
-        raise ValueError("audit record lacks version 1 envelope fields (v, type, id, source, body)")
-    return doc

@@ -92,10 +92,6 @@ def run_read_only(
         cursor.close()
 
 
-def table_rows(table: pa.Table) -> list[dict[str, Any]]:
-    return table.to_pylist()  # type: ignore[no-any-return]
-
-
 def sql_routes(con: duckdb.DuckDBPyConnection, token: str, limits: Limits) -> list[web.RouteDef]:
     """``POST /sql`` with JSON ``{"sql", "params", "max_rows", "format": "json"|"arrow"}``."""
 
@@ -119,7 +115,7 @@ def sql_routes(con: duckdb.DuckDBPyConnection, token: str, limits: Limits) -> li
             with pa.ipc.new_stream(sink, table.schema) as writer:
                 writer.write_table(table)
             return web.Response(body=sink.getvalue().to_pybytes(), content_type=ARROW_STREAM)
-        payload = {"columns": table.column_names, "rows": [list(r.values()) for r in table_rows(table)]}
+        payload = {"columns": table.column_names, "rows": [list(r.values()) for r in table.to_pylist()]}
         return web.Response(body=orjson.dumps(payload, default=str), content_type="application/json")
 
     return [web.post("/sql", handle)]

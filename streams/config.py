@@ -99,10 +99,6 @@ class Settings(BaseSettings):
         return self.signing_key or self.home / "keys" / "audit.pem"
 
     @property
-    def input_topics(self) -> tuple[str, str]:
-        return (self.telemetry_topic, self.decisions_topic)
-
-    @property
     def all_topics(self) -> tuple[str, ...]:
         return (
             self.telemetry_topic, self.decisions_topic, self.audit_topic, self.dead_letter_topic, self.checkpoint_topic
