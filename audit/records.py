@@ -45,4 +45,3 @@ class AuditRecord:
             },
             option=orjson.OPT_SORT_KEYS,
         )
-

@@ -267,6 +267,56 @@ def export(
         click.echo(f"{target}: {data.num_rows:,} rows")
 
 
+@cli.command()
+@click.option("--scenario", "name", required=True, type=click.Choice(["training-fabric", "training-fabric-healthy"]),
+              help="Which scenario.")  # fmt: skip
+@click.option("--seed", default=0, show_default=True, help="Same seed, same data (deterministic).")
+@click.option("--ranks", default=64, show_default=True, help="Ranks (a multiple of pp*tp = 16).")
+@click.option("--steps", default=300, show_default=True, help="Training steps.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Write telemetry.jsonl, decisions.jsonl "
+              "and ground_truth.json here.")  # fmt: skip
+@click.option("--kafka", "to_kafka", is_flag=True, help="Produce to the telemetry and decisions topics instead.")
+@click.option("--truth", type=click.Path(path_type=Path), default=Path("ground_truth.json"), show_default=True,
+              help="With --kafka: where the ground truth goes.")  # fmt: skip
+@click.pass_context
+def simulate(
+    ctx: click.Context, name: str, seed: int, ranks: int, steps: int, out_dir: Path | None, to_kafka: bool,
+    truth: Path,
+) -> None:  # fmt: skip
+    """Generate a labelled scenario: telemetry, control decisions and the ground truth (causes, counterfactual
+    step times)."""
+    from streams.sim.output import run_to_kafka, to_directory
+    from streams.sim.scenarios import SCENARIOS
+
+    if (out_dir is None) == (not to_kafka):
+        raise ConfigError("give exactly one of --out DIR or --kafka")
+    try:
+        scenario = SCENARIOS[name](seed, ranks, steps)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+    def progress(message: str) -> None:
+        click.echo(message, err=True)
+
+    if out_dir is not None:
+        counts = to_directory(scenario, seed, out_dir, progress)
+        where = str(out_dir)
+    else:
+        s = with_broker(_settings(ctx))
+        asyncio.run(_ensure(s))
+        topics = {"telemetry": s.telemetry_topic, "decisions": s.decisions_topic}
+        counts = run_to_kafka(scenario, seed, s.kafka_bootstrap_servers, topics, truth, progress)
+        where = f"{s.telemetry_topic}, {s.decisions_topic} (ground truth: {truth})"
+    click.echo(f"{name} seed {seed}: {ranks} ranks, {steps} steps: {counts['telemetry']:,} telemetry and "
+               f"{counts['decisions']:,} decision messages -> {where}")  # fmt: skip
+
+
+async def _ensure(s: config.Settings) -> None:
+    from streams.kafka.admin import ensure_topics
+
+    await ensure_topics(s.kafka_bootstrap_servers, s.all_topics, s.topic_partitions)
+
+
 @cli.group()
 def contract() -> None:
     """The event contract: JSON Schema files and their documentation."""

@@ -1,0 +1,1 @@
+"""Scenario simulator with ground truth (``driftlog simulate``): labelled telemetry and decisions."""

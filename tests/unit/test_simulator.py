@@ -1,0 +1,111 @@
+"""The scenario simulator: deterministic, valid under the contract, and its ground truth is consistent."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from streams.contract.decision import decode_decision
+from streams.contract.envelope import decode_telemetry
+from streams.sim.scenarios import training_fabric
+from streams.sim.training import Cause, Layout, TrainingFabric, one_f_one_b
+
+
+def digest(seed: int) -> str:
+    h = hashlib.sha256()
+    for _, key, value in training_fabric(seed, 32, 12).run():
+        h.update(key.encode() + value)
+    return h.hexdigest()
+
+
+def test_same_seed_same_bytes_other_seed_other_bytes() -> None:
+    assert digest(4) == digest(4)
+    assert digest(4) != digest(5)
+
+
+def test_one_f_one_b_order() -> None:
+    order = one_f_one_b(stages=3, microbatches=4)
+    assert order[2] == [("F", 0), ("B", 0), ("F", 1), ("B", 1), ("F", 2), ("B", 2), ("F", 3), ("B", 3)]
+    assert order[0][:3] == [("F", 0), ("F", 1), ("F", 2)]  # warm-up of stages - 1 forwards
+    assert all(sorted(seq) == sorted([(k, m) for k in "FB" for m in range(4)]) for seq in order)
+
+
+def test_every_message_is_valid_and_every_sample_counted() -> None:
+    scenario = training_fabric(2, 32, 12)
+    samples, decisions = 0, []
+    for kind, _, value in scenario.run():
+        if kind == "telemetry":
+            decoded = decode_telemetry(value)
+            assert decoded.rejects == []
+            samples += decoded.count()
+        else:
+            decision, reject = decode_decision(value)
+            assert reject is None
+            decisions.append(decision)
+    assert samples == scenario.samples
+    assert [d["action"] for d in decisions] == ["power_cap"]  # type: ignore[index]
+
+
+def test_ground_truth_counterfactual_is_the_healed_run() -> None:
+    scenario = training_fabric(1, 64, 30)
+    list(scenario.run())
+    truth = scenario.ground_truth(1)
+    actual, healed = truth["step_time_s"], truth["counterfactual_step_time_s"]
+    onset = truth["causes"][0]["start_step"]
+    capped = truth["causes"][1]["start_step"]
+    assert actual[:onset] == healed[:onset]  # nothing injected yet: the same run
+    assert all(a > h * 1.05 for a, h in zip(actual[onset:], healed[onset:], strict=True))
+    assert min(actual[capped:]) > max(actual[onset:capped])  # the power cap made it worse
+    assert truth["causes"][1]["decision"].startswith("power-cap-")
+    assert truth["causes"][0]["element"] == truth["causes"][1]["element"]
+
+
+def test_healthy_scenario_has_no_causes_and_no_slowdown() -> None:
+    scenario = training_fabric(1, 32, 20, healthy=True)
+    list(scenario.run())
+    truth = scenario.ground_truth(1)
+    assert truth["causes"] == [] and truth["step_time_s"] == truth["counterfactual_step_time_s"]
+
+
+@pytest.mark.parametrize(("kind", "target"), [("slow_stage", 1), ("slow_link", 2), ("imbalanced_dp", 0)])
+def test_every_cause_kind_slows_the_step(kind: str, target: int) -> None:
+    fabric = TrainingFabric(Layout(dp=2, pp=4, tp=2), seed=1, causes=[Cause(kind, target, 3.0, 0, 10)])
+    assert fabric.simulate(3).duration > fabric.simulate(3, healed=True).duration * 1.05
+
+
+def test_barrier_wait_shows_on_the_other_ranks() -> None:
+    """A straggler's data-parallel peers wait for it at the all-reduce: it arrives last, so it waits least."""
+    scenario = training_fabric(1, 32, 15)
+    straggler = scenario.fabric.causes[0].target
+    last_step = [decode_telemetry(v) for kind, _, v in scenario.run() if kind == "telemetry"][-4:]
+    waits: dict[str, dict[int, float]] = {}
+    for decoded in last_step:
+        for batch in decoded.batches:
+            if batch.kind == "op":
+                for r, op, group, d in zip(batch.columns["rank"], batch.columns["op"], batch.columns["group"],
+                                           batch.columns["duration"], strict=True):  # fmt: skip
+                    if op == "allreduce":
+                        waits.setdefault(group, {})[int(r)] = float(d)
+    group = next(g for g, members in waits.items() if straggler in members)
+    assert len(waits[group]) == 2 and min(waits[group], key=waits[group].__getitem__) == straggler
+    others = [d for r, d in waits[group].items() if r != straggler]
+    assert min(others) > waits[group][straggler] + 0.01  # the peer waited a measurable time
+
+
+def test_cli_writes_files(tmp_path: Path) -> None:
+    out = tmp_path / "sim"
+    proc = subprocess.run([sys.executable, "-m", "streams.cli", "simulate", "--scenario", "training-fabric",
+                           "--seed", "1", "--ranks", "32", "--steps", "9", "--out", str(out)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    truth = orjson.loads((out / "ground_truth.json").read_bytes())
+    assert truth["steps"] == 9 and len(truth["step_time_s"]) == 9
+    assert len((out / "telemetry.jsonl").read_bytes().splitlines()) > 9
+    bad = subprocess.run([sys.executable, "-m", "streams.cli", "simulate", "--scenario", "training-fabric",
+                          "--ranks", "30", "--out", str(out)], capture_output=True, text=True, check=False)  # fmt: skip
+    assert bad.returncode == 1 and "multiple of pp*tp" in bad.stderr
