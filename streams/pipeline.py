@@ -112,9 +112,12 @@ class Processor:
                 batches.append(kept)
                 out.samples_by_kind[kept.kind] += len(kept)
         out.reject(raw, source, sorted(rejects, key=lambda r: r.index or 0))
-        for finding in self.engine.process(batches):
+        result = self.engine.process(batches)
+        for finding in result.findings:
             subject = finding.subjects[0] if finding.subjects else finding.kind
             out.audit.append(AuditRecord("finding", finding.id, source, finding.as_dict(), key=subject))
+        for rollup in result.rollups:
+            out.audit.append(AuditRecord("metrics_rollup", rollup.id, source, rollup.as_dict(), key=rollup.entity))
         return out
 
     def decision(self, raw: bytes, source: SourcePosition) -> Output:

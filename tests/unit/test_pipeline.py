@@ -20,8 +20,8 @@ def test_synthetic_job_yields_one_finding_and_no_dead_letters() -> None:
     out = run_messages(job.messages())
     assert out.samples_by_kind == {"step": job.steps}
     assert out.dead_letters == []
-    assert [r.type for r in out.audit] == ["finding"]
-    finding = out.audit[0]
+    assert [r.type for r in out.audit if r.type != "metrics_rollup"] == ["finding"]
+    finding = next(r for r in out.audit if r.type == "finding")
     assert finding.body["evidence"]["onset_step"] == job.slow_from
     assert finding.key == f"job:{job.job}"
     # the record names the input message that completed the evidence
@@ -100,4 +100,13 @@ def test_decisions_are_recorded_and_bad_or_repeated_ones_dead_lettered() -> None
 
 def test_engine_settings_reach_the_detector() -> None:
     out = run_messages(SyntheticJob(slowdown=1.25).messages(), EngineConfig(step_drift_threshold=0.5))
-    assert out.audit == []
+    assert [r for r in out.audit if r.type == "finding"] == []
+
+
+def test_step_windows_are_rolled_up() -> None:
+    job = SyntheticJob(steps=100, slow_from=50, slowdown=1.5, tokens_per_step=1000.0)
+    rollups = [r.body for r in run_messages(job.messages(), EngineConfig(rollup_steps=50)).audit
+               if r.type == "metrics_rollup"]  # fmt: skip
+    assert [(r["name"], r["n"]) for r in rollups] == [("step_s", 50), ("step_s", 50)]  # no accelerator count
+    assert 1.45 < rollups[1]["p50"] / rollups[0]["p50"] < 1.55
+    assert abs(rollups[0]["window_end"] - rollups[1]["window_start"]) < 1e-4

@@ -1,0 +1,143 @@
+"""Stragglers measured by lateness of arrival at collectives, not by op duration.
+
+A collective (or barrier) evens durations out: the straggler's all-reduce is *short* and its peers' are
+long, because they waited for it. So each finished collective is judged by its members' arrival times (the
+start of their span): the last rank to arrive is late when it arrived more than ``min_gap_s`` after the
+next-latest. A rank is a straggler when it was late in at least ``persistence`` of its last ``window``
+collectives; the finding's cost is the accelerator-seconds its peers spent waiting for it. One finding
+per episode; the detector re-arms after ``window`` collectives in a row without the rank being late.
+
+Lateness propagates: a slow rank delays its tensor-parallel peers and, through the pipeline, every stage
+of its data-parallel replica, so all of them arrive late at their own collectives. Only the *root* gets
+a finding: the rank whose own compute in that step exceeds its position's peers (same pipeline stage and
+tensor index, other replicas) the most (``root_of``); the other persistently late ranks are listed as the
+affected set in its evidence.
+
+A collective ``(group, seq)`` is complete when a span of a later ``seq`` of the same group arrives (the
+next step's), so the decision depends on input order only and a replay gives the same findings.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from streams.engine.findings import Finding
+
+
+@dataclass
+class _Open:
+    seq: int
+    step: int
+    ranks: list[int] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _Episode:
+    start: float
+    gaps: list[float] = field(default_factory=list)
+    waited_s: float = 0.0
+
+
+@dataclass
+class CollectiveLateness:
+    job: str
+    min_gap_s: float = 0.005
+    window: int = 10
+    persistence: int = 6
+    placement: dict[int, str] = field(default_factory=dict)  # rank -> node element id, when known
+    root_of: Callable[[int], int | None] = lambda step: None  # the rank that slowed a step, if one did
+    _open: dict[str, _Open] = field(default_factory=dict)
+    _late: dict[int, deque[bool]] = field(default_factory=dict)
+    _episodes: dict[int, _Episode] = field(default_factory=dict)
+    _alarmed: set[int] = field(default_factory=set)
+    _quiet: dict[int, int] = field(default_factory=dict)
+
+    def update(
+        self,
+        groups: npt.NDArray[np.object_],
+        seqs: npt.NDArray[np.int64],
+        steps: npt.NDArray[np.int64],
+        ranks: npt.NDArray[np.int64],
+        starts: npt.NDArray[np.float64],
+        durations: npt.NDArray[np.float64],
+    ) -> list[Finding]:
+        """Feed collective spans (one row per rank and collective), in arrival order."""
+        findings: list[Finding] = []
+        for group, seq, step, rank, start, dur in zip(
+            groups.tolist(),
+            seqs.tolist(),
+            steps.tolist(),
+            ranks.tolist(),
+            starts.tolist(),
+            durations.tolist(),
+            strict=True,
+        ):
+            current = self._open.get(group)
+            if current is not None and seq > current.seq:
+                findings.extend(self._close(current))
+                current = None
+            if current is None:
+                current = self._open[group] = _Open(seq, step)
+            elif seq < current.seq:
+                continue  # a straggling span of a collective already judged: too late to change it
+            current.ranks.append(rank)
+            current.arrivals.append(start)
+            current.ends.append(start + dur)
+        return findings
+
+    def _close(self, c: _Open) -> list[Finding]:
+        if len(c.ranks) < 2:
+            return []
+        arrivals = np.asarray(c.arrivals)
+        order = np.argsort(arrivals, kind="stable")
+        last, second = order[-1], order[-2]
+        gap = float(arrivals[last] - arrivals[second])
+        late_rank = c.ranks[last] if gap > self.min_gap_s else None
+        waited = float((arrivals[last] - arrivals).sum())  # the peers' wait for the last arrival
+        findings = []
+        for rank in c.ranks:
+            history = self._late.setdefault(rank, deque(maxlen=self.window))
+            is_late = rank == late_rank
+            history.append(is_late)
+            if is_late:
+                episode = self._episodes.setdefault(rank, _Episode(float(arrivals[last])))
+                episode.gaps.append(gap)
+                episode.waited_s += waited
+                self._quiet[rank] = 0
+            else:
+                self._quiet[rank] = self._quiet.get(rank, 0) + 1
+                if self._quiet[rank] >= self.window:
+                    self._episodes.pop(rank, None)
+                    self._alarmed.discard(rank)
+            if is_late and rank not in self._alarmed and sum(history) >= self.persistence:
+                self._alarmed.add(rank)
+                if self.root_of(c.step) == rank:  # a rank late because another slowed it gets no finding
+                    findings.append(self._finding(rank, float(max(c.ends))))
+        return findings
+
+    def _finding(self, rank: int, end: float) -> Finding:
+        episode = self._episodes[rank]
+        affected = sorted(r for r, h in self._late.items() if r != rank and sum(h) >= self.persistence)
+        subjects = (f"rank:{self.job}/{rank}", *([self.placement[rank]] if rank in self.placement else []))
+        return Finding(
+            kind="straggler",
+            subjects=subjects,
+            start=episode.start,
+            end=end,
+            severity=round(float(np.median(episode.gaps)), 6),
+            evidence={
+                "late_collectives": len(episode.gaps),
+                "window": self.window,
+                "median_late_s": float(np.median(episode.gaps)),
+                "affected_ranks": affected,
+                "measure": "arrival lateness at collectives (gap to the next-latest member)",
+            },
+            cost={"accel_s": round(episode.waited_s, 6)},
+        )

@@ -1,0 +1,41 @@
+"""The straggler detector on simulated fabrics with a known injected straggler (and on healthy ones)."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.sim.scenarios import training_fabric
+from streams.testing import run_messages
+
+
+def findings(seed: int, ranks: int, steps: int, healthy: bool = False) -> tuple[list[dict[str, object]], object]:
+    scenario = training_fabric(seed, ranks, steps, healthy=healthy)
+    telemetry = [value for kind, _, value in scenario.run() if kind == "telemetry"]
+    out = run_messages(telemetry)
+    return [r.body for r in out.audit if r.type == "finding" and r.body["kind"] == "straggler"], scenario
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_injected_straggler_is_found_with_its_node(seed: int) -> None:
+    found, scenario = findings(seed, 64, 45)
+    cause = scenario.fabric.causes[0]  # type: ignore[attr-defined]
+    assert len(found) == 1
+    f = found[0]
+    assert f["subjects"][0] == f"rank:llm-pretrain/{cause.target}"
+    assert f["subjects"][1] == f"node:n{cause.target // 8}"
+    truth = scenario.ground_truth(seed)  # type: ignore[attr-defined]
+    onset_time = 1_767_225_600.0 + sum(truth["step_time_s"][: cause.start_step])
+    assert onset_time <= f["start"] < onset_time + truth["step_time_s"][cause.start_step] * 2
+    assert f["cost"]["accel_s"] > 0 and f["severity"] > 0.005
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_healthy_fabrics_raise_no_straggler(seed: int) -> None:
+    found, _ = findings(seed, 64, 45, healthy=True)
+    assert found == []
+
+
+def test_same_input_same_findings() -> None:
+    a, _ = findings(5, 32, 30)
+    b, _ = findings(5, 32, 30)
+    assert a == b and len(a) == 1
