@@ -19,8 +19,8 @@ from streams.config import Settings, to_env
 from streams.errors import DriftlogError
 from streams.kafka.admin import ensure_topics, group_lag
 from streams.kafka.launcher import LocalKafka
+from streams.sim.scenarios import training_fabric
 from streams.supervise import Child, free_port
-from streams.synthetic import SyntheticJob
 
 Echo = Callable[[str], None]
 
@@ -100,20 +100,20 @@ def run_demo(settings: Settings, db_path: Path, echo: Echo, timeout: float = 240
     children: list[Child] = []
     try:
         asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions))
-        job = SyntheticJob()
+        scenario = training_fabric(seed=1, ranks=64, steps=300)
+        messages = list(scenario.run())
         bad = [b"{not json", b'{"schema": "driftlog.telemetry/9", "samples": []}']
-        asyncio.run(
-            produce(
-                cfg.kafka_bootstrap_servers,
-                cfg.telemetry_topic,
-                [*job.messages(), *bad],
-                key=job.job.encode(),
-            )
-        )
-        echo(
-            f"• streamed job {job.job!r}: {job.steps} steps, slowdown ×{job.slowdown} injected from step "
-            f"{job.slow_from}, plus {len(bad)} malformed messages"
-        )
+        telemetry = [v for kind, _, v in messages if kind == "telemetry"] + bad
+        decisions = [v for kind, _, v in messages if kind == "decisions"]
+        asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.telemetry_topic, telemetry, key=scenario.job.encode()))
+        asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.decisions_topic, decisions, key=scenario.job.encode()))
+        truth = scenario.ground_truth(1)
+        cause, cap = truth["causes"]
+        echo(f"• simulated training job {scenario.job!r}: {truth['layout']['ranks']} ranks (dp×pp×tp = "
+             f"{truth['layout']['dp']}×{truth['layout']['pp']}×{truth['layout']['tp']}, 1F1B), {scenario.steps} steps, "
+             f"{scenario.samples:,} samples; injected: {cause['element']} ×{cause['magnitude']} compute from step "
+             f"{cause['start_step']}, then a power cap on its node at step {cap['start_step']}; plus {len(bad)} "
+             "malformed messages")  # fmt: skip
         children = start_services(cfg, logs)
         echo("• worker and audit sink running; waiting until everything is in DuckDB")
         asyncio.run(wait_drained(cfg, children, timeout, echo))
@@ -137,24 +137,62 @@ def run_demo(settings: Settings, db_path: Path, echo: Echo, timeout: float = 240
 
 
 def tell_story(db_path: Path, echo: Echo) -> None:
-    """The findings, told from SQL over the audit trail."""
-    findings = run_query(
-        db_path,
-        "SELECT kind, subjects[1] AS subject, severity, evidence->>'onset_step' AS onset,"
-        " evidence->>'detected_at_step' AS detected, CAST(evidence->>'baseline_step_s' AS DOUBLE) AS base,"
-        " CAST(evidence->>'observed_step_s' AS DOUBLE) AS seen, CAST(cost->>'extra_step_seconds' AS DOUBLE) AS extra"
-        " FROM findings ORDER BY start_time",
-    ).records()
-    dead = run_query(db_path, "SELECT reason, count(*) AS n FROM dead_letters GROUP BY reason ORDER BY reason").rows
+    """What degraded, which element and which decision, what it cost: told from SQL over the audit trail."""
     total = run_query(db_path, "SELECT count(*) FROM audit_log").rows[0][0]
-    echo(f"What the audit trail says ({total} audit records):")
-    if not findings:
+    echo(f"What the audit trail says ({total:,} audit records):")
+    drift = run_query(
+        db_path,
+        "SELECT subjects[1] AS job, severity, CAST(evidence->>'onset_step' AS INTEGER) AS onset,"
+        " CAST(evidence->>'baseline_step_s' AS DOUBLE) AS base FROM findings WHERE kind = 'step_time_drift'"
+        " ORDER BY start_time",
+    ).records()
+    for f in drift:
+        echo(f"  ▸ what degraded: {f['job']} step time rose ×{f['severity']:.2f} over its healthy {f['base']:.3f}s,"
+             f" from step {f['onset']}")  # fmt: skip
+    stragglers = run_query(
+        db_path,
+        "SELECT subjects, severity, CAST(cost->>'accel_s' AS DOUBLE) AS waited, start_time,"
+        " json_array_length(evidence->'affected_ranks') AS affected FROM findings WHERE kind = 'straggler'"
+        " ORDER BY start_time",
+    ).records()
+    for f in stragglers:
+        where = f" on {f['subjects'][1]}" if len(f["subjects"]) > 1 else ""
+        echo(f"  ▸ which element: {f['subjects'][0]}{where} arrives {f['severity'] * 1000:.0f} ms late at its "
+             f"all-reduces; {f['affected']} ranks of its replica are held up with it; peers had waited "
+             f"{f['waited']:.1f} accelerator-s when it was flagged")  # fmt: skip
+        decisions = run_query(
+            db_path,
+            "SELECT id, controller, action, targets, time FROM decisions"
+            " WHERE list_has_any(targets, $subjects) ORDER BY time",
+            {"subjects": f["subjects"]},
+        ).records()
+        for d in decisions:
+            before, after = _step_time_around(db_path, d["time"])
+            effect = f"; step time {before:.3f}s → {after:.3f}s after it" if before and after else ""
+            echo(f"  ▸ which decision: {d['controller']} did {d['action']} on {', '.join(d['targets'])} "
+                 f"({d['id']}), the straggler's own node{effect}")  # fmt: skip
+    cost = run_query(
+        db_path,
+        "SELECT window_start, mean FROM metrics_rollup WHERE name = 'accel_s_per_output' ORDER BY window_start",
+    ).rows
+    if len(cost) >= 2:
+        first, last = cost[0][1], cost[-1][1]
+        echo(f"  ▸ what it cost: accelerator-seconds per token {first * 1e6:.2f}µs → {last * 1e6:.2f}µs "
+             f"(×{last / first:.2f}) from the first to the last window of 50 steps")  # fmt: skip
+    if not drift and not stragglers:
         echo("  no degradation found")
-    for f in findings:
-        echo(
-            f"  ▸ {f['kind']} on {f['subject']}: step time {f['base']:.3f}s → {f['seen']:.3f}s "
-            f"(×{f['severity']:.2f}), began at step {f['onset']}, detected at step {f['detected']}"
-        )
-        echo(f"    cost so far: {f['extra']:.1f} extra step-seconds for the whole job")
-    for reason, n in dead:
+    for reason, n in run_query(db_path, "SELECT reason, count(*) FROM dead_letters GROUP BY ALL ORDER BY 1").rows:
         echo(f"  ▸ dead-lettered: {n} × {reason} (original bytes on the dead-letter topic)")
+
+
+def _step_time_around(db_path: Path, t: float) -> tuple[float | None, float | None]:
+    """Mean step time in the roll-up window before ``t`` and the first one wholly after it."""
+    rows = run_query(
+        db_path,
+        "SELECT (SELECT mean FROM metrics_rollup WHERE name = 'step_s' AND window_end <= $t"
+        "        ORDER BY window_end DESC LIMIT 1),"
+        " (SELECT mean FROM metrics_rollup WHERE name = 'step_s' AND window_start >= $t"
+        "        ORDER BY window_start LIMIT 1)",
+        {"t": t},
+    ).rows
+    return rows[0][0], rows[0][1]
