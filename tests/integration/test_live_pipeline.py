@@ -18,6 +18,8 @@ from tests.integration.helpers import http_get, http_json, read_all
 pytestmark = pytest.mark.integration
 
 BAD = [b"{truncated", b'{"schema": "driftlog.telemetry/7", "samples": []}']
+# one finding, two dead letters, and a step-time roll-up per 50 steps of the 240-step job
+EXPECTED_RECORDS = 3 + 240 // 50
 
 
 def stop_all(children: list[Child]) -> list[int]:
@@ -36,7 +38,7 @@ def test_slowdown_reaches_duckdb_and_sigterm_loses_nothing(fresh_settings: Setti
         asyncio.run(wait_drained(cfg, children, 120, print))
         status, health = http_json(cfg.sink_http_port, "/health")
         assert (status, health["role"]) == (200, "sink")
-        assert health["rows_written"] == 3
+        assert health["rows_written"] == EXPECTED_RECORDS
         status, health = http_json(cfg.worker_http_port, "/health")
         assert (status, health["role"]) == (200, "worker")
         _, metrics = http_get(cfg.worker_http_port, "/metrics")
@@ -54,7 +56,9 @@ def test_slowdown_reaches_duckdb_and_sigterm_loses_nothing(fresh_settings: Setti
     dead = run_query(cfg.db_path, "SELECT reason, source_offset FROM dead_letters ORDER BY reason").rows
     assert [r for r, _ in dead] == ["malformed_json", "unknown_schema"]
     audit_end = sum((asyncio.run(group_lag(bootstrap, "nobody", [cfg.audit_topic]))).values())
-    assert run_query(cfg.db_path, "SELECT count(*) FROM audit_log").rows == [(audit_end,)] == [(3,)]
+    assert run_query(cfg.db_path, "SELECT count(*) FROM audit_log").rows == [(audit_end,)] == [(EXPECTED_RECORDS,)]
+    rollups = run_query(cfg.db_path, "SELECT name, n FROM metrics_rollup ORDER BY window_start").rows
+    assert rollups == [("step_s", 50)] * (job.steps // 50)
 
     # the dead-letter topic keeps the original bytes and says why
     dl = asyncio.run(read_all(bootstrap, cfg.dead_letter_topic, 2))
@@ -67,4 +71,4 @@ def test_slowdown_reaches_duckdb_and_sigterm_loses_nothing(fresh_settings: Setti
         asyncio.run(wait_drained(cfg, children, 60, print))
     finally:
         assert stop_all(children) == [0, 0]
-    assert run_query(cfg.db_path, "SELECT count(*) FROM audit_log").rows == [(3,)]
+    assert run_query(cfg.db_path, "SELECT count(*) FROM audit_log").rows == [(EXPECTED_RECORDS,)]
