@@ -61,6 +61,11 @@ def kafka() -> None:
 _name_option = click.option("--name", default="default", show_default=True, help="Broker instance name.")
 
 
+def _local(ctx: click.Context, name: str) -> LocalKafka:
+    s = _settings(ctx)
+    return LocalKafka(s.kafka_home, s.kafka_version, name)
+
+
 @kafka.command("start")
 @_name_option
 @click.pass_context
@@ -70,7 +75,7 @@ def kafka_start(ctx: click.Context, name: str) -> None:
     if s.kafka_bootstrap_servers:
         click.echo(f"KAFKA_BOOTSTRAP_SERVERS is set ({s.kafka_bootstrap_servers}); not starting a local broker")
         return
-    state = LocalKafka(s.kafka_home, s.kafka_version, name).start()
+    state = _local(ctx, name).start()
     click.echo(f"KAFKA_BOOTSTRAP_SERVERS={state.bootstrap}")
 
 
@@ -79,9 +84,7 @@ def kafka_start(ctx: click.Context, name: str) -> None:
 @click.pass_context
 def kafka_stop(ctx: click.Context, name: str) -> None:
     """Stop the broker and every process it started."""
-    s = _settings(ctx)
-    stopped = LocalKafka(s.kafka_home, s.kafka_version, name).stop()
-    click.echo("stopped" if stopped else "not running")
+    click.echo("stopped" if _local(ctx, name).stop() else "not running")
 
 
 @kafka.command("status")
@@ -89,8 +92,7 @@ def kafka_stop(ctx: click.Context, name: str) -> None:
 @click.pass_context
 def kafka_status(ctx: click.Context, name: str) -> None:
     """Print whether the broker runs, and where. Exit code 3 when it does not."""
-    s = _settings(ctx)
-    state = LocalKafka(s.kafka_home, s.kafka_version, name).state()
+    state = _local(ctx, name).state()
     if state is None:
         click.echo("not running")
         ctx.exit(3)
