@@ -313,6 +313,29 @@ def simulate(
                f"{counts['decisions']:,} decision messages -> {where}")  # fmt: skip
 
 
+@cli.command("eval")
+@click.option("--scenario", "names", multiple=True, type=click.Choice(["training-fabric", "training-fabric-healthy"]),
+              help="Scenarios (repeatable; default: all).")  # fmt: skip
+@click.option("--seeds", default="1,2,3,4,5", show_default=True, help="Comma-separated seeds.")
+@click.option("--ranks", default=64, show_default=True)
+@click.option("--steps", default=300, show_default=True)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the table as JSON here.")
+def eval_command(names: tuple[str, ...], seeds: str, ranks: int, steps: int, json_path: Path | None) -> None:
+    """Score driftlog's detectors and two baselines (fixed threshold, river ADWIN) on simulated scenarios."""
+    from streams.sim.evaluate import evaluate, score, table
+
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--seeds takes comma-separated integers: {exc}") from exc
+    chosen = list(names) or ["training-fabric", "training-fabric-healthy"]
+    rows = score(evaluate(chosen, seed_list, ranks, steps))
+    click.echo(f"scenarios {', '.join(chosen)}; seeds {seed_list}; {ranks} ranks, {steps} steps")
+    click.echo(table(rows))
+    if json_path is not None:
+        json_path.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
+
+
 async def _ensure(s: config.Settings) -> None:
     from streams.kafka.admin import ensure_topics
 

@@ -1,0 +1,36 @@
+"""The evaluation harness: baselines and scoring on known series, and one small end-to-end run."""
+
+from streams.sim.evaluate import Run, adwin, evaluate, fixed_threshold, score
+
+
+def test_fixed_threshold_alarms_after_three_slow_steps() -> None:
+    series = [1.0] * 30 + [1.3] * 5
+    assert fixed_threshold(series) == [32]
+    assert fixed_threshold([1.0] * 30 + [1.1] * 20) == []
+
+
+def test_adwin_finds_a_large_shift_and_not_a_flat_series() -> None:
+    assert adwin([1.0] * 300) == []
+    assert adwin([1.0] * 150 + [1.5] * 150)
+
+
+def test_scoring() -> None:
+    runs = [
+        Run("x", 1, onset=10, truth_element="rank:j/3", alarms={"driftlog:straggler": [14]},
+            named={"driftlog:straggler": ["rank:j/3"]}),
+        Run("x", 2, onset=10, truth_element="rank:j/5", alarms={"driftlog:straggler": [4, 30]},
+            named={"driftlog:straggler": ["rank:j/1", "rank:j/5"]}),
+        Run("h", 1, onset=None, truth_element=None, alarms={"driftlog:straggler": [7]}),
+    ]  # fmt: skip
+    row = next(r for r in score(runs) if r["detector"] == "driftlog:straggler")
+    assert row["recall"] == 1.0
+    assert row["median_delay_steps"] == 12  # 4 and 20
+    assert row["alarms_before_onset"] == 1 and row["false_alarms_on_healthy"] == 1
+    assert row["precision"] == 2 / 4
+    assert row["AC@1"] == 0.5
+
+
+def test_small_end_to_end_run() -> None:
+    rows = {r["detector"]: r for r in score(evaluate(["training-fabric", "training-fabric-healthy"], [1], 32, 60))}
+    assert rows["driftlog:straggler"]["recall"] == 1.0 and rows["driftlog:straggler"]["AC@1"] == 1.0
+    assert rows["driftlog:straggler"]["false_alarms_on_healthy"] == 0
