@@ -108,6 +108,8 @@ class AuditSink:
             self.failed = exc
             raise
         finally:
+            if self.pending is not None:  # never close the store under a commit still running in its thread
+                await asyncio.gather(self.pending, return_exceptions=True)
             await self.consumer.stop()
             await self.producer.stop()
             await runner.cleanup()

@@ -136,11 +136,13 @@ def sink(ctx: click.Context, db_path: Path | None) -> None:
     _exit_on_sigterm_until_running()
     from audit.duckdb_store import DuckDBStore
     from audit.sink import run
+    from audit.sql_service import require_token_off_loopback
     from streams.kafka.admin import ensure_topics
 
     s = with_broker(_settings(ctx))
     if db_path is not None:
         s = s.model_copy(update={"db_path": db_path})
+    require_token_off_loopback(s.http_host, s.sql_token)  # before anything is opened
     asyncio.run(ensure_topics(s.kafka_bootstrap_servers, s.all_topics, s.topic_partitions))
     run(s, DuckDBStore(s.db_path))
 
