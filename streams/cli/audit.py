@@ -1,0 +1,146 @@
+"""The audit trail: query (also while the sink runs), verify, export."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from streams.cli.root import cli, settings_of
+from streams.errors import ConfigError
+
+
+@cli.command()
+@click.option("--db", "db_path", type=click.Path(path_type=Path), help="DuckDB file (default: DRIFTLOG_DB_PATH).")
+@click.option("--checkpoints", "checkpoint_file", type=click.Path(path_type=Path),
+              help="Signed checkpoint file (default: DRIFTLOG_CHECKPOINT_FILE).")  # fmt: skip
+@click.option(
+    "--public-key", type=click.Path(path_type=Path), help="Public key (default: DRIFTLOG_SIGNING_KEY + .pub)."
+)
+@click.pass_context
+def verify(ctx: click.Context, db_path: Path | None, checkpoint_file: Path | None, public_key: Path | None) -> None:
+    """Check the hash chains, offsets, signed checkpoints and derived tables; name the first mismatch.
+
+    Exit code 0 when everything matches, 2 when something does not."""
+    from audit.checkpoint import public_key_path
+    from audit.verify import verify as run_verify
+
+    s = settings_of(ctx)
+    if db_path is not None:
+        s = s.model_copy(update={"db_path": db_path})
+    report = run_verify(
+        s.db_path, checkpoint_file or s.checkpoint_path, public_key or public_key_path(s.signing_key_path)
+    )
+    click.echo(
+        f"{report.records:,} records in {report.partitions} partitions, {report.checkpoints} signed checkpoints, "
+        f"{report.seconds:.2f}s ({report.rate:,.0f} records/s)"
+    )
+    if report.ok:
+        click.echo("OK: the audit trail matches its hash chains, offsets, checkpoints and derived tables")
+        return
+    for problem in report.problems:
+        click.echo(f"MISMATCH: {problem}")
+    ctx.exit(2)
+
+
+EXPORT_TABLES = (
+    "audit_log", "findings", "attributions", "decisions", "graph_snapshots", "metrics_rollup", "dead_letters",
+    "checkpoints", "sink_offsets",
+)  # fmt: skip
+
+
+@cli.command()
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help="Directory for the files.")
+@click.option("--format", "fmt", type=click.Choice(["parquet"]), default="parquet", show_default=True)
+@click.option("--table", "tables", multiple=True, type=click.Choice(EXPORT_TABLES), help="Only these (repeatable).")
+@click.option("--db", "db_path", type=click.Path(path_type=Path), help="DuckDB file (default: DRIFTLOG_DB_PATH).")
+@click.option("--url", help="SQL endpoint of a running sink (default: http://127.0.0.1:DRIFTLOG_SINK_HTTP_PORT/sql).")
+@click.option("--max-rows", default=50_000_000, show_default=True, help="Refuse tables larger than this.")
+@click.pass_context
+def export(
+    ctx: click.Context, out_dir: Path, fmt: str, tables: tuple[str, ...], db_path: Path | None, url: str | None,
+    max_rows: int,
+) -> None:  # fmt: skip
+    """Export audit tables as Parquet files for external tools (one file per table)."""
+    import pyarrow.parquet as pq
+
+    from audit.query import Endpoint, fetch_arrow
+
+    s = settings_of(ctx)
+    endpoint = Endpoint(url or f"http://127.0.0.1:{s.sink_http_port}/sql", s.sql_token)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for table in tables or EXPORT_TABLES:
+        data = fetch_arrow(db_path or s.db_path, f"SELECT * FROM {table}", max_rows=max_rows, endpoint=endpoint)
+        target = out_dir / f"{table}.{fmt}"
+        partial = target.with_name(target.name + ".partial")
+        pq.write_table(data, partial)
+        partial.replace(target)
+        click.echo(f"{target}: {data.num_rows:,} rows")
+
+
+@cli.command()
+@click.argument("sql", required=False)
+@click.option("--name", help="Run a named query from sql/queries instead of SQL text.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A named query's parameter (repeatable).")
+@click.option("--list", "list_queries", is_flag=True, help="List the named queries and their parameters.")
+@click.option("--db", "db_path", type=click.Path(path_type=Path), help="DuckDB file (default: DRIFTLOG_DB_PATH).")
+@click.option("--url", help="SQL endpoint of a running sink (default: http://127.0.0.1:DRIFTLOG_SINK_HTTP_PORT/sql).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option("--max-rows", default=10_000, show_default=True, help="Refuse results larger than this.")
+@click.pass_context
+def query(
+    ctx: click.Context,
+    sql: str | None,
+    name: str | None,
+    params: tuple[str, ...],
+    list_queries: bool,
+    db_path: Path | None,
+    url: str | None,
+    fmt: str,
+    max_rows: int,
+) -> None:
+    """Run a read-only SQL query (or a named one) over the audit trail, also while the sink runs.
+
+    Without a running sink the DuckDB file is opened read-only; while the sink holds it, the query goes to
+    the sink's SQL endpoint and sees every committed record."""
+    from audit.queries import library, named
+    from audit.query import Endpoint, run_query
+    from streams.produce import parse_pairs
+
+    if list_queries:
+        for q in library().values():
+            args = " ".join(f"--param {p.name}=<{p.type}>" for p in q.params)
+            click.echo(f"{q.name} {args}\n    {q.answers}")
+        return
+    if (sql is None) == (name is None):
+        raise ConfigError("give either SQL text or --name NAME (see --list)")
+    bound: dict[str, object] | None = None
+    if name is not None:
+        q = named(name)
+        sql, bound = q.sql, q.bind(parse_pairs(params, "--param"))
+    s = settings_of(ctx)
+    endpoint = Endpoint(url or f"http://127.0.0.1:{s.sink_http_port}/sql", s.sql_token)
+    assert sql is not None
+    result = run_query(db_path or s.db_path, sql, bound, max_rows=max_rows, endpoint=endpoint)
+    if fmt == "json":
+        click.echo(orjson.dumps(result.records(), default=str, option=orjson.OPT_INDENT_2).decode())
+    elif fmt == "csv":
+        out = csv.writer(sys.stdout)
+        out.writerow(result.columns)
+        out.writerows(result.rows)
+    else:
+        _print_table(result.columns, result.rows)
+
+
+def _print_table(columns: list[str], rows: list[tuple[Any, ...]]) -> None:
+    cells = [[("NULL" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    click.echo("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+    click.echo("  ".join("-" * w for w in widths))
+    for r in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+    click.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")

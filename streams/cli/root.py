@@ -1,0 +1,60 @@
+"""The ``driftlog`` command. Domain errors become one line on stderr and exit code 1, never a traceback.
+
+Commands live beside this module by subject (services, data, audit, simulation); importing the package
+registers them all on :data:`cli`.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import click
+
+from streams import config
+from streams.errors import ConfigError, DriftlogError
+from streams.kafka.launcher import LocalKafka
+from streams.logs import configure
+
+
+def settings_of(ctx: click.Context) -> config.Settings:
+    return ctx.find_root().obj  # type: ignore[no-any-return]
+
+
+def exit_on_sigterm_until_running() -> None:
+    """SIGTERM before the service has installed its own handler (during imports, connecting): nothing has
+    been consumed yet, so stopping at once is the clean shutdown."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+
+def with_broker(settings: config.Settings) -> config.Settings:
+    """Settings with a bootstrap address: the configured cluster, else the running local broker."""
+    if settings.kafka_bootstrap_servers:
+        return settings
+    state = LocalKafka(settings.kafka_home, settings.kafka_version).state()
+    if state is None:
+        raise ConfigError("no Kafka configured: set KAFKA_BOOTSTRAP_SERVERS, or run `driftlog kafka start`")
+    return settings.model_copy(update={"kafka_bootstrap_servers": state.bootstrap})
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """driftlog: which structure and which control decision made the job slower, and what it cost.
+
+    Settings come from the environment (see README.md, "Settings"); KAFKA_BOOTSTRAP_SERVERS selects the
+    cluster, otherwise the local broker of `driftlog kafka start` is used.
+    """
+    try:
+        ctx.obj = config.load()
+    except ValueError as exc:
+        raise ConfigError(f"invalid setting: {exc}") from exc
+    configure(ctx.obj.log_level, ctx.obj.log_format)
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=True)
+    except DriftlogError as exc:
+        click.echo(f"driftlog: error: {exc}", err=True)
+        sys.exit(1)
