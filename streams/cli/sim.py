@@ -12,9 +12,15 @@ from streams import config
 from streams.cli.root import cli, settings_of, with_broker
 from streams.errors import ConfigError
 
+# the scenario names, without importing the simulator (numpy) for every command's start-up
+SCENARIO_NAMES = (
+    "training-fabric", "training-fabric-healthy", "training-slow-stage", "training-slow-link",
+    "training-imbalanced-dp",
+)  # fmt: skip
+
 
 @cli.command()
-@click.option("--scenario", "name", required=True, type=click.Choice(["training-fabric", "training-fabric-healthy"]),
+@click.option("--scenario", "name", required=True, type=click.Choice(sorted(SCENARIO_NAMES)),
               help="Which scenario.")  # fmt: skip
 @click.option("--seed", default=0, show_default=True, help="Same seed, same data (deterministic).")
 @click.option("--ranks", default=64, show_default=True, help="Ranks (a multiple of pp*tp = 16).")
@@ -58,7 +64,7 @@ def simulate(
 
 
 @cli.command("eval")
-@click.option("--scenario", "names", multiple=True, type=click.Choice(["training-fabric", "training-fabric-healthy"]),
+@click.option("--scenario", "names", multiple=True, type=click.Choice(sorted(SCENARIO_NAMES)),
               help="Scenarios (repeatable; default: all).")  # fmt: skip
 @click.option("--seeds", default="1,2,3,4,5", show_default=True, help="Comma-separated seeds.")
 @click.option("--ranks", default=64, show_default=True)
@@ -72,7 +78,7 @@ def eval_command(names: tuple[str, ...], seeds: str, ranks: int, steps: int, jso
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError as exc:
         raise ConfigError(f"--seeds takes comma-separated integers: {exc}") from exc
-    chosen = list(names) or ["training-fabric", "training-fabric-healthy"]
+    chosen = list(names) or sorted(SCENARIO_NAMES)
     rows = score(evaluate(chosen, seed_list, ranks, steps))
     click.echo(f"scenarios {', '.join(chosen)}; seeds {seed_list}; {ranks} ranks, {steps} steps")
     click.echo(table(rows))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,7 +97,25 @@ def training_fabric(seed: int, ranks: int, steps: int, healthy: bool = False) ->
     return scenario
 
 
-SCENARIOS = {
+def single_cause(kind: str, magnitude: float) -> Callable[[int, int, int], Scenario]:
+    """A fabric with one injected cause of ``kind`` from a third of the way in (target chosen by seed)."""
+
+    def build(seed: int, ranks: int, steps: int) -> Scenario:
+        layout = Layout.for_ranks(ranks)
+        fabric = TrainingFabric(layout, seed=seed, thermal_drift=0.01)
+        scenario = Scenario(f"training-{kind.replace('_', '-')}", fabric, steps)
+        span = {"slow_stage": layout.pp, "slow_link": layout.pp - 1, "imbalanced_dp": layout.dp}[kind]
+        fabric.causes.append(Cause(kind, (seed * 7919 + 1) % span, magnitude, steps // 3, steps))
+        scenario.expected_findings = ["step_time_drift"]
+        return scenario
+
+    return build
+
+
+SCENARIOS: dict[str, Callable[[int, int, int], Scenario]] = {
     "training-fabric": training_fabric,
     "training-fabric-healthy": lambda seed, ranks, steps: training_fabric(seed, ranks, steps, healthy=True),
+    "training-slow-stage": single_cause("slow_stage", 1.3),
+    "training-slow-link": single_cause("slow_link", 4.0),
+    "training-imbalanced-dp": single_cause("imbalanced_dp", 1.3),
 }

@@ -109,3 +109,22 @@ def test_cli_writes_files(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "streams.cli", "simulate", "--scenario", "training-fabric",
                           "--ranks", "30", "--out", str(out)], capture_output=True, text=True, check=False)  # fmt: skip
     assert bad.returncode == 1 and "multiple of pp*tp" in bad.stderr
+
+
+def test_cli_knows_every_scenario() -> None:
+    from streams.cli.sim import SCENARIO_NAMES
+    from streams.sim.scenarios import SCENARIOS
+
+    assert set(SCENARIO_NAMES) == set(SCENARIOS)
+
+
+@pytest.mark.parametrize("name", ["training-slow-stage", "training-slow-link", "training-imbalanced-dp"])
+def test_single_cause_scenarios_slow_the_job_from_a_third_in(name: str) -> None:
+    from streams.sim.scenarios import SCENARIOS
+
+    scenario = SCENARIOS[name](1, 32, 30)
+    list(scenario.run())
+    truth = scenario.ground_truth(1)
+    (cause,) = truth["causes"]
+    assert cause["start_step"] == 10
+    assert min(truth["step_time_s"][10:]) > max(truth["step_time_s"][:10]) * 1.03
