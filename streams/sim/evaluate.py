@@ -100,41 +100,47 @@ DETECTORS = ("driftlog:step_time_drift", "driftlog:straggler", "baseline:fixed_t
 
 
 def score(runs: Iterable[Run]) -> list[dict[str, Any]]:
-    rows = []
+    """One row per scenario and detector (healthy scenarios: only their false alarms count)."""
     runs = list(runs)
-    for detector in DETECTORS:
-        injected = [r for r in runs if r.onset is not None]
-        healthy = [r for r in runs if r.onset is None]
-        hits, delays, early = 0, [], 0
-        for r in injected:
-            assert r.onset is not None
-            alarms = r.alarms.get(detector, [])
-            early += sum(1 for a in alarms if a < r.onset)
-            after = [a for a in alarms if a >= r.onset]
-            if after:
-                hits += 1
-                delays.append(after[0] - r.onset)
-        false_healthy = sum(len(r.alarms.get(detector, [])) for r in healthy)
-        alarms_total = sum(len(r.alarms.get(detector, [])) for r in runs)
-        true_alarms = sum(1 for r in injected if any(a >= (r.onset or 0) for a in r.alarms.get(detector, [])))
-        # only detectors that name an operator-graph element below the job are scored on attribution
-        names_elements = any(not n.startswith("job:") for r in injected for n in r.named.get(detector, []))
-        ac1 = (
-            sum(1 for r in injected if r.named.get(detector, [None])[0] == r.truth_element) / len(injected)
-            if names_elements and injected
-            else None
-        )
-        rows.append({
-            "detector": detector,
-            "recall": hits / len(injected) if injected else None,
-            "precision": true_alarms / alarms_total if alarms_total else None,
-            "median_delay_steps": statistics.median(delays) if delays else None,
-            "alarms_before_onset": early,
-            "false_alarms_on_healthy": false_healthy,
-            "healthy_runs": len(healthy),
-            "AC@1": ac1,
-        })  # fmt: skip
-    return rows
+    return [
+        _score(scenario, detector, [r for r in runs if r.scenario == scenario])
+        for scenario in dict.fromkeys(r.scenario for r in runs)
+        for detector in DETECTORS
+    ]
+
+
+def _score(scenario: str, detector: str, runs: list[Run]) -> dict[str, Any]:
+    injected = [r for r in runs if r.onset is not None]
+    healthy = [r for r in runs if r.onset is None]
+    hits, delays, early = 0, [], 0
+    for r in injected:
+        assert r.onset is not None
+        alarms = r.alarms.get(detector, [])
+        early += sum(1 for a in alarms if a < r.onset)
+        after = [a for a in alarms if a >= r.onset]
+        if after:
+            hits += 1
+            delays.append(after[0] - r.onset)
+    alarms_total = sum(len(r.alarms.get(detector, [])) for r in runs)
+    true_alarms = sum(1 for r in injected for a in r.alarms.get(detector, []) if a >= (r.onset or 0))
+    # only detectors that name an operator-graph element below the job are scored on attribution
+    names_elements = any(not n.startswith("job:") for r in injected for n in r.named.get(detector, []))
+    ac1 = (
+        sum(1 for r in injected if r.named.get(detector, [None])[0] == r.truth_element) / len(injected)
+        if names_elements and injected
+        else None
+    )
+    return {
+        "scenario": scenario,
+        "detector": detector,
+        "runs": len(runs),
+        "recall": hits / len(injected) if injected else None,
+        "precision": true_alarms / alarms_total if alarms_total else None,
+        "median_delay_steps": statistics.median(delays) if delays else None,
+        "alarms_before_onset": early,
+        "false_alarms_on_healthy": sum(len(r.alarms.get(detector, [])) for r in healthy) if healthy else None,
+        "AC@1": ac1,
+    }
 
 
 def evaluate(names: list[str], seeds: list[int], ranks: int, steps: int) -> list[Run]:
@@ -142,7 +148,7 @@ def evaluate(names: list[str], seeds: list[int], ranks: int, steps: int) -> list
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    cols = ["detector", "recall", "precision", "median_delay_steps", "alarms_before_onset",
+    cols = ["scenario", "detector", "runs", "recall", "precision", "median_delay_steps", "alarms_before_onset",
             "false_alarms_on_healthy", "AC@1"]  # fmt: skip
 
     def cell(v: Any) -> str:

@@ -22,15 +22,20 @@ def test_scoring() -> None:
             named={"driftlog:straggler": ["rank:j/1", "rank:j/5"]}),
         Run("h", 1, onset=None, truth_element=None, alarms={"driftlog:straggler": [7]}),
     ]  # fmt: skip
-    row = next(r for r in score(runs) if r["detector"] == "driftlog:straggler")
+    rows = {(r["scenario"], r["detector"]): r for r in score(runs)}
+    row = rows[("x", "driftlog:straggler")]
     assert row["recall"] == 1.0
     assert row["median_delay_steps"] == 12  # 4 and 20
-    assert row["alarms_before_onset"] == 1 and row["false_alarms_on_healthy"] == 1
-    assert row["precision"] == 2 / 4
+    assert row["alarms_before_onset"] == 1 and row["false_alarms_on_healthy"] is None
+    assert row["precision"] == 2 / 3
     assert row["AC@1"] == 0.5
+    healthy = rows[("h", "driftlog:straggler")]
+    assert healthy["false_alarms_on_healthy"] == 1 and healthy["recall"] is None
 
 
 def test_small_end_to_end_run() -> None:
-    rows = {r["detector"]: r for r in score(evaluate(["training-fabric", "training-fabric-healthy"], [1], 32, 60))}
-    assert rows["driftlog:straggler"]["recall"] == 1.0 and rows["driftlog:straggler"]["AC@1"] == 1.0
-    assert rows["driftlog:straggler"]["false_alarms_on_healthy"] == 0
+    rows = {(r["scenario"], r["detector"]): r
+            for r in score(evaluate(["training-fabric", "training-fabric-healthy"], [1], 32, 60))}  # fmt: skip
+    straggler = rows[("training-fabric", "driftlog:straggler")]
+    assert straggler["recall"] == 1.0 and straggler["AC@1"] == 1.0
+    assert rows[("training-fabric-healthy", "driftlog:straggler")]["false_alarms_on_healthy"] == 0
