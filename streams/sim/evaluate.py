@@ -9,6 +9,8 @@ detector the top-1 named element must be the injected rank (AC@1; it names one r
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -16,7 +18,6 @@ from typing import Any
 
 from river import drift
 
-from streams.contract.envelope import decode_telemetry
 from streams.sim.scenarios import SCENARIOS, Scenario
 from streams.testing import run_messages
 
@@ -64,7 +65,7 @@ def run_scenario(name: str, seed: int, ranks: int, steps: int) -> Run:
     causes = truth["causes"]
     run = Run(name, seed, causes[0]["start_step"] if causes else None, causes[0]["element"] if causes else None)
     out = run_messages(telemetry)
-    step_at = _step_locator(scenario, telemetry)
+    step_at = _step_locator(truth["t0"], truth["step_time_s"])
     for record in (r for r in out.audit if r.type == "finding"):
         body = record.body
         detector = f"driftlog:{body['kind']}"
@@ -76,22 +77,12 @@ def run_scenario(name: str, seed: int, ranks: int, steps: int) -> Run:
     return run
 
 
-def _step_locator(scenario: Scenario, telemetry: list[bytes]) -> Callable[[float], int]:
-    """Event time → the step running then (from the step summaries)."""
-    starts: list[tuple[float, int]] = []
-    for raw in telemetry:
-        for batch in decode_telemetry(raw).batches:
-            if batch.kind == "step":
-                starts.extend(zip(batch.columns["start"].tolist(), batch.columns["step"].tolist(), strict=True))
-    starts.sort()
+def _step_locator(t0: float, step_times: list[float]) -> Callable[[float], int]:
+    """Event time → the step running then (steps run back to back from ``t0``)."""
+    starts = list(itertools.accumulate(step_times[:-1], initial=t0))
 
     def step_at(t: float) -> int:
-        current = 0
-        for start, step in starts:
-            if start > t:
-                break
-            current = step
-        return current
+        return max(0, bisect.bisect_right(starts, t) - 1)
 
     return step_at
 
