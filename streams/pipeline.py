@@ -14,7 +14,7 @@ from audit.records import AuditRecord, SourcePosition
 from streams.contract.admission import Admission
 from streams.contract.decision import decode_decision
 from streams.contract.envelope import Reject, SampleBatch, decode_telemetry
-from streams.engine.engine import Engine
+from streams.engine.engine import Engine, EngineOutput
 
 MAX_LISTED = 1000  # sample positions listed per dead-letter reason (the count is always exact)
 
@@ -112,12 +112,13 @@ class Processor:
                 batches.append(kept)
                 out.samples_by_kind[kept.kind] += len(kept)
         out.reject(raw, source, sorted(rejects, key=lambda r: r.index or 0))
-        result = self.engine.process(batches)
-        for finding in result.findings:
-            subject = finding.subjects[0] if finding.subjects else finding.kind
-            out.audit.append(AuditRecord("finding", finding.id, source, finding.as_dict(), key=subject))
-        for rollup in result.rollups:
-            out.audit.append(AuditRecord("metrics_rollup", rollup.id, source, rollup.as_dict(), key=rollup.entity))
+        _records(self.engine.process(batches), source, out)
+        return out
+
+    def flush(self, source: SourcePosition) -> Output:
+        """Analyse what the engine still holds back (end of a file or replay); ``source``: the last input."""
+        out = Output()
+        _records(self.engine.flush(), source, out)
         return out
 
     def decision(self, raw: bytes, source: SourcePosition) -> Output:
@@ -131,7 +132,21 @@ class Processor:
             return out
         out.samples_by_kind["decision"] += 1
         out.audit.append(_decision_record(decision, source))
+        _records(self.engine.decision(decision), source, out)
         return out
+
+
+def _records(result: EngineOutput, source: SourcePosition, out: Output) -> None:
+    """The engine's output as audit records, in a fixed order (findings first: attributions refer to them)."""
+    for finding in result.findings:
+        subject = finding.subjects[0] if finding.subjects else finding.kind
+        out.audit.append(AuditRecord("finding", finding.id, source, finding.as_dict(), key=subject))
+    for a in result.attributions:
+        out.audit.append(AuditRecord("attribution", a.id, source, a.as_dict(), key=a.finding_id))
+    for rollup in result.rollups:
+        out.audit.append(AuditRecord("metrics_rollup", rollup.id, source, rollup.as_dict(), key=rollup.entity))
+    for snap in result.snapshots:
+        out.audit.append(AuditRecord("graph_snapshot", snap.id, source, snap.as_dict(), key=f"job:{snap.job}"))
 
 
 def _decision_record(decision: dict[str, Any], source: SourcePosition) -> AuditRecord:

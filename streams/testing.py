@@ -30,6 +30,20 @@ def run_messages(
     return total
 
 
+def run_stream(items: Iterable[tuple[str, bytes]], processor: Processor | None = None) -> Output:
+    """Feed ``(topic kind 'telemetry' | 'decisions', value)`` pairs in the given (event-time) order through
+    one processor, then flush it; return everything it emitted."""
+    processor = processor or Processor()
+    total = Output()
+    offsets = {"telemetry": 0, "decisions": 0}
+    for kind, raw in items:
+        source = SourcePosition(kind, 0, offsets[kind])
+        offsets[kind] += 1
+        total.extend(processor.telemetry(raw, source) if kind == "telemetry" else processor.decision(raw, source))
+    total.extend(processor.flush(SourcePosition("telemetry", 0, max(0, offsets["telemetry"] - 1))))
+    return total
+
+
 def sigkill_loop(cfg: Settings, kills: int, logdir: Path, seed: int = 11, max_pause_s: float = 0.3) -> list[int]:
     """Start the sink, SIGKILL it at a random moment after it is healthy, ``kills`` times; then run it to
     the end of the audit topic and stop it cleanly. Returns the audit_log row count seen after each kill."""

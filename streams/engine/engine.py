@@ -13,7 +13,10 @@ from streams.contract.envelope import SampleBatch
 from streams.engine.detectors.step_time import StepObs, StepTimeDrift
 from streams.engine.detectors.straggler import CollectiveLateness
 from streams.engine.findings import Finding
+from streams.engine.opgraph import GraphSnapshot, OperatorGraph
 from streams.engine.rollup import Rollup, StepWindow
+from streams.engine.steps import JobSteps, StepReport
+from streams.engine.structural import Attribution, Derived, JobDerivations
 
 KEEP_STEPS = 8  # steps of per-rank compute kept to name the root of a late collective
 
@@ -29,6 +32,14 @@ class EngineConfig:
 class EngineOutput:
     findings: list[Finding] = field(default_factory=list)
     rollups: list[Rollup] = field(default_factory=list)
+    attributions: list[Attribution] = field(default_factory=list)
+    snapshots: list[GraphSnapshot] = field(default_factory=list)
+    reports: list[StepReport] = field(default_factory=list)  # analysed steps (not audit records themselves)
+
+    def add(self, derived: Derived) -> None:
+        self.findings.extend(derived.findings)
+        self.attributions.extend(derived.attributions)
+        self.rollups.extend(derived.rollups)
 
 
 @dataclass
@@ -47,6 +58,10 @@ class Engine:
     _rank_device: dict[tuple[str, int], str] = field(default_factory=dict)
     _compute: dict[str, dict[int, dict[int, float]]] = field(default_factory=dict)  # job -> step -> rank -> s
     _position: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)  # job -> rank -> (pp, tp)
+    _steps: dict[str, JobSteps] = field(default_factory=dict)
+    _derived: dict[str, JobDerivations] = field(default_factory=dict)
+    _graphs: dict[str, OperatorGraph] = field(default_factory=dict)
+    _ranks_seen: dict[str, set[int]] = field(default_factory=dict)
 
     def process(self, batches: Iterable[SampleBatch]) -> EngineOutput:
         out = EngineOutput()
@@ -56,12 +71,71 @@ class Engine:
             elif batch.kind == "op":
                 self._on_ops(batch, out)
             elif batch.kind == "topology":
-                self._on_topology(batch)
+                self._on_topology(batch, out)
         return out
 
-    def _on_topology(self, batch: SampleBatch) -> None:
-        """Remember where ranks run (rank → device → node), to name the node of a straggler."""
+    def decision(self, decision: dict[str, Any]) -> EngineOutput:
+        """A control decision: its controller joins the operator graph of its job (or of every job whose
+        graph holds one of its targets), and a regression check waits for the steps after it."""
+        out = EngineOutput()
+        targets = tuple(decision["targets"])
+        jobs = [decision["job"]] if decision.get("job") else [
+            j for j, g in self._graphs.items() if any(g.graph.has_node(t) for t in targets)]  # fmt: skip
+        for job in jobs:
+            graph = self._graph(job)
+            graph.add_decision(decision["id"], decision["controller"], targets)
+            self._derivations(job).on_decision(decision["id"], float(decision["time"]), targets)
+            self._snapshot(job, float(decision["time"]), out)
+        return out
+
+    def flush(self) -> EngineOutput:
+        """Analyse every step still waiting for later ones (end of a file or a replay)."""
+        out = EngineOutput()
+        for job, steps in self._steps.items():
+            self._on_reports(job, steps.flush(), out, final=True)
+        return out
+
+    def _graph(self, job: str) -> OperatorGraph:
+        graph = self._graphs.get(job)
+        if graph is None:
+            graph = self._graphs[job] = OperatorGraph(job)
+        return graph
+
+    def _derivations(self, job: str) -> JobDerivations:
+        d = self._derived.get(job)
+        if d is None:
+            d = self._derived[job] = JobDerivations(job, self._graph(job), window=self.config.rollup_steps)
+        return d
+
+    def _snapshot(self, job: str, at: float, out: EngineOutput) -> None:
+        snap = self._graph(job).snapshot(at)
+        if snap is not None:
+            out.snapshots.append(snap)
+
+    def _on_reports(self, job: str, reports: list[StepReport], out: EngineOutput, final: bool = False) -> None:
+        derived = Derived()
+        self._derivations(job).on_reports(reports, derived, final)
+        out.add(derived)
+        out.reports.extend(reports)
+
+    def _findings(self, job: str, findings: list[Finding], out: EngineOutput) -> None:
+        derivations = self._derivations(job)
+        for f in findings:
+            derivations.on_finding(f)
+        out.findings.extend(findings)
+
+    def _on_topology(self, batch: SampleBatch, out: EngineOutput) -> None:
+        """Remember where ranks run (rank → device → node), to name the node of a straggler; and add the
+        relations to the operator graph of their job."""
         c = batch.columns
+        by_job: dict[str, list[tuple[str, str, str]]] = {}
+        for job, relation, src, dst in zip(c["job"], c["relation"], c["src"], c["dst"], strict=True):
+            by_job.setdefault(job or "", []).append((relation, src, dst))
+        at = float(np.max(c["time"])) if len(c["time"]) else 0.0
+        shared = by_job.pop("", [])  # relations of no job (e.g. device → node) belong to every job's graph
+        for job in sorted(set(by_job) | (set(self._graphs) if shared else set())):
+            self._graph(job).add_relations(by_job.get(job, []) + shared)
+            self._snapshot(job, at, out)
         for relation, src, dst in zip(c["relation"], c["src"], c["dst"], strict=True):
             if relation != "placed_on":
                 continue
@@ -79,7 +153,15 @@ class Engine:
     def _on_ops(self, batch: SampleBatch, out: EngineOutput) -> None:
         c = batch.columns
         self._add_compute(c)
-        collective = (c["seq"] >= 0) & (c["group"] != "") & ((c["op_class"] == "comm") | (c["op_class"] == "sync"))
+        for job in sorted(set(c["job"].tolist())):
+            rows = c["job"] == job
+            steps = self._steps.get(job)
+            if steps is None:
+                steps = self._steps[job] = JobSteps(job)
+            self._add_ranks(job, c, rows)
+            self._on_reports(job, steps.add(c["step"][rows], {k: v[rows] for k, v in c.items()}), out)
+        # communication collectives (all-reduce, ...): sync barriers are judged on the step's dependency graph
+        collective = (c["seq"] >= 0) & (c["group"] != "") & (c["op_class"] == "comm")
         if not collective.any():
             return
         jobs = c["job"][collective]
@@ -98,23 +180,43 @@ class Engine:
                 c["start"][rows],
                 c["duration"][rows],
             )
-            out.findings.extend(found)
+            self._findings(job, found, out)
+
+    def _add_ranks(self, job: str, c: dict[str, Any], rows: Any) -> None:
+        seen = self._ranks_seen.setdefault(job, set())
+        ranks = c["rank"][rows]
+        new = ~np.isin(ranks, np.fromiter(seen, np.int64, len(seen)))
+        if new.any():
+            idx = np.flatnonzero(rows)[new]
+            positions = {int(r): (int(d), int(p), int(t)) for r, d, p, t in zip(
+                c["rank"][idx], c["dp"][idx], c["pp"][idx], c["tp"][idx], strict=True)}  # fmt: skip
+            seen.update(positions)
+            self._graph(job).add_ranks(positions)
 
     def _add_compute(self, c: dict[str, Any]) -> None:
         """Sum each rank's own compute per step (kept for the last few steps), and where each rank sits."""
         mask = c["op_class"] == "compute"
-        for job, step, rank, pp, tp, dur in zip(
-            c["job"][mask].tolist(), c["step"][mask].tolist(), c["rank"][mask].tolist(), c["pp"][mask].tolist(),
-            c["tp"][mask].tolist(), c["duration"][mask].tolist(), strict=True,
-        ):  # fmt: skip
-            steps = self._compute.setdefault(job, {})
-            per_rank = steps.get(step)
-            if per_rank is None:
-                per_rank = steps[step] = {}
-                for old in [s for s in steps if s < step - KEEP_STEPS]:
-                    del steps[old]
-            per_rank[rank] = per_rank.get(rank, 0.0) + dur
-            self._position.setdefault(job, {})[rank] = (pp, tp)
+        if not mask.any():
+            return
+        jobs, steps, ranks = c["job"][mask], c["step"][mask], c["rank"][mask]
+        for job in sorted(set(jobs.tolist())):
+            rows = jobs == job
+            key = steps[rows] * (int(ranks[rows].max()) + 1) + ranks[rows]
+            _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+            sums = np.bincount(inverse.ravel(), c["duration"][mask][rows])
+            idx = np.flatnonzero(mask)[np.flatnonzero(rows)[first]]
+            per_step = self._compute.setdefault(job, {})
+            position = self._position.setdefault(job, {})
+            for step, rank, pp, tp, total in zip(c["step"][idx].tolist(), c["rank"][idx].tolist(),
+                                                 c["pp"][idx].tolist(), c["tp"][idx].tolist(), sums.tolist(),
+                                                 strict=True):  # fmt: skip
+                per_rank = per_step.get(step)
+                if per_rank is None:
+                    per_rank = per_step[step] = {}
+                    for old in [s for s in per_step if s < step - KEEP_STEPS]:
+                        del per_step[old]
+                per_rank[rank] = per_rank.get(rank, 0.0) + total
+                position[rank] = (pp, tp)
 
     def _root(self, job: str, step: int) -> int | None:
         """The rank whose compute in ``step`` most exceeds the median of its position's peers (>5%)."""
@@ -152,4 +254,4 @@ class Engine:
                 self._step_detectors[obs.job] = detector
             finding = detector.update(obs)
             if finding is not None:
-                out.findings.append(finding)
+                self._findings(job, [finding], out)

@@ -68,8 +68,10 @@ def stage_spans(fabric: TrainingFabric, times: StepTimes, step: int, s: int, t0:
     d = np.arange(lay.dp)[:, None]
     t = np.arange(lay.tp)[None, :]
     ranks = lay.rank(d, s, t)  # (dp, tp)
-    grid = np.ones((lay.dp, lay.tp))
+    grid = np.ones((lay.dp, lay.tp), np.int64)  # integer columns must stay integers (the fast decoder insists)
     spans = Spans.empty()
+    tp_group = np.array([[f"tp-dp{i}-pp{s}"] for i in range(lay.dp)])  # the tensor-parallel peers of a replica
+    syncs = 0  # tp_sync barriers of this stage so far in the step: their sequence number within the group
     for (kind, stage, m), own in times.compute.items():
         if stage != s:
             continue
@@ -79,8 +81,9 @@ def stage_spans(fabric: TrainingFabric, times: StepTimes, step: int, s: int, t0:
         spans.add(**common, op=op, op_class="compute", start=t0 + begin, duration=own, peer=-1)
         stage_end = times.end[(kind, s, m)][:, None] * grid
         waited = np.maximum(0.0, stage_end - begin - own)  # for the slowest tensor rank, 0 (not -1e-17)
-        spans.add(**common, op="tp_sync", op_class="sync", start=t0 + begin + own, duration=waited,
-                  peer=-1)  # fmt: skip
+        barrier = {**common, "group": tp_group, "seq": step * 2 * lay.microbatches + syncs}
+        spans.add(**barrier, op="tp_sync", op_class="sync", start=t0 + begin + own, duration=waited, peer=-1)
+        syncs += 1
         to = s + 1 if kind == "F" else s - 1
         if 0 <= to < lay.pp:
             link = times.link[:, min(s, to)][:, None] * grid

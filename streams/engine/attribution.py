@@ -1,0 +1,105 @@
+"""Ranked causes of a slowdown over a window of analysed steps, from their what-if results.
+
+Each candidate element's *gain* is the mean, over the window, of the seconds per step that healing it
+alone would save (a step where it was not a candidate counts 0). Its *slowdown* is the window's mean step
+time over the mean step time with it healed; its *share* is its gain over the window's slowdown against
+the job's baseline (healing several elements is not additive, so shares need not sum to 1); its cost is
+ranks × gain, summed over the steps.
+
+Ranking prefers the most specific explanation: when an element contains another (a replica or a stage
+contains its ranks; the op type ``send`` contains the links its transfers cross) and the contained one
+explains at least ``SPECIFIC`` of the container's gain, the contained one ranks first and the container
+right after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from streams.engine.stepgraph import RECV_OPS, SEND_OPS
+
+SPECIFIC = 0.9
+MIN_SHARE = 0.05
+TOP = 5
+
+
+@dataclass(frozen=True)
+class StepGains:
+    """What attribution keeps of a step report (small; a job keeps a few hundred)."""
+
+    step: int
+    t0: float
+    step_s: float
+    baseline_s: float | None
+    ranks: int
+    gains: dict[str, float]
+    contains: dict[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class RankedCause:
+    rank: int
+    element: str
+    gain_s: float
+    share: float
+    slowdown: float
+    cost_accel_s: float
+
+
+def _contains(container: str, inner: str, contains: dict[str, set[str]]) -> bool:
+    if inner in contains.get(container, ()):
+        return True
+    op = container.rpartition("/")[2] if container.startswith("op:") else ""
+    return inner.startswith("link:") and op in (*SEND_OPS, *RECV_OPS)
+
+
+def specific_chain(element: str, totals: dict[str, float], contains: dict[str, set[str]]) -> list[str]:
+    """``element``, then the element inside it that explains at least SPECIFIC of its total, and so on."""
+    chain = [element]
+    while True:
+        inner = [e for e in totals if e not in chain and _contains(chain[-1], e, contains)]
+        best = max(inner, key=lambda e: (totals[e], e), default=None)
+        if best is None or totals[best] < SPECIFIC * totals[chain[-1]]:
+            return chain
+        chain.append(best)
+
+
+def containment(window: Sequence[StepGains]) -> dict[str, set[str]]:
+    """Which candidate contained which, over a window of steps."""
+    contains: dict[str, set[str]] = {}
+    for s in window:
+        for element, inner in s.contains.items():
+            contains.setdefault(element, set()).update(inner)
+    return contains
+
+
+def rank_causes(window: Sequence[StepGains]) -> list[RankedCause]:
+    """The top causes over ``window`` (oldest first), most likely first; [] when nothing stands out."""
+    if not window:
+        return []
+    n = len(window)
+    totals: dict[str, float] = {}
+    for s in window:
+        for element, gain in s.gains.items():
+            totals[element] = totals.get(element, 0.0) + gain
+    contains = containment(window)
+    mean_step = sum(s.step_s for s in window) / n
+    baselines = [s.baseline_s for s in window if s.baseline_s is not None]
+    extra = mean_step - sum(baselines) / len(baselines) if baselines else max(totals.values(), default=0.0) / n
+    if extra <= 0:
+        return []
+    by_gain = sorted(totals, key=lambda e: (-totals[e], e))
+    ordered: list[str] = []
+    for element in by_gain:
+        if element in ordered or totals[element] / n < MIN_SHARE * extra:
+            continue
+        chain = specific_chain(element, totals, contains)
+        ordered.extend(e for e in reversed(chain) if e not in ordered)
+    ranks = sum(s.ranks for s in window) / n
+    causes = []
+    for i, element in enumerate(ordered[:TOP], start=1):
+        gain = totals[element] / n
+        slowdown = mean_step / (mean_step - gain) if gain < mean_step else float("inf")
+        causes.append(RankedCause(i, element, gain, min(1.0, gain / extra), slowdown, ranks * totals[element]))
+    return causes

@@ -1,0 +1,142 @@
+"""Per job: collect each step's op spans, and once the step is complete analyse it on its dependency graph.
+
+A step is complete when spans of a step ``LAG`` or more later arrive (or on :meth:`JobSteps.flush`), so
+the decision depends on input order only. Spans of a step already analysed are counted as late and
+dropped. The analysis of a step: the what-if evaluation (:mod:`whatif`), the critical path, and the
+economics of the step (:mod:`economics`).
+
+Structures (schedule, peer roles) are cached by the graph's signature, at most ``MAX_STRUCTURES`` of them.
+The job's healthy baseline is the per-node peer median over the first ``BASELINE_STEPS`` analysed steps of
+a structure (the first steps of a job are assumed healthy; a detector warms up on them too).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from streams.engine.economics import StepCost, step_cost
+from streams.engine.stepgraph import Codebook, Floats, Schedule, StepGraph, StepGraphError, build
+from streams.engine.whatif import Roles, StepWhatIf, what_if
+
+LAG = 2
+BASELINE_STEPS = 10
+MAX_STRUCTURES = 8
+OP_COLUMNS = ("rank", "dp", "pp", "tp", "op", "op_class", "start", "duration", "microbatch", "group", "seq", "peer")
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    """Where a step's critical path spent its time: seconds per rank, stage and op class."""
+
+    ranks: dict[int, float]
+    stages: dict[int, float]
+    op_classes: dict[str, float]
+
+
+@dataclass(frozen=True)
+class StepReport:
+    job: str
+    step: int
+    t0: float
+    whatif: StepWhatIf
+    critical_path: CriticalPath
+    cost: StepCost
+    ranks: int
+    positions: npt.NDArray[np.int64]  # per rank: (dp, pp, tp), -1 where a rank did not report
+
+
+@dataclass
+class _Structure:
+    schedule: Schedule
+    roles: Roles | None = None
+    positions: npt.NDArray[np.int64] | None = None
+    warmup: list[Floats] = field(default_factory=list)
+    baseline: Floats | None = None
+
+
+@dataclass
+class JobSteps:
+    job: str
+    late_spans: int = 0
+    failed_steps: int = 0  # steps whose spans did not form a dependency graph
+    ops: Codebook = field(default_factory=Codebook)
+    groups: Codebook = field(default_factory=Codebook)
+    _pending: dict[int, list[dict[str, npt.NDArray[Any]]]] = field(default_factory=dict)
+    _done_through: int = -1
+    _structures: OrderedDict[bytes, _Structure] = field(default_factory=OrderedDict)
+
+    def add(self, steps: npt.NDArray[np.int64], columns: dict[str, npt.NDArray[Any]]) -> list[StepReport]:
+        """Add op spans of this job (any steps); returns the reports of the steps this completed."""
+        for step in np.unique(steps).tolist():
+            rows = steps == step
+            if step <= self._done_through:
+                self.late_spans += int(rows.sum())
+                continue
+            self._pending.setdefault(step, []).append({k: columns[k][rows] for k in OP_COLUMNS})
+        newest = max(self._pending, default=-1)
+        return self._analyse([s for s in sorted(self._pending) if s <= newest - LAG])
+
+    def flush(self) -> list[StepReport]:
+        return self._analyse(sorted(self._pending))
+
+    def _analyse(self, steps: list[int]) -> list[StepReport]:
+        reports = []
+        for step in steps:
+            parts = self._pending.pop(step)
+            self._done_through = max(self._done_through, step)
+            columns = {k: np.concatenate([p[k] for p in parts]) for k in OP_COLUMNS}
+            try:
+                reports.append(self._report(step, columns))
+            except StepGraphError:
+                self.failed_steps += 1
+        return reports
+
+    def _report(self, step: int, columns: dict[str, npt.NDArray[Any]]) -> StepReport:
+        cache = {sig: s.schedule for sig, s in self._structures.items()}
+        g = build(columns, self.ops, self.groups, cache)
+        structure = self._structures.get(g.signature)
+        if structure is None:
+            structure = self._structures[g.signature] = _Structure(cache[g.signature])
+            while len(self._structures) > MAX_STRUCTURES:
+                self._structures.popitem(last=False)
+        self._structures.move_to_end(g.signature)
+        if structure.roles is None:
+            structure.roles = Roles.of(g)
+            spans = g.span >= 0
+            structure.positions = np.full((int(g.rank.max(initial=0)) + 1, 3), -1, np.int64)
+            structure.positions[g.rank[spans]] = np.stack([g.dp[spans], g.pp[spans], g.tp[spans]], axis=1)
+        result = what_if(g, self.job, self.ops.names, structure.baseline, structure.roles)
+        if structure.baseline is None:
+            structure.warmup.append(result.peer_median)
+            if len(structure.warmup) >= BASELINE_STEPS:
+                structure.baseline = np.median(np.stack(structure.warmup), axis=0)
+                structure.warmup = []
+        ranks = len(np.unique(g.rank[g.span >= 0]))
+        path = g.critical_path(result.ends)
+        cost = step_cost(g, result, path, columns, ranks)
+        assert structure.positions is not None
+        return StepReport(self.job, step, g.t0, result, summarise(g, path), cost, ranks, structure.positions)
+
+
+def summarise(g: StepGraph, path: npt.NDArray[np.int64]) -> CriticalPath:
+    path = path[g.span[path] >= 0]
+    own = g.intrinsic[path]
+    ranks, stages, classes = (
+        np.unique(g.rank[path], return_inverse=True),
+        np.unique(g.pp[path], return_inverse=True),
+        np.unique(g.kind[path], return_inverse=True),
+    )
+    names = {0: "compute", 1: "collective", 2: "transfer", 3: "transfer"}
+    by_class: dict[str, float] = {}
+    for k, total in zip(classes[0].tolist(), np.bincount(classes[1], own).tolist(), strict=True):
+        by_class[names[k]] = by_class.get(names[k], 0.0) + total
+    return CriticalPath(
+        ranks=dict(zip(ranks[0].tolist(), np.bincount(ranks[1], own).tolist(), strict=True)),
+        stages=dict(zip(stages[0].tolist(), np.bincount(stages[1], own).tolist(), strict=True)),
+        op_classes=by_class,
+    )

@@ -1,0 +1,230 @@
+"""What-if: how long a step would have taken with one element healed, for the elements likely to matter.
+
+*Healed* means the element's intrinsic durations (see :mod:`stepgraph`) are replaced by the median of its
+peers for the same op and microbatch position:
+
+- a **rank** or a **data-parallel replica**: by the median over the replicas of the same position (pipeline
+  stage, tensor index, and place in the rank's program — or, for a transfer, direction and microbatch);
+- a **pipeline stage**: by the median, over the other stages, of each stage's median for the same op,
+  microbatch and occurrence;
+- a **link** between two stages: its transfers by the median over the other links' for the same direction
+  and microbatch;
+- an **op type**: by the job's own healthy baseline (there are no peers within a step), once one exists.
+
+Candidates: every stage and link (up to ``MAX_ALL``), the ranks and replicas with the most time above their
+peers, the op types with the most time above the baseline. All candidates are evaluated in one vectorised
+pass, together with the step as observed and the step with every node at its baseline.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from streams.engine.stepgraph import CHAIN, MEMBER, RECV, SEND, Floats, Ints, StepGraph, dense
+
+TOP_RANKS = 4
+TOP_REPLICAS = 2
+TOP_OPS = 3
+MAX_ALL = 8  # stages and links evaluated exhaustively up to this many, else the top ones
+
+
+@dataclass(frozen=True)
+class Candidate:
+    element: str  # operator-graph element id
+    dimension: str  # rank | dp | stage | link | op
+    contains: tuple[str, ...]  # more specific candidates of this step it contains (a replica: its ranks)
+
+
+@dataclass(frozen=True)
+class StepWhatIf:
+    """A step as observed and as modelled, at the job's baseline, and with each candidate healed."""
+
+    step_s: float  # modelled step time (the graph evaluated with observed durations)
+    observed_s: float
+    baseline_s: float | None  # every node at the job's healthy baseline
+    candidates: tuple[Candidate, ...]
+    counterfactual_s: Floats  # per candidate
+    ends: Floats  # per node end times as observed (for the critical path)
+    peer_median: Floats  # per node: the median intrinsic duration of its replica peers
+    rank_ends: Floats  # per rank: its last span's end, as observed
+    healed_rank_ends: Floats | None  # per rank: its last span's end with the top rank candidate healed
+
+    def gains(self) -> dict[str, float]:
+        """Seconds the step would have been shorter with each candidate healed (≥ 0)."""
+        return {
+            c.element: max(0.0, self.step_s - cf)
+            for c, cf in zip(self.candidates, self.counterfactual_s.tolist(), strict=True)
+        }
+
+
+class Grouping:
+    """Positions grouped by an integer key, prepared once per structure for repeated medians."""
+
+    def __init__(self, keys: Ints) -> None:
+        self.order = np.argsort(keys, kind="stable")
+        k = keys[self.order]
+        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
+        self.counts = np.diff(np.r_[starts, len(k)])
+        self.group_of_sorted = np.repeat(np.arange(len(starts)), self.counts)
+        self.starts = starts
+        self.uniform = len(starts) > 0 and bool((self.counts == self.counts[0]).all())
+        self.keys = k[starts] if len(k) else k
+
+    def medians(self, values: Floats) -> Floats:
+        """One median per group (groups in key order)."""
+        v = values[self.order]
+        if self.uniform:
+            return np.asarray(np.median(v.reshape(len(self.starts), -1), axis=1), np.float64)
+        v = v[np.lexsort((v, self.group_of_sorted))]
+        middle: Floats = (v[self.starts + (self.counts - 1) // 2] + v[self.starts + self.counts // 2]) / 2
+        return middle
+
+    def spread(self, per_group: Floats) -> Floats:
+        """Each position's group value."""
+        out = np.empty(len(self.order))
+        out[self.order] = np.repeat(per_group, self.counts)
+        return out
+
+
+def group_median(keys: Ints, values: Floats) -> Floats:
+    """Per position: the median of ``values`` over all positions with the same key."""
+    grouping = Grouping(keys)
+    return grouping.spread(grouping.medians(values))
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Per node of a step's graph: the peer groups used to heal it."""
+
+    position: Grouping  # replica peers: same (stage, tensor index, place in program | direction, microbatch)
+    stage_key: Ints  # stage peers: same (op, microbatch, occurrence in the rank's program)
+    link: Ints  # the link a transfer crosses (lower stage), -1 for other nodes
+    link_key: Ints  # link peers: same (direction, microbatch)
+
+    @classmethod
+    def of(cls, g: StepGraph) -> Roles:
+        n = g.nodes
+        chain = (g.kind == CHAIN) | (g.kind == MEMBER)
+        p2p = (g.kind == SEND) | (g.kind == RECV)
+        idx = np.arange(n)
+        rank_start = np.flatnonzero(np.r_[True, g.rank[1 : g.n_chain] != g.rank[: g.n_chain - 1]])
+        place = np.zeros(n, np.int64)
+        place[: g.n_chain] = idx[: g.n_chain] - np.repeat(rank_start, np.diff(np.r_[rank_start, g.n_chain]))
+        ranks = int(g.rank.max(initial=0)) + 1
+        pp_of_rank = np.full(ranks, -1, np.int64)
+        pp_of_rank[g.rank[g.span >= 0]] = g.pp[g.span >= 0]
+        peer_pp = np.where(p2p & (g.peer >= 0), pp_of_rank[np.clip(g.peer, 0, ranks - 1)], -1)
+        direction = np.where(p2p, (peer_pp > g.pp).astype(np.int64) + 2 * (g.kind == RECV), -1)
+        position = dense(g.pp, g.tp, np.where(chain, place, -1), direction, np.where(p2p, g.microbatch, -2))
+        occurrence = np.zeros(n, np.int64)
+        occ_key = dense(g.rank, g.op, g.microbatch)
+        by_key = np.argsort(occ_key[: g.n_chain], kind="stable")
+        sk = occ_key[: g.n_chain][by_key]
+        first = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+        occurrence[by_key] = np.arange(len(sk)) - np.repeat(first, np.diff(np.r_[first, len(sk)]))
+        stage_key = np.where(chain, dense(g.op, g.microbatch, occurrence), -1)
+        link = np.where(p2p & (peer_pp >= 0), np.minimum(g.pp, peer_pp), -1)
+        link_key = np.where(link >= 0, dense(direction, g.microbatch), -1)
+        return cls(Grouping(position), stage_key, link, link_key)
+
+
+def _peer_medians_excluding(groups: Ints, keys: Ints, values: Floats, mask: npt.NDArray[np.bool_]) -> Floats:
+    """Per group g and node: the median over the *other* groups of each group's median for the node's key
+    (rows: groups 0..G-1, NaN where a node is not in ``mask``)."""
+    sel = np.flatnonzero(mask)
+    if not len(sel):
+        return np.zeros((0, len(values)))
+    n_groups, n_keys = int(groups[sel].max()) + 1, int(keys[sel].max()) + 1
+    per = np.full((n_groups, n_keys), np.nan)
+    cell = groups[sel] * n_keys + keys[sel]
+    med = group_median(cell, values[sel])
+    per.reshape(-1)[cell] = med
+    out = np.full((n_groups, len(values)), np.nan)
+    for g in range(n_groups):
+        others = np.delete(per, g, axis=0)
+        if len(others):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a key only this group has: NaN, not healed
+                healed = np.nanmedian(others, axis=0)
+            out[g, sel] = healed[keys[sel]]
+    return out
+
+
+def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, roles: Roles) -> StepWhatIf:
+    """Evaluate the step as observed, at baseline, and with each candidate element healed. ``roles``:
+    ``Roles.of(g)``, which depends on the structure only (cache it by ``g.signature``)."""
+    d0 = g.intrinsic
+    spans = g.span >= 0
+    peer_med = np.where(spans, roles.position.spread(roles.position.medians(d0)), d0)
+    excess = np.maximum(0.0, d0 - peer_med)
+    rows: list[Floats] = [d0]
+    cands: list[Candidate] = []
+
+    def add(element: str, dimension: str, healed: Floats, contains: tuple[str, ...] = ()) -> None:
+        rows.append(healed)
+        cands.append(Candidate(element, dimension, contains))
+
+    ranks_in = np.flatnonzero(np.bincount(g.rank[spans]))
+    rank_excess = np.bincount(g.rank[spans], excess[spans])
+    top_ranks = [int(r) for r in sorted(ranks_in, key=lambda r: (-rank_excess[r], r))[:TOP_RANKS]]
+    for r in top_ranks:
+        add(f"rank:{job}/{r}", "rank", np.where(g.rank == r, peer_med, d0))
+    dp_excess = np.bincount(g.dp[spans], excess[spans])
+    replicas = sorted(np.flatnonzero(np.bincount(g.dp[spans])).tolist(), key=lambda d: (-dp_excess[d], d))
+    for d in replicas[:TOP_REPLICAS] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
+        inside = tuple(f"rank:{job}/{r}" for r in top_ranks if (g.dp[g.rank == r] == d).any())
+        add(f"dp:{job}/{d}", "dp", np.where(g.dp == d, peer_med, d0), inside)
+    chain = roles.stage_key >= 0
+    by_stage = _peer_medians_excluding(np.where(chain, g.pp, 0), np.maximum(roles.stage_key, 0), d0, chain)
+    for s in _top(by_stage, g.pp, d0, chain):
+        healed = np.where(chain & (g.pp == s) & np.isfinite(by_stage[s]), by_stage[s], d0)
+        inside = tuple(f"rank:{job}/{r}" for r in top_ranks if (g.pp[g.rank == r] == s).any())
+        add(f"stage:{job}/{s}", "stage", healed, inside)
+    sends = g.kind == SEND
+    links = roles.link >= 0
+    by_link = _peer_medians_excluding(np.maximum(roles.link, 0), np.maximum(roles.link_key, 0), d0, links & sends)
+    for lk in _top(by_link, roles.link, d0, links & sends):
+        healed = np.where(sends & (roles.link == lk) & np.isfinite(by_link[lk]), by_link[lk], d0)
+        add(f"link:{job}/stage{lk}-stage{lk + 1}", "link", healed)
+    if baseline is not None:
+        rows.insert(1, baseline)
+        op_excess = np.bincount(g.op, np.maximum(0.0, d0 - baseline), minlength=len(ops))
+        for o in [int(o) for o in np.argsort(-op_excess, kind="stable")[:TOP_OPS] if op_excess[o] > 0]:
+            add(f"op:{job}/{ops[o]}", "op", np.where(g.op == o, baseline, d0))
+    ends = g.evaluate(np.stack(rows))
+    step_ends = ends.max(axis=1)
+    first = 2 if baseline is not None else 1
+    healed_rank_ends = None
+    if top_ranks:
+        healed_rank_ends = _last_end_per_rank(g, ends[first])  # row of the top rank candidate
+    return StepWhatIf(
+        step_s=float(step_ends[0]),
+        observed_s=g.observed_s,
+        baseline_s=float(step_ends[1]) if baseline is not None else None,
+        candidates=tuple(cands),
+        counterfactual_s=step_ends[first:],
+        ends=ends[0],
+        peer_median=peer_med,
+        rank_ends=_last_end_per_rank(g, ends[0]),
+        healed_rank_ends=healed_rank_ends,
+    )
+
+
+def _top(healed: Floats, group: Ints, d0: Floats, mask: npt.NDArray[np.bool_]) -> list[int]:
+    """Groups (stages, links) to evaluate: all of them up to MAX_ALL, else those most above their healing."""
+    present = sorted(set(group[mask].tolist()))
+    if len(present) <= MAX_ALL:
+        return present
+    over = {s: float(np.nansum(np.where(mask & (group == s), d0 - healed[s], 0.0))) for s in present}
+    return sorted(present, key=lambda s: (-over[s], s))[:MAX_ALL]
+
+
+def _last_end_per_rank(g: StepGraph, ends: Floats) -> Floats:
+    spans = g.span >= 0
+    out = np.full(int(g.rank.max(initial=0)) + 1, -np.inf)
+    np.maximum.at(out, g.rank[spans], ends[spans])
+    return out

@@ -1,0 +1,171 @@
+"""The per-step dependency graph, what-if, attribution and the structural findings, against the simulator's
+ground truth (which knows the injected causes and the true counterfactual step times)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import pytest
+
+from audit.records import AuditRecord
+from streams.contract.envelope import decode_telemetry
+from streams.engine.opgraph import MAX_DECISIONS, OperatorGraph
+from streams.engine.stepgraph import Codebook, build
+from streams.engine.steps import LAG, JobSteps
+from streams.sim.scenarios import SCENARIOS, Scenario
+from streams.testing import run_stream
+
+RANKS, STEPS = 64, 90
+
+
+@functools.cache
+def scenario_run(name: str, seed: int = 1, steps: int = STEPS) -> tuple[Scenario, tuple[AuditRecord, ...]]:
+    scenario = SCENARIOS[name](seed, RANKS, steps)
+    out = run_stream((kind, value) for kind, _, value in scenario.run())
+    return scenario, tuple(out.audit)
+
+
+def op_columns(scenario: Scenario, step: int) -> dict[str, Any]:
+    parts = []
+    for kind, _, value in scenario.run():
+        if kind == "telemetry":
+            parts += [
+                b.columns for b in decode_telemetry(value).batches if b.kind == "op" and b.columns["step"][0] == step
+            ]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def test_the_graph_reproduces_the_simulated_step_time() -> None:
+    scenario = SCENARIOS["training-fabric"](3, RANKS, 50)
+    ops, groups, cache = Codebook(), Codebook(), {}
+    for step in (0, 45):  # healthy, and with the straggler
+        g = build(op_columns(scenario, step), ops, groups, cache)
+        modelled = g.evaluate(g.intrinsic[None, :]).max()
+        assert modelled == pytest.approx(scenario.step_times[step], abs=1e-5)
+    assert len(cache) == 1  # every step has the same structure: compiled once
+
+
+def test_a_barrier_waits_for_its_last_member_and_healing_it_shortens_the_step() -> None:
+    # two ranks compute, then meet at an all-reduce; rank 1 computes 3x longer
+    cols = {
+        "rank": [0, 1, 0, 1], "dp": [0, 1, 0, 1], "pp": [0, 0, 0, 0], "tp": [0, 0, 0, 0],
+        "op": ["fwd", "fwd", "allreduce", "allreduce"], "op_class": ["compute", "compute", "comm", "comm"],
+        "start": [100.0, 100.0, 101.0, 103.0], "duration": [1.0, 3.0, 2.5, 0.5], "microbatch": [0, 0, -1, -1],
+        "group": ["", "", "g", "g"], "seq": [-1, -1, 7, 7], "peer": [-1, -1, -1, -1],
+    }  # fmt: skip
+    c = {k: np.array(v, dtype=object if isinstance(v[0], str) else None) for k, v in cols.items()}
+    g = build(c, Codebook(), Codebook(), {})
+    assert g.observed_s == pytest.approx(3.5)
+    healed = g.intrinsic.copy()
+    healed[(g.rank == 1) & (g.op == 1)] = 1.0  # rank 1's compute as long as rank 0's
+    ends = g.evaluate(np.stack([g.intrinsic, healed]))
+    assert ends.max(axis=1) == pytest.approx([3.5, 1.5])
+    path = g.critical_path(ends[0])
+    assert next(int(g.rank[n]) for n in path if g.span[n] >= 0) == 1  # the late rank starts the critical path
+
+
+def test_pipeline_transfers_delay_the_receiving_stage() -> None:
+    # stage 0 computes [0, 1], sends for 2 s; stage 1 receives, then computes 1 s
+    cols = {
+        "rank": [0, 0, 1, 1], "dp": [0, 0, 0, 0], "pp": [0, 0, 1, 1], "tp": [0, 0, 0, 0],
+        "op": ["forward", "send", "recv", "forward"], "op_class": ["compute", "comm", "comm", "compute"],
+        "start": [0.0, 1.0, 1.0, 3.0], "duration": [1.0, 2.0, 2.0, 1.0], "microbatch": [0, 0, 0, 0],
+        "group": ["", "", "", ""], "seq": [-1, -1, -1, -1], "peer": [-1, 1, 0, -1],
+    }  # fmt: skip
+    c = {k: np.array(v, dtype=object if isinstance(v[0], str) else None) for k, v in cols.items()}
+    g = build(c, Codebook(), Codebook(), {})
+    assert g.evaluate(g.intrinsic[None, :]).max() == pytest.approx(4.0)
+    faster = g.intrinsic.copy()
+    faster[g.op == 2] = 0.5  # the send ("send" is op code 2)
+    assert g.evaluate(faster[None, :]).max() == pytest.approx(2.5)
+
+
+@pytest.mark.parametrize(
+    "name", ["training-fabric", "training-slow-stage", "training-slow-link", "training-imbalanced-dp"]
+)
+def test_the_top_cause_is_the_injected_one_and_its_slowdown_is_within_5_percent(name: str) -> None:
+    scenario, audit = scenario_run(name)
+    truth = scenario.ground_truth(1)
+    drift = next(r for r in audit if r.type == "finding" and r.body["kind"] == "step_time_drift")
+    causes = sorted((r.body for r in audit if r.type == "attribution" and r.body["finding_id"] == drift.id),
+                    key=lambda b: b["rank"])  # fmt: skip
+    first = truth["causes"][0]
+    assert causes[0]["cause"] == first["element"]
+    end = truth["causes"][1]["start_step"] if len(truth["causes"]) > 1 else truth["steps"]
+    start_step = _step_at(truth, drift.body["start"])
+    actual = np.mean(truth["step_time_s"][start_step:end])
+    true_slowdown = actual / np.mean(truth["counterfactual_step_time_s"][start_step:end])
+    assert causes[0]["slowdown"] == pytest.approx(true_slowdown, rel=0.05)
+
+
+def _step_at(truth: dict[str, Any], t: float) -> int:
+    starts = truth["t0"] + np.concatenate([[0.0], np.cumsum(truth["step_time_s"][:-1])])
+    return int(np.searchsorted(starts, t, side="right") - 1)
+
+
+def test_the_power_cap_is_named_as_the_decision_that_made_the_straggler_worse() -> None:
+    scenario, audit = scenario_run("training-fabric", steps=120)
+    truth = scenario.ground_truth(1)
+    cap = next(c for c in truth["causes"] if c["decision"])
+    regression = next(r for r in audit if r.type == "finding" and r.body["kind"] == "control_regression")
+    assert regression.body["subjects"][-1] == cap["element"]
+    first = next(r.body for r in audit if r.type == "attribution" and r.body["finding_id"] == regression.id)
+    assert (first["rank"], first["cause_kind"], first["cause"]) == (1, "decision", cap["decision"])
+    assert first["share"] > 0.8
+
+
+def test_the_straggler_cascade_reaches_ranks_through_pipeline_and_collectives() -> None:
+    scenario, audit = scenario_run("training-fabric")
+    cascade = next(r.body for r in audit if r.type == "finding" and r.body["kind"] == "straggler_cascade")
+    assert cascade["subjects"][0] == scenario.ground_truth(1)["causes"][0]["element"]
+    ev = cascade["evidence"]
+    assert ev["via_pipeline"] > 0 and ev["via_collectives"] > 0
+    assert ev["affected_ranks"] == ev["via_tensor_parallel"] + ev["via_pipeline"] + ev["via_collectives"]
+
+
+def test_healthy_runs_get_no_structural_findings_and_waste_adds_up() -> None:
+    _, audit = scenario_run("training-fabric-healthy")
+    kinds = {r.body["kind"] for r in audit if r.type == "finding"}
+    assert not kinds & {"straggler_cascade", "control_regression", "step_time_drift"}
+    rollups = [r.body for r in audit if r.type == "metrics_rollup"]
+    windows = {b["window_start"] for b in rollups if b["name"] == "wasted_accel_s"}
+    for w in windows:
+        waste = sum(b["total"] for b in rollups if b["name"] == "wasted_accel_s" and b["window_start"] == w)
+        allocated = next(b["total"] for b in rollups if b["name"] == "allocated_accel_s" and b["window_start"] == w)
+        compute = next(b["total"] for b in rollups if b["name"] == "compute_accel_s" and b["window_start"] == w)
+        assert waste + compute == pytest.approx(allocated, rel=1e-6)
+
+
+def test_the_same_input_gives_the_same_records() -> None:
+    scenario = SCENARIOS["training-slow-link"](2, RANKS, 40)
+    items = [(kind, value) for kind, _, value in scenario.run()]
+    first, second = run_stream(items), run_stream(items)
+    assert [r.encode() for r in first.audit] == [r.encode() for r in second.audit]
+    assert any(r.type == "graph_snapshot" for r in first.audit)
+
+
+def test_state_stays_bounded() -> None:
+    scenario = SCENARIOS["training-fabric-healthy"](1, 16, 30)
+    steps = JobSteps("llm-pretrain")
+    for kind, _, value in scenario.run():
+        if kind == "telemetry":
+            for b in decode_telemetry(value).batches:
+                if b.kind == "op":
+                    steps.add(b.columns["step"], b.columns)
+                    assert len(steps._pending) <= LAG + 1
+    graph = OperatorGraph("j")
+    for i in range(3 * MAX_DECISIONS):
+        graph.add_decision(f"d{i}", f"ctl{i}", [f"node:n{i}"])
+    assert sum(1 for n in graph.graph if n.startswith("controller:")) == MAX_DECISIONS
+
+
+def test_snapshots_only_on_change_and_placement_lookup() -> None:
+    graph = OperatorGraph("j")
+    graph.add_relations([("placed_on", "rank:j/0", "device:n0/gpu0"), ("placed_on", "device:n0/gpu0", "node:n0")])
+    graph.add_ranks({0: (0, 0, 0)})
+    assert graph.snapshot(1.0) is not None
+    assert graph.snapshot(2.0) is None
+    assert graph.hosts("node:n0", "rank:j/0") and graph.hosts("node:n0", "stage:j/0")
+    assert not graph.hosts("node:n1", "rank:j/0")
