@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from streams.engine.attribution import RankedCause, StepGains, containment, rank_causes, specific_chain
+from streams.engine.attribution import StepGains, containment, rank_causes, specific_chain
 from streams.engine.economics import WASTE_CAUSES
 from streams.engine.findings import Finding
 from streams.engine.opgraph import OperatorGraph
@@ -64,19 +64,21 @@ class Attribution:
         }
 
 
-def element_attributions(finding_id: str, causes: list[RankedCause], first_rank: int = 1) -> list[Attribution]:
+def element_attributions(finding_id: str, window: list[StepGains]) -> list[Attribution]:
+    """The ranked element causes of a finding over ``window`` (the analysed steps they were judged on)."""
+    steps = {"first_step": window[0].step, "last_step": window[-1].step, "steps": len(window)}
     return [
         Attribution(
             finding_id,
-            first_rank + i,
+            c.rank,
             "element",
             c.element,
             c.share,
             c.slowdown,
             c.cost_accel_s,
-            {"gain_s_per_step": round(c.gain_s, 6)},
+            {"gain_s_per_step": round(c.gain_s, 6), **steps},
         )
-        for i, c in enumerate(causes)
+        for c in rank_causes(window)
     ]
 
 
@@ -133,7 +135,7 @@ class JobDerivations:
             if len(since) < ATTRIBUTION_STEPS and not (final and since):
                 continue
             self._unattributed.remove(finding)
-            out.attributions.extend(element_attributions(finding.id, rank_causes(since)))
+            out.attributions.extend(element_attributions(finding.id, since))
 
     def _cascades(self, r: StepReport, out: Derived) -> None:
         w = r.whatif

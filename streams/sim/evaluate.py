@@ -4,7 +4,11 @@ beside two baselines on the same step-time series: a fixed threshold and river's
 Scoring, per detector and scenario: a run with an injected cause counts as detected when the detector
 fires at or after the cause's onset (an alarm before the onset is a false alarm); the delay is in steps
 from the onset to the first alarm after it; on a healthy run any alarm is a false alarm. For the straggler
-detector the top-1 named element must be the injected rank (AC@1; it names one root, so AC@3 = AC@1).
+detector the named element must be the injected one: AC@k is the share of runs whose first alarm after
+the onset ranked it within the top k causes (from the finding's attributions, or its first subject), Avg@5
+the mean of AC@1..AC@5; for control regressions the truth is the decision that made things worse.
+``slowdown_err``/``cost_err``: the top cause's estimated slowdown and attributed accelerator-seconds against
+the simulator's true counterfactual over the same steps (median over runs of |estimate / truth - 1|).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 from river import drift
 
 from streams.sim.scenarios import SCENARIOS, Scenario
-from streams.testing import run_messages
+from streams.testing import run_stream
 
 
 @dataclass
@@ -30,8 +34,12 @@ class Run:
     seed: int
     onset: int | None  # first step of the first injected cause (None: healthy)
     truth_element: str | None
+    truth_decision: str | None = None
+    expected: tuple[str, ...] = ()  # finding kinds the ground truth expects
     alarms: dict[str, list[int]] = field(default_factory=dict)  # detector -> steps it alarmed at
-    named: dict[str, list[str]] = field(default_factory=dict)  # detector -> elements it named, in order
+    named: dict[str, list[list[str]]] = field(default_factory=dict)  # detector -> per alarm, elements ranked
+    slowdown_error: dict[str, float] = field(default_factory=dict)  # detector -> |estimated / true - 1|
+    cost_error: dict[str, float] = field(default_factory=dict)  # detector -> |attributed / true accel-s - 1|
 
 
 def fixed_threshold(durations: list[float], warmup: int = 20, factor: float = 1.2, runs: int = 3) -> list[int]:
@@ -60,21 +68,43 @@ def adwin(durations: list[float], warmup: int = 20) -> list[int]:
 
 def run_scenario(name: str, seed: int, ranks: int, steps: int) -> Run:
     scenario: Scenario = SCENARIOS[name](seed, ranks, steps)
-    telemetry = [value for kind, _, value in scenario.run() if kind == "telemetry"]
+    items = [(kind, value) for kind, _, value in scenario.run()]
     truth = scenario.ground_truth(seed)
     causes = truth["causes"]
-    run = Run(name, seed, causes[0]["start_step"] if causes else None, causes[0]["element"] if causes else None)
-    out = run_messages(telemetry)
+    run = Run(name, seed, causes[0]["start_step"] if causes else None, causes[0]["element"] if causes else None,
+              next((c["decision"] for c in causes if c.get("decision")), None),
+              tuple(truth["expected_findings"]))  # fmt: skip
+    out = run_stream(items)
     step_at = _step_locator(truth["t0"], truth["step_time_s"])
+    causes_of: dict[str, list[dict[str, Any]]] = {}
+    for record in (r for r in out.audit if r.type == "attribution"):
+        causes_of.setdefault(record.body["finding_id"], []).append(record.body)
     for record in (r for r in out.audit if r.type == "finding"):
         body = record.body
         detector = f"driftlog:{body['kind']}"
         run.alarms.setdefault(detector, []).append(step_at(body["end"]))  # when it was detected
-        run.named.setdefault(detector, []).append(body["subjects"][0])
+        ranked = sorted(causes_of.get(record.id, []), key=lambda c: c["rank"])
+        run.named.setdefault(detector, []).append([c["cause"] for c in ranked] or [body["subjects"][0]])
+        if ranked and ranked[0]["cause_kind"] == "element" and detector not in run.slowdown_error:
+            _score_estimates(run, detector, ranked[0], truth)
     durations = truth["step_time_s"]
     run.alarms["baseline:fixed_threshold"] = fixed_threshold(durations)
     run.alarms["baseline:adwin"] = adwin(durations)
     return run
+
+
+def _score_estimates(run: Run, detector: str, top: dict[str, Any], truth: dict[str, Any]) -> None:
+    """The top cause's slowdown and cost against the simulator's true counterfactual over the same steps."""
+    ev = top["evidence"]
+    if "first_step" not in ev:
+        return
+    lo, hi = ev["first_step"], ev["last_step"] + 1
+    actual, healed = truth["step_time_s"][lo:hi], truth["counterfactual_step_time_s"][lo:hi]
+    true_slowdown = statistics.mean(actual) / statistics.mean(healed)
+    run.slowdown_error[detector] = abs(top["slowdown"] / true_slowdown - 1)
+    true_cost = truth["layout"]["ranks"] * sum(a - h for a, h in zip(actual, healed, strict=True))
+    if true_cost > 0:
+        run.cost_error[detector] = abs(top["cost_accel_s"] / true_cost - 1)
 
 
 def _step_locator(t0: float, step_times: list[float]) -> Callable[[float], int]:
@@ -87,7 +117,14 @@ def _step_locator(t0: float, step_times: list[float]) -> Callable[[float], int]:
     return step_at
 
 
-DETECTORS = ("driftlog:step_time_drift", "driftlog:straggler", "baseline:fixed_threshold", "baseline:adwin")
+DETECTORS = (
+    "driftlog:step_time_drift",
+    "driftlog:straggler",
+    "driftlog:straggler_cascade",
+    "driftlog:control_regression",
+    "baseline:fixed_threshold",
+    "baseline:adwin",
+)
 
 
 def score(runs: Iterable[Run]) -> list[dict[str, Any]]:
@@ -102,6 +139,9 @@ def score(runs: Iterable[Run]) -> list[dict[str, Any]]:
 
 def _score(scenario: str, detector: str, runs: list[Run]) -> dict[str, Any]:
     injected = [r for r in runs if r.onset is not None]
+    expected = any(detector.removeprefix("driftlog:") in r.expected for r in injected) or detector.startswith(
+        "baseline:"
+    )  # recall only where the scenario expects this kind of finding
     healthy = [r for r in runs if r.onset is None]
     hits, delays, early = 0, [], 0
     for r in injected:
@@ -115,23 +155,42 @@ def _score(scenario: str, detector: str, runs: list[Run]) -> dict[str, Any]:
     alarms_total = sum(len(r.alarms.get(detector, [])) for r in runs)
     true_alarms = sum(1 for r in injected for a in r.alarms.get(detector, []) if a >= (r.onset or 0))
     # only detectors that name an operator-graph element below the job are scored on attribution
-    names_elements = any(not n.startswith("job:") for r in injected for n in r.named.get(detector, []))
-    ac1 = (
-        sum(1 for r in injected if r.named.get(detector, [None])[0] == r.truth_element) / len(injected)
-        if names_elements and injected
-        else None
-    )
+    firsts = {id(r): _first_named_after_onset(r, detector) for r in injected}
+    names_elements = any(not n.startswith("job:") for names in firsts.values() for n in names)
+
+    def ac(k: int) -> float | None:
+        if not names_elements or not injected:
+            return None
+        decision = detector.endswith("control_regression")
+        found = sum(1 for r in injected if (r.truth_decision if decision else r.truth_element) in firsts[id(r)][:k])
+        return found / len(injected)
+
+    slowdown_errors = [r.slowdown_error[detector] for r in injected if detector in r.slowdown_error]
+    cost_errors = [r.cost_error[detector] for r in injected if detector in r.cost_error]
+    ac_k = [ac(k) for k in range(1, 6)]
     return {
         "scenario": scenario,
         "detector": detector,
         "runs": len(runs),
-        "recall": hits / len(injected) if injected else None,
+        "recall": hits / len(injected) if injected and expected else None,
         "precision": true_alarms / alarms_total if alarms_total else None,
         "median_delay_steps": statistics.median(delays) if delays else None,
         "alarms_before_onset": early,
         "false_alarms_on_healthy": sum(len(r.alarms.get(detector, [])) for r in healthy) if healthy else None,
-        "AC@1": ac1,
+        "AC@1": ac_k[0],
+        "AC@3": ac_k[2],
+        "Avg@5": statistics.mean(a for a in ac_k if a is not None) if ac_k[0] is not None else None,
+        "slowdown_err": statistics.median(slowdown_errors) if slowdown_errors else None,
+        "cost_err": statistics.median(cost_errors) if cost_errors else None,
     }
+
+
+def _first_named_after_onset(run: Run, detector: str) -> list[str]:
+    """What the detector's first alarm at or after the onset named, most likely first."""
+    for step, names in zip(run.alarms.get(detector, []), run.named.get(detector, []), strict=False):
+        if run.onset is not None and step >= run.onset:
+            return names
+    return []
 
 
 def evaluate(names: list[str], seeds: list[int], ranks: int, steps: int) -> list[Run]:
@@ -140,10 +199,11 @@ def evaluate(names: list[str], seeds: list[int], ranks: int, steps: int) -> list
 
 def table(rows: list[dict[str, Any]]) -> str:
     cols = ["scenario", "detector", "runs", "recall", "precision", "median_delay_steps", "alarms_before_onset",
-            "false_alarms_on_healthy", "AC@1"]  # fmt: skip
+            "false_alarms_on_healthy", "AC@1", "AC@3", "Avg@5", "slowdown_err", "cost_err"]  # fmt: skip
 
     def cell(v: Any) -> str:
-        return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
+        return "-" if v is None else f"{v:.3f}" if isinstance(v, float) and v < 0.1 else f"{v:.2f}" if isinstance(
+            v, float) else str(v)  # fmt: skip
 
     widths = [max(len(c), *(len(cell(r[c])) for r in rows)) for c in cols]
     lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]

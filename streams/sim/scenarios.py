@@ -93,7 +93,7 @@ def training_fabric(seed: int, ranks: int, steps: int, healthy: bool = False) ->
         "targets": [node_of(straggler)], "parameters": {"cap_w": 450}, "reason": "rack above its power budget",
         "expected_effect": {"metric": "power_w", "direction": "down"}, "job": scenario.job}))  # fmt: skip
     scenario.decision_causes[decision_id] = cap
-    scenario.expected_findings = ["step_time_drift", "straggler"]
+    scenario.expected_findings = ["step_time_drift", "straggler", "straggler_cascade", "control_regression"]
     return scenario
 
 
