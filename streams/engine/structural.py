@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from streams.engine.attribution import StepGains, containment, rank_causes, specific_chain
-from streams.engine.economics import WASTE_CAUSES
+from streams.engine.economics import WASTE_CAUSES, StepCost
 from streams.engine.findings import Finding
 from streams.engine.opgraph import OperatorGraph
 from streams.engine.rollup import Rollup
@@ -105,7 +105,7 @@ class JobDerivations:
     _unattributed: list[Finding] = field(default_factory=list)
     _stragglers: list[Finding] = field(default_factory=list)
     _decisions: list[_Decision] = field(default_factory=list)
-    _waste: list[StepReport] = field(default_factory=list)
+    _waste: list[tuple[float, float, StepCost]] = field(default_factory=list)  # (t0, observed_s, cost)
 
     def on_finding(self, finding: Finding) -> None:
         """A finding of the job's detectors that wants structural follow-up."""
@@ -123,7 +123,7 @@ class JobDerivations:
             contains = {c.element: c.contains for c in w.candidates if c.contains}
             self.gains.append(StepGains(r.step, r.t0, w.step_s, w.baseline_s, r.ranks, w.gains(), contains))
             self._cascades(r, out)
-            self._waste.append(r)
+            self._waste.append((r.t0, w.observed_s, r.cost))
             if len(self._waste) >= self.window:
                 out.rollups.extend(self._waste_rollups())
         self._attribute(out, final)
@@ -166,14 +166,14 @@ class JobDerivations:
 
     def _waste_rollups(self) -> list[Rollup]:
         rows, self._waste = self._waste, []
-        start, end = rows[0].t0, rows[-1].t0 + rows[-1].whatif.observed_s
-        out = []
-        for cause in WASTE_CAUSES:
-            values = tuple(r.cost.waste_s[cause] for r in rows)
-            out.append(Rollup(self.job, f"cause:{cause}", "wasted_accel_s", start, end, values, sum(values)))
-        allocated = tuple(r.cost.allocated_s for r in rows)
-        out.append(Rollup(self.job, f"job:{self.job}", "allocated_accel_s", start, end, allocated, sum(allocated)))
-        compute = tuple(r.cost.compute_s for r in rows)
+        start, end = rows[0][0], rows[-1][0] + rows[-1][1]
+        costs = [cost for _, _, cost in rows]
+        series = {
+            f"cause:{cause}": ("wasted_accel_s", tuple(c.waste_s[cause] for c in costs)) for cause in WASTE_CAUSES
+        }
+        series[f"job:{self.job}"] = ("allocated_accel_s", tuple(c.allocated_s for c in costs))
+        out = [Rollup(self.job, entity, name, start, end, v, sum(v)) for entity, (name, v) in series.items()]
+        compute = tuple(c.compute_s for c in costs)
         out.append(Rollup(self.job, f"job:{self.job}", "compute_accel_s", start, end, compute, sum(compute)))
         return out
 
