@@ -9,10 +9,13 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import orjson
 from aiokafka import AIOKafkaProducer
 
 from audit.checkpoint import public_key_path
+from audit.queries import named
 from audit.query import run_query
 from audit.verify import verify
 from streams.config import Settings, to_env
@@ -142,35 +145,36 @@ def tell_story(db_path: Path, echo: Echo) -> None:
     echo(f"What the audit trail says ({total:,} audit records):")
     drift = run_query(
         db_path,
-        "SELECT subjects[1] AS job, severity, CAST(evidence->>'onset_step' AS INTEGER) AS onset,"
+        "SELECT id, subjects[1] AS job, severity, CAST(evidence->>'onset_step' AS INTEGER) AS onset,"
         " CAST(evidence->>'baseline_step_s' AS DOUBLE) AS base FROM findings WHERE kind = 'step_time_drift'"
         " ORDER BY start_time",
     ).records()
     for f in drift:
         echo(f"  ▸ what degraded: {f['job']} step time rose ×{f['severity']:.2f} over its healthy {f['base']:.3f}s,"
              f" from step {f['onset']}")  # fmt: skip
-    stragglers = run_query(
-        db_path,
-        "SELECT subjects, severity, CAST(cost->>'accel_s' AS DOUBLE) AS waited, start_time,"
-        " json_array_length(evidence->'affected_ranks') AS affected FROM findings WHERE kind = 'straggler'"
-        " ORDER BY start_time",
-    ).records()
-    for f in stragglers:
+        causes = named_records(db_path, "finding_causes", finding_id=f["id"])
+        if causes:
+            top = causes[0]
+            after = ", ".join(c["cause"] for c in causes[1:3])
+            echo(f"  ▸ which element: {top['cause']} — healing it alone would make the step ×{top['slowdown']:.2f} "
+                 f"faster (what-if on the step dependency graph); next: {after}")  # fmt: skip
+    for f in _findings(db_path, "straggler"):
         where = f" on {f['subjects'][1]}" if len(f["subjects"]) > 1 else ""
-        echo(f"  ▸ which element: {f['subjects'][0]}{where} arrives {f['severity'] * 1000:.0f} ms late at its "
-             f"all-reduces; {f['affected']} ranks of its replica are held up with it; peers had waited "
-             f"{f['waited']:.1f} accelerator-s when it was flagged")  # fmt: skip
-        decisions = run_query(
-            db_path,
-            "SELECT id, controller, action, targets, time FROM decisions"
-            " WHERE list_has_any(targets, $subjects) ORDER BY time",
-            {"subjects": f["subjects"]},
-        ).records()
-        for d in decisions:
-            before, after = _step_time_around(db_path, d["time"])
-            effect = f"; step time {before:.3f}s → {after:.3f}s after it" if before and after else ""
-            echo(f"  ▸ which decision: {d['controller']} did {d['action']} on {', '.join(d['targets'])} "
-                 f"({d['id']}), the straggler's own node{effect}")  # fmt: skip
+        echo(f"  ▸ the straggler: {f['subjects'][0]}{where} arrives {f['severity'] * 1000:.0f} ms late at its "
+             "all-reduces (lateness of arrival, not op duration)")  # fmt: skip
+    for f in _findings(db_path, "straggler_cascade"):
+        ev = f["evidence"]
+        echo(f"  ▸ the cascade: it holds up {ev['affected_ranks']} ranks — {ev['via_tensor_parallel']} tensor-"
+             f"parallel peers, {ev['via_pipeline']} through the pipeline, {ev['via_collectives']} through "
+             "all-reduces")  # fmt: skip
+    for f in _findings(db_path, "control_regression"):
+        ev = f["evidence"]
+        for c in named_records(db_path, "finding_causes", finding_id=f["id"]):
+            if c["cause_kind"] == "decision":
+                echo(f"  ▸ which decision: {c['decided_by']} did {c['decision_action']} on {f['subjects'][0]} "
+                     f"({c['cause']}): step time {ev['step_s_before']:.3f}s → {ev['step_s_after']:.3f}s, "
+                     f"{c['share']:.0%} of the rise through {ev['element']}; {c['cost_accel_s']:.0f} "
+                     f"accelerator-s over the {ev['steps_compared']} steps compared")  # fmt: skip
     cost = run_query(
         db_path,
         "SELECT window_start, mean FROM metrics_rollup WHERE name = 'accel_s_per_output' ORDER BY window_start",
@@ -179,10 +183,33 @@ def tell_story(db_path: Path, echo: Echo) -> None:
         first, last = cost[0][1], cost[-1][1]
         echo(f"  ▸ what it cost: accelerator-seconds per token {first * 1e6:.2f}µs → {last * 1e6:.2f}µs "
              f"(×{last / first:.2f}) from the first to the last window of 50 steps")  # fmt: skip
-    if not drift and not stragglers:
+    waste = named_records(db_path, "wasted_by_cause", job="%")
+    if waste:
+        by_cause: dict[str, float] = {}
+        for w in waste:
+            by_cause[w["cause"]] = by_cause.get(w["cause"], 0.0) + w["wasted_accel_s"]
+        listed = ", ".join(
+            f"{c.removeprefix('cause:')} {v:,.0f}" for c, v in sorted(by_cause.items(), key=lambda kv: -kv[1])
+        )
+        echo(f"  ▸ where the accelerator-seconds went to waste: {listed}")
+    if not drift:
         echo("  no degradation found")
     for reason, n in run_query(db_path, "SELECT reason, count(*) FROM dead_letters GROUP BY ALL ORDER BY 1").rows:
         echo(f"  ▸ dead-lettered: {n} × {reason} (original bytes on the dead-letter topic)")
+
+
+def _findings(db_path: Path, kind: str) -> list[dict[str, Any]]:
+    found = run_query(
+        db_path,
+        "SELECT id, subjects, severity, start_time, evidence FROM findings WHERE kind = $kind ORDER BY start_time",
+        {"kind": kind},
+    ).records()
+    return [{**f, "evidence": orjson.loads(f["evidence"])} for f in found]
+
+
+def named_records(db_path: Path, name: str, **params: object) -> list[dict[str, Any]]:
+    """A named query of sql/queries (the same library `driftlog query --name` runs) as records."""
+    return run_query(db_path, named(name).sql, params).records()
 
 
 def _step_time_around(db_path: Path, t: float) -> tuple[float | None, float | None]:

@@ -119,3 +119,12 @@ def test_decisions_and_dead_letters_land_in_their_tables(store: DuckDBStore) -> 
         ("malformed_json", 1, [], True, "telemetry", 0),
         ("out_of_range", 2, [0, 1], False, "telemetry", 1),
     ]
+
+
+@pytest.mark.parametrize("stem", ["s", "c", "audit_log"])
+def test_a_database_file_may_be_named_like_an_alias_in_the_views(tmp_path: Path, stem: str) -> None:
+    # DuckDB names the catalog after the file: s.duckdb once broke the views' s."body"."kind" (catalog.schema.table)
+    store = DuckDBStore(tmp_path / f"{stem}.duckdb")
+    store.close()
+    con = duckdb.connect(str(tmp_path / f"{stem}.duckdb"), read_only=True)
+    assert con.execute("SELECT count(*) FROM findings").fetchone() == (0,)
