@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from streams.engine.attribution import StepGains, containment, rank_causes, specific_chain
+from streams.engine.detectors.critical_path import CriticalPathShift, composition
 from streams.engine.economics import WASTE_CAUSES, StepCost
 from streams.engine.findings import Finding
 from streams.engine.opgraph import OperatorGraph
@@ -105,6 +106,7 @@ class JobDerivations:
     _unattributed: list[Finding] = field(default_factory=list)
     _stragglers: list[Finding] = field(default_factory=list)
     _decisions: list[_Decision] = field(default_factory=list)
+    cp_shift: CriticalPathShift | None = None
     _waste: list[tuple[float, float, StepCost]] = field(default_factory=list)  # (t0, observed_s, cost)
 
     def on_finding(self, finding: Finding) -> None:
@@ -123,6 +125,12 @@ class JobDerivations:
             contains = {c.element: c.contains for c in w.candidates if c.contains}
             self.gains.append(StepGains(r.step, r.t0, w.step_s, w.baseline_s, r.ranks, w.gains(), contains))
             self._cascades(r, out)
+            if self.cp_shift is None:
+                self.cp_shift = CriticalPathShift(self.job)
+            cp = r.critical_path
+            shifted = self.cp_shift.update(r.step, r.t0, r.t0 + w.observed_s, composition(cp.stages, cp.op_classes))
+            if shifted is not None:
+                out.findings.append(shifted)
             self._waste.append((r.t0, w.observed_s, r.cost))
             if len(self._waste) >= self.window:
                 out.rollups.extend(self._waste_rollups())

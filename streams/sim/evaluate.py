@@ -122,6 +122,7 @@ DETECTORS = (
     "driftlog:straggler",
     "driftlog:straggler_cascade",
     "driftlog:control_regression",
+    "driftlog:critical_path_shift",
     "baseline:fixed_threshold",
     "baseline:adwin",
 )

@@ -93,7 +93,9 @@ def training_fabric(seed: int, ranks: int, steps: int, healthy: bool = False) ->
         "targets": [node_of(straggler)], "parameters": {"cap_w": 450}, "reason": "rack above its power budget",
         "expected_effect": {"metric": "power_w", "direction": "down"}, "job": scenario.job}))  # fmt: skip
     scenario.decision_causes[decision_id] = cap
-    scenario.expected_findings = ["step_time_drift", "straggler", "straggler_cascade", "control_regression"]
+    scenario.expected_findings = [
+        "step_time_drift", "straggler", "straggler_cascade", "control_regression", "critical_path_shift"
+    ]  # fmt: skip
     return scenario
 
 
@@ -106,7 +108,9 @@ def single_cause(kind: str, magnitude: float) -> Callable[[int, int, int], Scena
         scenario = Scenario(f"training-{kind.replace('_', '-')}", fabric, steps)
         span = {"slow_stage": layout.pp, "slow_link": layout.pp - 1, "imbalanced_dp": layout.dp}[kind]
         fabric.causes.append(Cause(kind, (seed * 7919 + 1) % span, magnitude, steps // 3, steps))
-        scenario.expected_findings = ["step_time_drift"]
+        # a slow replica moves the critical path to another replica, not to another stage or kind of work
+        shift = [] if kind == "imbalanced_dp" else ["critical_path_shift"]
+        scenario.expected_findings = ["step_time_drift", *shift]
         return scenario
 
     return build

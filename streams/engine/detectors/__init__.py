@@ -1,2 +1,3 @@
-"""Detectors, one per module: step-time drift (a job's step series) and stragglers (arrival lateness at
-collectives). Each keeps bounded state, uses event time only, and gives the same findings on a replay."""
+"""Detectors, one per module over the contract in ``base``: step-time drift (a job's step series),
+stragglers (arrival lateness at collectives), critical-path shifts (the composition of each step's
+critical path)."""

@@ -38,10 +38,14 @@ class _Open:
     ends: list[float] = field(default_factory=list)
 
 
+RECENT_GAPS = 64
+
+
 @dataclass
 class _Episode:
     start: float
-    gaps: list[float] = field(default_factory=list)
+    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_GAPS))  # the latest, for the median
+    late: int = 0
     waited_s: float = 0.0
 
 
@@ -52,7 +56,7 @@ class CollectiveLateness:
     window: int = 10
     persistence: int = 6
     placement: dict[int, str] = field(default_factory=dict)  # rank -> node element id, when known
-    root_of: Callable[[int], int | None] = lambda step: None  # the rank that slowed a step, if one did
+    root_of: Callable[[int], int | None] | None = None  # the rank that slowed a step (None: the late rank itself)
     _open: dict[str, _Open] = field(default_factory=dict)
     _late: dict[int, deque[bool]] = field(default_factory=dict)
     _episodes: dict[int, _Episode] = field(default_factory=dict)
@@ -109,6 +113,7 @@ class CollectiveLateness:
             if is_late:
                 episode = self._episodes.setdefault(rank, _Episode(float(arrivals[last])))
                 episode.gaps.append(gap)
+                episode.late += 1
                 episode.waited_s += waited
                 self._quiet[rank] = 0
             else:
@@ -118,7 +123,8 @@ class CollectiveLateness:
                     self._alarmed.discard(rank)
             if is_late and rank not in self._alarmed and sum(history) >= self.persistence:
                 self._alarmed.add(rank)
-                if self.root_of(c.step) == rank:  # a rank late because another slowed it gets no finding
+                root = rank if self.root_of is None else self.root_of(c.step)
+                if root == rank:  # a rank late because another slowed it gets no finding
                     findings.append(self._finding(rank, float(max(c.ends))))
         return findings
 
@@ -133,7 +139,7 @@ class CollectiveLateness:
             end=end,
             severity=round(float(np.median(episode.gaps)), 6),
             evidence={
-                "late_collectives": len(episode.gaps),
+                "late_collectives": episode.late,
                 "window": self.window,
                 "median_late_s": float(np.median(episode.gaps)),
                 "affected_ranks": affected,
