@@ -80,6 +80,12 @@ class Settings(BaseSettings):
     step_drift_threshold: float = Field(
         0.10, gt=0, lt=10, description="Relative step-time slowdown the step-time detector treats as drift."
     )
+    price_per_accel_hour: float = Field(
+        0.0,
+        ge=0,
+        le=1e6,
+        description="Price of one accelerator-hour (any currency) for the cost_per_output roll-up; 0: none.",
+    )
 
     @property
     def kafka_home(self) -> Path:

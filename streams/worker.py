@@ -98,7 +98,13 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
     audit = app.topic(settings.audit_topic, value_serializer="raw", key_serializer="raw")
     dead = app.topic(settings.dead_letter_topic, value_serializer="raw", key_serializer="raw")
     processor = Processor(
-        Engine(EngineConfig(settings.step_drift_warmup, settings.step_drift_threshold)),
+        Engine(
+            EngineConfig(
+                settings.step_drift_warmup,
+                settings.step_drift_threshold,
+                price_per_accel_hour=settings.price_per_accel_hour,
+            )
+        ),
         Admission(allowed_lateness=settings.allowed_lateness_s),
     )
     ops_service = OpsService(app, settings)

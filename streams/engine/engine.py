@@ -18,6 +18,7 @@ from streams.engine.rollup import Rollup, StepWindow
 from streams.engine.steps import JobSteps, StepReport
 from streams.engine.structural import Attribution, Derived, JobDerivations
 
+MAX_POWER_GAP_S = 60.0
 KEEP_STEPS = 8  # steps of per-rank compute kept to name the root of a late collective
 
 
@@ -26,6 +27,7 @@ class EngineConfig:
     step_drift_warmup: int = 20
     step_drift_threshold: float = 0.10
     rollup_steps: int = 50
+    price_per_accel_hour: float = 0.0
 
 
 @dataclass
@@ -62,6 +64,7 @@ class Engine:
     _derived: dict[str, JobDerivations] = field(default_factory=dict)
     _graphs: dict[str, OperatorGraph] = field(default_factory=dict)
     _ranks_seen: dict[str, set[int]] = field(default_factory=dict)
+    _power: dict[str, tuple[float, float]] = field(default_factory=dict)  # entity -> (time, watts) last seen
 
     def process(self, batches: Iterable[SampleBatch]) -> EngineOutput:
         out = EngineOutput()
@@ -72,6 +75,8 @@ class Engine:
                 self._on_ops(batch, out)
             elif batch.kind == "topology":
                 self._on_topology(batch, out)
+            elif batch.kind == "metric":
+                self._on_metrics(batch)
         return out
 
     def decision(self, decision: dict[str, Any]) -> EngineOutput:
@@ -94,6 +99,29 @@ class Engine:
         for job, steps in self._steps.items():
             self._on_reports(job, steps.flush(), out, final=True)
         return out
+
+    def _window(self, job: str) -> StepWindow:
+        window = self._windows.get(job)
+        if window is None:
+            window = self._windows[job] = StepWindow(job, self.config.rollup_steps, self.config.price_per_accel_hour)
+        return window
+
+    def _on_metrics(self, batch: SampleBatch) -> None:
+        """Integrate power samples (``power_w``, per device or node) into each job's energy: a sample's
+        value holds until the entity's next sample (gaps over ``MAX_POWER_GAP_S`` are not counted). The
+        job: the sample's own, else every job whose operator graph holds the entity."""
+        c = batch.columns
+        p = c["name"] == "power_w"
+        samples = zip(c["job"][p].tolist(), c["entity"][p].tolist(), c["value"][p].tolist(), c["time"][p].tolist(),
+                      strict=True)  # fmt: skip
+        for job, entity, value, t in samples:
+            last = self._power.get(entity)
+            self._power[entity] = (t, value)
+            if last is None or not 0 < t - last[0] <= MAX_POWER_GAP_S:
+                continue
+            jobs = [job] if job else [j for j, g in self._graphs.items() if g.graph.has_node(entity)]
+            for j in jobs:
+                self._window(j).add_energy(last[1] * (t - last[0]))
 
     def _graph(self, job: str) -> OperatorGraph:
         graph = self._graphs.get(job)
@@ -235,16 +263,21 @@ class Engine:
     def _on_steps(self, batch: SampleBatch, out: EngineOutput) -> None:
         c = batch.columns
         rows = zip(c["job"], c["step"].tolist(), c["start"].tolist(), c["duration"].tolist(),
-                   c["output_units"].tolist(), c["accelerators"].tolist(), strict=True)  # fmt: skip
-        for job, step, start, duration, output_units, accelerators in rows:
+                   c["output_units"].tolist(), c["accelerators"].tolist(), c["attempts"].tolist(),
+                   c["status"].tolist(), strict=True)  # fmt: skip
+        for job, step, start, duration, output_units, accelerators, attempts, status in rows:
             obs = StepObs(job, step, start, duration)
+            window = self._window(job)
             if obs.step <= self._last_step.get(obs.job, -1):
-                self.stale_steps += 1
+                self.stale_steps += 1  # a re-run (after a restart) or a re-sent summary
+                if status != "ok" or attempts > 1 or accelerators:
+                    window.add_rerun(duration * accelerators)
                 continue
+            if status in ("failed", "timeout"):
+                window.add_rerun(duration * accelerators)
+            elif attempts > 1:
+                window.add_rerun(duration * accelerators * (attempts - 1) / attempts)
             self._last_step[obs.job] = obs.step
-            window = self._windows.get(job)
-            if window is None:
-                window = self._windows[job] = StepWindow(job, self.config.rollup_steps)
             out.rollups.extend(window.add(start, duration, output_units, accelerators))
             detector = self._step_detectors.get(obs.job)
             if detector is None:

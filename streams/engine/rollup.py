@@ -36,11 +36,25 @@ class Rollup:
 
 @dataclass
 class StepWindow:
-    """Collects ``size`` steps of one job, then yields its roll-ups (``step_s``, ``accel_s_per_output``)."""
+    """Collects ``size`` steps of one job, then yields its roll-ups: ``step_s``; ``accel_s_per_output`` and
+    its ratio to the job's first window (its healthy baseline, as the ratio is read); ``cost_per_output``
+    when a price per accelerator-hour is set; ``energy_j`` and ``energy_j_per_output`` when power samples
+    came in; ``wasted_accel_s`` of re-runs and retries (entity ``cause:retry_rerun``)."""
 
     job: str
     size: int = 50
+    price_per_accel_hour: float = 0.0
     _rows: list[tuple[float, float, float, float]] = field(default_factory=list)  # start, duration, out, accel
+    _baseline: float | None = None
+    _energy_j: float = 0.0
+    _rerun_accel_s: float = 0.0
+
+    def add_energy(self, joules: float) -> None:
+        self._energy_j += joules
+
+    def add_rerun(self, accel_s: float) -> None:
+        """Accelerator-seconds spent on work that had to be redone (a re-run step, a retried attempt)."""
+        self._rerun_accel_s += accel_s
 
     def add(self, start: float, duration: float, output_units: float, accelerators: float) -> list[Rollup]:
         self._rows.append((start, duration, output_units, accelerators))
@@ -57,4 +71,20 @@ class StepWindow:
             per_output = tuple(r[1] * r[3] / r[2] for r in rows if r[2] > 0)
             accel_s = sum(r[1] * r[3] for r in rows)
             out.append(Rollup(self.job, entity, "accel_s_per_output", *window, per_output, accel_s))
+            if self._baseline is None:
+                self._baseline = float(np.median(per_output))
+            ratio = tuple(v / self._baseline for v in per_output)
+            out.append(Rollup(self.job, entity, "accel_s_per_output_ratio", *window, ratio, sum(ratio)))
+            if self.price_per_accel_hour > 0:
+                price = self.price_per_accel_hour / 3600
+                cost = tuple(v * price for v in per_output)
+                out.append(Rollup(self.job, entity, "cost_per_output", *window, cost, accel_s * price))
+        if self._energy_j > 0:
+            energy, self._energy_j = self._energy_j, 0.0
+            out.append(Rollup(self.job, entity, "energy_j", *window, (energy,), energy))
+            if outputs > 0:
+                out.append(Rollup(self.job, entity, "energy_j_per_output", *window, (energy / outputs,), energy))
+        if self._rerun_accel_s > 0:
+            waste, self._rerun_accel_s = self._rerun_accel_s, 0.0
+            out.append(Rollup(self.job, "cause:retry_rerun", "wasted_accel_s", *window, (waste,), waste))
         return out
