@@ -10,8 +10,10 @@ from typing import Any
 import numpy as np
 
 from streams.contract.envelope import SampleBatch
+from streams.engine.detectors.rerun import Reruns
 from streams.engine.detectors.step_time import StepObs, StepTimeDrift
 from streams.engine.detectors.straggler import CollectiveLateness
+from streams.engine.detectors.sync_loss import SyncLoss
 from streams.engine.findings import Finding
 from streams.engine.opgraph import GraphSnapshot, OperatorGraph
 from streams.engine.rollup import Rollup, StepWindow
@@ -64,6 +66,8 @@ class Engine:
     _derived: dict[str, JobDerivations] = field(default_factory=dict)
     _graphs: dict[str, OperatorGraph] = field(default_factory=dict)
     _ranks_seen: dict[str, set[int]] = field(default_factory=dict)
+    _sync: dict[str, SyncLoss] = field(default_factory=dict)
+    _reruns: dict[str, Reruns] = field(default_factory=dict)
     _power: dict[str, tuple[float, float]] = field(default_factory=dict)  # entity -> (time, watts) last seen
 
     def process(self, batches: Iterable[SampleBatch]) -> EngineOutput:
@@ -187,6 +191,12 @@ class Engine:
             if steps is None:
                 steps = self._steps[job] = JobSteps(job)
             self._add_ranks(job, c, rows)
+            sync = self._sync.get(job)
+            if sync is None:
+                sync = self._sync[job] = SyncLoss(job)
+            lost = sync.update(c["rank"][rows], c["step"][rows], c["dp"][rows], float(c["start"][rows].max()))
+            if lost is not None:
+                self._findings(job, [lost], out)
             self._on_reports(job, steps.add(c["step"][rows], {k: v[rows] for k, v in c.items()}), out)
         # communication collectives (all-reduce, ...): sync barriers are judged on the step's dependency graph
         collective = (c["seq"] >= 0) & (c["group"] != "") & (c["op_class"] == "comm")
@@ -268,9 +278,16 @@ class Engine:
         for job, step, start, duration, output_units, accelerators, attempts, status in rows:
             obs = StepObs(job, step, start, duration)
             window = self._window(job)
-            if obs.step <= self._last_step.get(obs.job, -1):
+            stale = obs.step <= self._last_step.get(obs.job, -1)
+            reruns = self._reruns.get(job)
+            if reruns is None:
+                reruns = self._reruns[job] = Reruns(job)
+            rerun = reruns.update(step, stale, status, attempts, start, duration * accelerators)
+            if rerun is not None:
+                self._findings(job, [rerun], out)
+            if stale:
                 self.stale_steps += 1  # a re-run (after a restart) or a re-sent summary
-                if status != "ok" or attempts > 1 or accelerators:
+                if status != "ok" or attempts > 1:
                     window.add_rerun(duration * accelerators)
                 continue
             if status in ("failed", "timeout"):

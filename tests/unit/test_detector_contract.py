@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 
 from streams.engine.detectors.critical_path import CriticalPathShift
+from streams.engine.detectors.rerun import Reruns
 from streams.engine.detectors.step_time import StepObs, StepTimeDrift
 from streams.engine.detectors.straggler import CollectiveLateness
+from streams.engine.detectors.sync_loss import SyncLoss
 
 
 def step_series(n: int) -> Iterator[tuple[Any, ...]]:
@@ -44,6 +46,25 @@ def compositions(n: int) -> Iterator[tuple[Any, ...]]:
                                               "work:compute": 1.0}  # fmt: skip
 
 
+def replica_drift(n: int) -> Iterator[tuple[Any, ...]]:
+    ranks, replicas = np.arange(8), np.arange(8) // 4  # two replicas of four ranks
+    for step in range(n):
+        steps = np.full(8, step)
+        if step >= n // 3:
+            steps[replicas == 1] -= (step - n // 3) // 4  # replica 1 falls behind, further and further
+        yield ranks, steps, replicas, float(step)
+
+
+def restarts(n: int) -> Iterator[tuple[Any, ...]]:
+    newest = -1
+    for i in range(n):
+        cycle, at = divmod(i, 30)  # every 30 summaries: a failure, then 3 steps run again
+        step = cycle * 27 + (at if at < 27 else at - 3)
+        status = "failed" if at == 26 else "restarted" if at >= 27 else "ok"
+        yield step, step <= newest, status, 2 if at >= 27 else 1, float(i), 8.0
+        newest = max(newest, step)
+
+
 @dataclass(frozen=True)
 class Case:
     make: Callable[[], Any]
@@ -54,6 +75,8 @@ CASES = {
     "step_time_drift": Case(lambda: StepTimeDrift("j"), step_series),
     "straggler": Case(lambda: CollectiveLateness("j"), collectives),
     "critical_path_shift": Case(lambda: CriticalPathShift("j"), compositions),
+    "sync_loss": Case(lambda: SyncLoss("j"), replica_drift),
+    "restart_rerun": Case(lambda: Reruns("j"), restarts),
 }
 
 

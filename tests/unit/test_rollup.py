@@ -55,3 +55,13 @@ def test_re_runs_and_retries_are_wasted_accelerator_seconds() -> None:
     rest = envelope(2, "step", steps(6, [2.0] + [1.0] * 3, start=1008.0, attempts=[2, 1, 1, 1]), 4)
     waste = rollups([first, rerun, rest])["wasted_accel_s"]
     assert [(w["entity"], w["total"]) for w in waste] == [("cause:retry_rerun", pytest.approx(2 * 8 + 8.0))]
+
+
+def test_a_restart_episode_is_one_finding_with_its_cost() -> None:
+    first = envelope(0, "step", steps(0, [1.0] * 6), 6)
+    rerun = envelope(1, "step", steps(4, [1.0] * 2, start=1006.0, status="restarted", attempts=2), 2)
+    resumed = envelope(2, "step", steps(6, [1.0] * 2, start=1008.0), 2)
+    out = run_messages([first, rerun, resumed], EngineConfig(rollup_steps=10))
+    found = [r.body for r in out.audit if r.type == "finding" and r.body["kind"] == "restart_rerun"]
+    assert len(found) == 1
+    assert found[0]["cost"] == {"accel_s": 16.0} and found[0]["evidence"]["resumed_at"] == 6

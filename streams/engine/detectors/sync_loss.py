@@ -1,0 +1,85 @@
+"""Partial synchronisation loss: a subset of a job's ranks drifts apart from the rest.
+
+Ranks that synchronise (collectives every step) report spans of the same step at about the same time. So
+the detector keeps, per rank, the newest step it has reported, and each time the job's newest step
+advances it measures every rank's lag behind it. A rank is *behind* when it lags by at least ``min_lag``
+steps; a finding when a proper subset of the ranks is behind at ``persistence`` advances in a row and its
+lag has grown over them (a fixed lag is a pipeline, not a drift). One finding per episode; the detector
+re-arms when no rank is behind. Subjects: the data-parallel replicas whose every rank is behind, else
+the ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from streams.engine.findings import Finding
+
+Ints = npt.NDArray[np.int64]
+
+
+@dataclass
+class SyncLoss:
+    job: str
+    min_lag: int = 2
+    persistence: int = 5
+    _latest: Ints = field(default_factory=lambda: np.full(0, -1, np.int64))
+    _replica: Ints = field(default_factory=lambda: np.full(0, -1, np.int64))
+    _newest: int = -1
+    _lags: list[int] = field(default_factory=list)  # the largest lag at each of the last advances
+    _onset: float | None = None
+    _alarmed: bool = False
+
+    def update(self, ranks: Ints, steps: Ints, replicas: Ints, time: float) -> Finding | None:
+        """Spans' ranks, steps and data-parallel replicas (one batch, in arrival order); ``time``: the
+        batch's newest event time."""
+        if not len(ranks):
+            return None
+        top = int(ranks.max()) + 1
+        if top > len(self._latest):
+            self._latest = np.concatenate([self._latest, np.full(top - len(self._latest), -1, np.int64)])
+            self._replica = np.concatenate([self._replica, np.full(top - len(self._replica), -1, np.int64)])
+        np.maximum.at(self._latest, ranks, steps)
+        self._replica[ranks] = replicas
+        newest = int(steps.max())
+        if newest <= self._newest:
+            return None
+        self._newest = newest
+        seen = self._latest >= 0
+        lag = np.where(seen, self._newest - self._latest, 0)
+        behind = seen & (lag >= self.min_lag)
+        if not behind.any() or behind.sum() == seen.sum():
+            self._lags, self._onset, self._alarmed = [], None, False
+            return None
+        self._onset = time if self._onset is None else self._onset
+        self._lags = [*self._lags, int(lag.max())][-self.persistence :]
+        if self._alarmed or len(self._lags) < self.persistence or self._lags[-1] <= self._lags[0]:
+            return None
+        self._alarmed = True
+        return self._finding(np.flatnonzero(behind), lag, time)
+
+    def _finding(self, behind: Ints, lag: Ints, time: float) -> Finding:
+        replicas = sorted(set(self._replica[behind].tolist()) - {-1})
+        reporting = self._replica[self._latest >= 0]
+        whole = [d for d in replicas if (reporting == d).sum() == (self._replica[behind] == d).sum()]
+        subjects = tuple(f"dp:{self.job}/{d}" for d in whole) or tuple(f"rank:{self.job}/{r}" for r in behind[:16])
+        assert self._onset is not None
+        return Finding(
+            kind="sync_loss",
+            subjects=subjects,
+            start=self._onset,
+            end=time,
+            severity=float(lag.max()),
+            evidence={
+                "ranks_behind": len(behind),
+                "ranks_reporting": int((self._latest >= 0).sum()),
+                "replicas_behind": replicas,
+                "lag_steps": self._lags,
+                "newest_step": self._newest,
+                "sample_ranks": [int(r) for r in behind[:32]],
+                "measure": "steps a subset of ranks lags behind the job's newest step, growing",
+            },
+        )
