@@ -290,7 +290,7 @@ class Engine:
                 if status != "ok" or attempts > 1:
                     window.add_rerun(duration * accelerators)
                 continue
-            if status in ("failed", "timeout"):
+            if status == "failed":
                 window.add_rerun(duration * accelerators)
             elif attempts > 1:
                 window.add_rerun(duration * accelerators * (attempts - 1) / attempts)

@@ -1,7 +1,8 @@
 """Restart re-runs: steps a job runs again after a failure (from its step summaries).
 
 A summary of a step at or before the newest step seen for the job, marked other than ``ok`` or with more
-than one attempt, is a re-run; a summary with status ``failed`` or ``timeout`` is work lost. An episode
+than one attempt, is a re-run; a summary with status ``failed`` is work lost (``timeout`` and ``retried``
+are a serving window's retries, judged elsewhere). An episode
 opens with the first of them and closes at the next fresh, successful step: one finding with the steps
 re-run and the accelerator-seconds they cost (a re-sent ``ok`` summary of an old step is not a re-run).
 """
@@ -31,7 +32,7 @@ class Reruns:
     ) -> Finding | None:
         """One step summary; ``stale``: its step is not newer than the job's newest; ``accel_s``: duration ×
         accelerators."""
-        lost = status in ("failed", "timeout") or (stale and (status != "ok" or attempts > 1))
+        lost = status == "failed" or (stale and (status != "ok" or attempts > 1))
         if lost:
             episode = self._episode = self._episode or _Episode(start, first_step=step)
             episode.steps += 1
