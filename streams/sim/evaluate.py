@@ -36,6 +36,11 @@ class Run:
     truth_element: str | None
     truth_decision: str | None = None
     expected: tuple[str, ...] = ()  # finding kinds the ground truth expects
+    onsets: dict[str, int] = field(default_factory=dict)  # detector -> its own onset (e.g. a decision's step)
+
+    def onset_for(self, detector: str) -> int | None:
+        return self.onsets.get(detector, self.onset)
+
     alarms: dict[str, list[int]] = field(default_factory=dict)  # detector -> steps it alarmed at
     named: dict[str, list[list[str]]] = field(default_factory=dict)  # detector -> per alarm, elements ranked
     slowdown_error: dict[str, float] = field(default_factory=dict)  # detector -> |estimated / true - 1|
@@ -74,6 +79,9 @@ def run_scenario(name: str, seed: int, ranks: int, steps: int) -> Run:
     run = Run(name, seed, causes[0]["start_step"] if causes else None, causes[0]["element"] if causes else None,
               next((c["decision"] for c in causes if c.get("decision")), None),
               tuple(truth["expected_findings"]))  # fmt: skip
+    decided = next((c["start_step"] for c in causes if c.get("decision")), None)
+    if decided is not None:  # a regression is judged from the decision behind it
+        run.onsets["driftlog:control_regression"] = decided
     out = run_stream(items)
     step_at = _step_locator(truth["t0"], truth["step_time_s"])
     causes_of: dict[str, list[dict[str, Any]]] = {}
@@ -146,15 +154,16 @@ def _score(scenario: str, detector: str, runs: list[Run]) -> dict[str, Any]:
     healthy = [r for r in runs if r.onset is None]
     hits, delays, early = 0, [], 0
     for r in injected:
-        assert r.onset is not None
+        onset = r.onset_for(detector)
+        assert onset is not None
         alarms = r.alarms.get(detector, [])
-        early += sum(1 for a in alarms if a < r.onset)
-        after = [a for a in alarms if a >= r.onset]
+        early += sum(1 for a in alarms if a < onset)
+        after = [a for a in alarms if a >= onset]
         if after:
             hits += 1
-            delays.append(after[0] - r.onset)
+            delays.append(after[0] - onset)
     alarms_total = sum(len(r.alarms.get(detector, [])) for r in runs)
-    true_alarms = sum(1 for r in injected for a in r.alarms.get(detector, []) if a >= (r.onset or 0))
+    true_alarms = sum(1 for r in injected for a in r.alarms.get(detector, []) if a >= (r.onset_for(detector) or 0))
     # only detectors that name an operator-graph element below the job are scored on attribution
     firsts = {id(r): _first_named_after_onset(r, detector) for r in injected}
     names_elements = any(not n.startswith("job:") for names in firsts.values() for n in names)
@@ -189,7 +198,8 @@ def _score(scenario: str, detector: str, runs: list[Run]) -> dict[str, Any]:
 def _first_named_after_onset(run: Run, detector: str) -> list[str]:
     """What the detector's first alarm at or after the onset named, most likely first."""
     for step, names in zip(run.alarms.get(detector, []), run.named.get(detector, []), strict=False):
-        if run.onset is not None and step >= run.onset:
+        onset = run.onset_for(detector)
+        if onset is not None and step >= onset:
             return names
     return []
 
