@@ -70,17 +70,19 @@ def stage_spans(fabric: TrainingFabric, times: StepTimes, step: int, s: int, t0:
     ranks = lay.rank(d, s, t)  # (dp, tp)
     grid = np.ones((lay.dp, lay.tp))
     spans = Spans.empty()
-    for (kind, stage, m), own in times.compute.items():
-        if stage != s:
-            continue
+    per_step = 2 * lay.microbatches  # tp_sync barriers per step in each tensor-parallel group
+    tp_group = np.array([[f"tp-dp{i}-pp{s}"] for i in range(lay.dp)])
+    ops = [key for key in times.compute if key[1] == s]  # this stage's 1F1B order
+    for index, (kind, _, m) in enumerate(ops):
+        own = times.compute[(kind, s, m)]
         begin = times.start[(kind, s, m)][:, None] * grid
         op = "forward" if kind == "F" else "backward"
         common = {"rank": ranks, "dp": d * grid, "pp": s, "tp": t * grid, "microbatch": m, "group": "", "seq": -1}
         spans.add(**common, op=op, op_class="compute", start=t0 + begin, duration=own, peer=-1)
         stage_end = times.end[(kind, s, m)][:, None] * grid
         waited = np.maximum(0.0, stage_end - begin - own)  # for the slowest tensor rank, 0 (not -1e-17)
-        spans.add(**common, op="tp_sync", op_class="sync", start=t0 + begin + own, duration=waited,
-                  peer=-1)  # fmt: skip
+        spans.add(**{**common, "group": tp_group, "seq": step * per_step + index}, op="tp_sync", op_class="sync",
+                  start=t0 + begin + own, duration=waited, peer=-1)  # fmt: skip
         to = s + 1 if kind == "F" else s - 1
         if 0 <= to < lay.pp:
             link = times.link[:, min(s, to)][:, None] * grid

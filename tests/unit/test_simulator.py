@@ -128,3 +128,29 @@ def test_single_cause_scenarios_slow_the_job_from_a_third_in(name: str) -> None:
     (cause,) = truth["causes"]
     assert cause["start_step"] == 10
     assert min(truth["step_time_s"][10:]) > max(truth["step_time_s"][:10]) * 1.03
+
+
+def test_tp_sync_spans_are_barriers_with_their_own_group_and_increasing_seq() -> None:
+    """Each tensor-parallel group (tp-dp{d}-pp{s}) numbers its tp_sync barriers 0, 1, 2, ... across steps, and
+    every member of one (group, seq) ran the same microbatch and pass."""
+    scenario = training_fabric(3, 32, 3)
+    lay = scenario.fabric.layout
+    members: dict[tuple[str, int], set[tuple[int, int, int]]] = {}
+    for kind, _, value in scenario.run():
+        for batch in decode_telemetry(value).batches if kind == "telemetry" else []:
+            if batch.kind != "op":
+                continue
+            for row in batch.rows():
+                if row["op"] == "tp_sync":
+                    assert row["group"] == f"tp-dp{row['dp']}-pp{row['pp']}"
+                    members.setdefault((row["group"], row["seq"]), set()).add(
+                        (row["step"], row["microbatch"], row["rank"])
+                    )
+    per_group: dict[str, list[int]] = {}
+    for group, seq in sorted(members):
+        per_group.setdefault(group, []).append(seq)
+    assert len(per_group) == lay.dp * lay.pp
+    assert all(seqs == list(range(3 * 2 * lay.microbatches)) for seqs in per_group.values())
+    for seen in members.values():
+        assert len({(step, mb) for step, mb, _ in seen}) == 1
+        assert len({rank for _, _, rank in seen}) == lay.tp
