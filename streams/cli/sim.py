@@ -15,7 +15,7 @@ from streams.errors import ConfigError
 # the scenario names, without importing the simulator (numpy) for every command's start-up
 SCENARIO_NAMES = (
     "training-fabric", "training-fabric-healthy", "training-slow-stage", "training-slow-link",
-    "training-imbalanced-dp",
+    "training-imbalanced-dp", "training-cascade", "training-sync-loss", "training-restart",
 )  # fmt: skip
 
 
