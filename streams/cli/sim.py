@@ -16,6 +16,7 @@ from streams.errors import ConfigError
 SCENARIO_NAMES = (
     "training-fabric", "training-fabric-healthy", "training-slow-stage", "training-slow-link",
     "training-imbalanced-dp", "training-cascade", "training-sync-loss", "training-restart",
+    "inference-sla", "inference-sla-healthy",
 )  # fmt: skip
 
 

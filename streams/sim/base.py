@@ -59,6 +59,24 @@ def metrics(entity: Any, name: str, value: Any, time: Any, unit: str, job: str) 
                                                 "unit": unit, "job": job}}  # fmt: skip
 
 
+def metric_rows(rows: list[tuple[str, str, float, str]], time: float, job: str) -> dict[str, Any]:
+    """A columnar batch of mixed metrics at one ``time``: rows of (entity, name, value, unit)."""
+    entity, name, value, unit = (list(col) for col in zip(*rows, strict=True))
+    return {"kind": "metric", "n": len(rows), "data": {"entity": entity, "name": name, "value": value,
+                                                        "unit": unit, "time": time, "job": job}}  # fmt: skip
+
+
+def window_summary(job: str, window: int, start: float, duration: float, fresh: float, offered: float, good: float,
+                   failed: float, accelerators: int) -> dict[str, Any]:  # fmt: skip
+    """A serving window as one ``step`` sample: ``output_units`` = requests answered in time (goodput),
+    ``attempts`` = offered attempts per fresh request (rounded, at least 1), ``status`` = ``ok`` (failed
+    attempts ≤ 1% of those offered), ``timeout`` (goodput under half the fresh requests) or ``retried``."""
+    status = "ok" if failed <= 0.01 * offered else "timeout" if good < 0.5 * fresh else "retried"
+    return {"kind": "step", "n": 1, "data": {
+        "job": job, "step": window, "start": start, "duration": duration, "output_units": good,
+        "attempts": max(1, round(offered / fresh)), "status": status, "accelerators": accelerators}}  # fmt: skip
+
+
 def cause(element: str, kind: str, start_step: int, end_step: int, magnitude: float, decision: str | None = None,
           **detail: Any) -> dict[str, Any]:  # fmt: skip
     """One injected cause as the ground truth records it (``detail``: what else a detector may be scored on)."""

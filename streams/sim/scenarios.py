@@ -9,6 +9,9 @@ the ground truth lists the ranks it makes late), ``training-sync-loss`` (a repli
 all-reduce quorum and drifts apart) and ``training-restart`` (a node fails, the job restarts from its last
 checkpoint and runs the lost steps again).
 
+Inference pipeline (``streams.sim.inference_run``; ``steps`` are 1 s windows, ``ranks`` accelerators):
+``inference-sla`` (a slow decode replica inflates the p99; a retry storm outlives its trigger) and
+``inference-sla-healthy``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Callable
 
 from streams.sim.base import Scenario
 from streams.sim.emit import GPUS_PER_NODE, node_of
+from streams.sim.inference_run import inference_sla
 from streams.sim.training import Cause, Layout, TrainingFabric
 from streams.sim.training_run import Cascade, Restart, TrainingScenario
 
@@ -115,4 +119,6 @@ SCENARIOS: dict[str, Callable[[int, int, int], Scenario]] = {
     "training-cascade": training_cascade,
     "training-sync-loss": training_sync_loss,
     "training-restart": training_restart,
+    "inference-sla": inference_sla,
+    "inference-sla-healthy": lambda seed, ranks, steps: inference_sla(seed, ranks, steps, healthy=True),
 }
