@@ -16,7 +16,7 @@ from streams.errors import ConfigError
 SCENARIO_NAMES = (
     "training-fabric", "training-fabric-healthy", "training-slow-stage", "training-slow-link",
     "training-imbalanced-dp", "training-cascade", "training-sync-loss", "training-restart",
-    "inference-sla", "inference-sla-healthy",
+    "inference-sla", "inference-sla-healthy", "control-storm", "control-storm-healthy",
 )  # fmt: skip
 
 

@@ -12,6 +12,10 @@ checkpoint and runs the lost steps again).
 Inference pipeline (``streams.sim.inference_run``; ``steps`` are 1 s windows, ``ranks`` accelerators):
 ``inference-sla`` (a slow decode replica inflates the p99; a retry storm outlives its trigger) and
 ``inference-sla-healthy``.
+
+Control storm (``streams.sim.control_run``; ``steps`` are 10 s control windows, ``ranks`` the rack's
+accelerators): ``control-storm`` (autoscaler against power manager, an energy feedback loop; scheduler
+preemption against autoscaler with retries) and ``control-storm-healthy``.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from streams.sim.base import Scenario
+from streams.sim.control_run import control_storm
 from streams.sim.emit import GPUS_PER_NODE, node_of
 from streams.sim.inference_run import inference_sla
 from streams.sim.training import Cause, Layout, TrainingFabric
@@ -121,4 +126,6 @@ SCENARIOS: dict[str, Callable[[int, int, int], Scenario]] = {
     "training-restart": training_restart,
     "inference-sla": inference_sla,
     "inference-sla-healthy": lambda seed, ranks, steps: inference_sla(seed, ranks, steps, healthy=True),
+    "control-storm": control_storm,
+    "control-storm-healthy": lambda seed, ranks, steps: control_storm(seed, ranks, steps, healthy=True),
 }
