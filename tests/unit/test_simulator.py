@@ -100,6 +100,10 @@ def test_cli_writes_files(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "streams.cli", "simulate", "--scenario", "training-fabric",
                           "--ranks", "30", "--out", str(out)], capture_output=True, text=True, check=False)  # fmt: skip
     assert bad.returncode == 1 and "multiple of pp*tp" in bad.stderr
+    short = subprocess.run([sys.executable, "-m", "streams.cli", "simulate", "--scenario", "control-storm",
+                            "--steps", "10", "--out", str(out)],
+                           capture_output=True, text=True, check=False)  # fmt: skip
+    assert short.returncode == 1 and "--steps 60 or more" in short.stderr and "Traceback" not in short.stderr
 
 
 def test_cli_knows_every_scenario() -> None:
