@@ -97,7 +97,8 @@ class ControlScenario:
     def ground_truth(self, seed: int) -> dict[str, Any]:
         p, window = self.plane, self.plane.window_s
         by_id = {d.id: d for d in self.decisions}
-        pairs = [{"first": d.caused_by, "second": d.id, "controllers": [by_id[d.caused_by].controller, d.controller],
+        pairs = [{"first": d.caused_by, "second": d.id,
+                  "controllers": [f"controller:{by_id[d.caused_by].controller}", f"controller:{d.controller}"],
                   "shared": self._shared(by_id[d.caused_by], d)} for d in self.decisions if d.caused_by]  # fmt: skip
         causes = [c for c in (self._energy_loop(pairs), self._churn(pairs)) if c is not None]
         energy = [float(w.node_power_w.sum()) * window for w in self.windows]
@@ -132,7 +133,8 @@ class ControlScenario:
     def _energy_loop(self, pairs: list[dict[str, Any]]) -> dict[str, Any] | None:
         """Autoscaler against power manager: the pairs between them, and the period of the power cycle
         (median windows between caps that follow a lifted cap)."""
-        ours = [pr for pr in pairs if {c.split("/")[0] for c in pr["controllers"]} == {"hpa", "power-manager"}]
+        loop = {f"controller:hpa/{self.job}", "controller:power-manager/rack0"}
+        ours = [pr for pr in pairs if set(pr["controllers"]) == loop]
         if not ours:
             return None
         at = {d.id: d.window for d in self.decisions}
@@ -148,14 +150,14 @@ class ControlScenario:
         return cause(
             f"service:{self.job}", "energy_feedback_loop", first, last + 1, max(rack) - min(rack),
             min(ours, key=lambda pr: at[pr["first"]])["first"],
-            controllers=[f"controller:hpa/{self.job}", "controller:power-manager/rack0"], nodes=nodes,
+            controllers=sorted(loop), nodes=nodes,
             conflicts=[[pr["first"], pr["second"]] for pr in ours], cycles=len(starts),
             period_steps=period, period_s=None if period is None else period * self.plane.window_s,
         )  # fmt: skip
 
     def _churn(self, pairs: list[dict[str, Any]]) -> dict[str, Any] | None:
         """Scheduler against autoscaler on the reserved node, with the retry tuner amplifying the failures."""
-        ours = [pr for pr in pairs if "k8s-scheduler" in pr["controllers"]]
+        ours = [pr for pr in pairs if "controller:k8s-scheduler" in pr["controllers"]]
         preempts = [d for d in self.decisions if d.action == "preempt" and len(d.targets) > 1
                     and d.targets[1].startswith("replica:")]  # fmt: skip
         if not ours or not preempts:

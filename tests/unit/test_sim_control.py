@@ -33,7 +33,7 @@ def test_conflicting_pairs_are_emitted_decisions_in_order_on_shared_nodes() -> N
     for p in pairs:
         first, second = decisions[p["first"]], decisions[p["second"]]
         assert first["time"] <= second["time"] and first["controller"] != second["controller"]
-        assert p["controllers"] == [first["controller"], second["controller"]]
+        assert p["controllers"] == [f"controller:{first['controller']}", f"controller:{second['controller']}"]
         common = set(first["targets"]) & set(second["targets"])
         assert p["shared"] == (sorted(t for t in common if t.startswith("node:")) or ["service:agent"])
         if (first["action"], second["action"]) == ("scale_out", "preempt"):  # it removed what was placed there
