@@ -15,7 +15,8 @@ from streams.errors import ConfigError
 # the scenario names, without importing the simulator (numpy) for every command's start-up
 SCENARIO_NAMES = (
     "training-fabric", "training-fabric-healthy", "training-slow-stage", "training-slow-link",
-    "training-imbalanced-dp",
+    "training-imbalanced-dp", "training-cascade", "training-sync-loss", "training-restart",
+    "inference-sla", "inference-sla-healthy", "control-storm", "control-storm-healthy",
 )  # fmt: skip
 
 
@@ -23,8 +24,10 @@ SCENARIO_NAMES = (
 @click.option("--scenario", "name", required=True, type=click.Choice(sorted(SCENARIO_NAMES)),
               help="Which scenario.")  # fmt: skip
 @click.option("--seed", default=0, show_default=True, help="Same seed, same data (deterministic).")
-@click.option("--ranks", default=64, show_default=True, help="Ranks (a multiple of pp*tp = 16).")
-@click.option("--steps", default=300, show_default=True, help="Training steps.")
+@click.option("--ranks", default=64, show_default=True, help="Accelerators: training ranks (a multiple of pp*tp = "
+              "16), serving accelerators (inference: 4 per replica; control: 8 per node, 32 to 256).")  # fmt: skip
+@click.option("--steps", default=300, show_default=True, help="Training steps, or time windows (inference: 1 s, "
+              "control: 10 s).")  # fmt: skip
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Write telemetry.jsonl, decisions.jsonl "
               "and ground_truth.json here.")  # fmt: skip
 @click.option("--kafka", "to_kafka", is_flag=True, help="Produce to the telemetry and decisions topics instead.")
@@ -35,8 +38,8 @@ def simulate(
     ctx: click.Context, name: str, seed: int, ranks: int, steps: int, out_dir: Path | None, to_kafka: bool,
     truth: Path,
 ) -> None:  # fmt: skip
-    """Generate a labelled scenario: telemetry, control decisions and the ground truth (causes, counterfactual
-    step times)."""
+    """Generate a labelled scenario: telemetry, control decisions and the ground truth (injected causes, expected
+    findings, the true counterfactual)."""
     from streams.sim.output import run_to_kafka, to_directory
     from streams.sim.scenarios import SCENARIOS
 
@@ -79,7 +82,10 @@ def eval_command(names: tuple[str, ...], seeds: str, ranks: int, steps: int, jso
     except ValueError as exc:
         raise ConfigError(f"--seeds takes comma-separated integers: {exc}") from exc
     chosen = list(names) or sorted(SCENARIO_NAMES)
-    rows = score(evaluate(chosen, seed_list, ranks, steps))
+    try:
+        rows = score(evaluate(chosen, seed_list, ranks, steps))
+    except ValueError as exc:  # a scenario that cannot be built at this size
+        raise ConfigError(str(exc)) from exc
     click.echo(f"scenarios {', '.join(chosen)}; seeds {seed_list}; {ranks} ranks, {steps} steps")
     click.echo(table(rows))
     if json_path is not None:

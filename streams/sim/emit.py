@@ -1,22 +1,26 @@
-"""Turn simulated steps into telemetry: columnar op spans per stage, a step summary, topology once."""
+"""Turn simulated steps into telemetry: columnar op spans per stage, per-device power and utilisation per
+stage, a step summary, topology once (and again for ranks that move).
+
+Device power is modelled as idle + (peak - idle) × utilisation, where utilisation is the device's own
+compute (forward, backward, optimizer) over its step; a node's power cap clamps its devices."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import orjson
 
-from streams.contract.schema import TELEMETRY_SCHEMA
-from streams.sim.training import StepTimes, TrainingFabric
+from streams.sim.base import T0, envelope, metrics
+from streams.sim.training import Array, Layout, StepTimes, TrainingFabric
 
-T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: event time, never the wall clock
 GPUS_PER_NODE = 8
 NODES_PER_LEAF = 4
 MAX_SPANS_PER_MESSAGE = 40_000  # ~3.4 MB per message: under the 4 MiB the contract accepts
+IDLE_W, PEAK_W = 90.0, 700.0  # per accelerator
 
 
 @dataclass
@@ -35,9 +39,13 @@ class Spans:
         for name, value in cols.items():
             self.columns[name].append(np.broadcast_to(np.asarray(value), shape).ravel())
 
-    def data(self) -> tuple[int, dict[str, Any]]:
-        """(rows, columns): numeric columns stay numpy arrays (orjson writes them natively)."""
+    def data(self, until: float | None = None) -> tuple[int, dict[str, Any]]:
+        """(rows, columns): numeric columns stay numpy arrays (orjson writes them natively). ``until``: only
+        the spans that ended by then (a step cut short by a failure)."""
         data = {name: np.concatenate(parts) for name, parts in self.columns.items()}
+        if until is not None:
+            done = data["start"] + data["duration"] <= until
+            data = {k: v[done] for k, v in data.items()}
         out = {k: v.tolist() if v.dtype.kind in "OU" else v for k, v in data.items()}
         return len(data["rank"]), out
 
@@ -46,44 +54,60 @@ def node_of(rank: int) -> str:
     return f"node:n{rank // GPUS_PER_NODE}"
 
 
-def topology(fabric: TrainingFabric, job: str) -> dict[str, Any]:
-    lay = fabric.layout
-    ranks = range(lay.ranks)
-    devices = [f"device:n{r // GPUS_PER_NODE}/gpu{r % GPUS_PER_NODE}" for r in ranks]
-    nodes = sorted({node_of(r) for r in ranks}, key=lambda n: int(n[6:]))
-    src = [f"rank:{job}/{r}" for r in ranks] + devices + nodes
-    dst = devices + [node_of(r) for r in ranks] + [f"switch:leaf{int(n[6:]) // NODES_PER_LEAF}" for n in nodes]
-    relation = ["placed_on"] * (2 * lay.ranks) + ["connected_to"] * len(nodes)
-    for r in ranks:  # data-parallel communicators: one per (stage, tensor index)
-        s, t = (r // lay.tp) % lay.pp, r % lay.tp
-        src.append(f"rank:{job}/{r}")
-        dst.append(f"comm:{job}/dp-pp{s}-tp{t}")
-        relation.append("member_of")
-    return {"kind": "topology", "n": len(src), "data": {"relation": relation, "src": src, "dst": dst, "time": T0,
+def placement(job: str, ranks: list[int], nodes: list[int], time: float) -> dict[str, Any]:
+    """Topology: each rank on its device (GPU ``rank % 8`` of node ``nodes[i]``), each device on its node,
+    each node on its leaf switch."""
+    devices = [f"device:n{n}/gpu{r % GPUS_PER_NODE}" for r, n in zip(ranks, nodes, strict=True)]
+    hosts = sorted(set(nodes))
+    src = [f"rank:{job}/{r}" for r in ranks] + devices + [f"node:n{n}" for n in hosts]
+    dst = devices + [f"node:n{n}" for n in nodes] + [f"switch:leaf{n // NODES_PER_LEAF}" for n in hosts]
+    relation = ["placed_on"] * (2 * len(ranks)) + ["connected_to"] * len(hosts)
+    return {"kind": "topology", "n": len(src), "data": {"relation": relation, "src": src, "dst": dst, "time": time,
                                                         "job": job}}  # fmt: skip
 
 
-def stage_spans(fabric: TrainingFabric, times: StepTimes, step: int, s: int, t0: float) -> Spans:
+def topology(fabric: TrainingFabric, job: str) -> list[dict[str, Any]]:
+    """Placement of every rank, then communicator membership: data-parallel (one per stage and tensor
+    index) and tensor-parallel (one per replica and stage)."""
+    lay = fabric.layout
+    ranks = list(range(lay.ranks))
+    src, dst = [], []
+    for r in ranks:
+        d, s, t = r // (lay.pp * lay.tp), (r // lay.tp) % lay.pp, r % lay.tp
+        src += [f"rank:{job}/{r}", f"rank:{job}/{r}"]
+        dst += [f"comm:{job}/dp-pp{s}-tp{t}", f"comm:{job}/tp-dp{d}-pp{s}"]
+    members = {"relation": "member_of", "src": src, "dst": dst, "time": T0, "job": job}
+    return [placement(job, ranks, [r // GPUS_PER_NODE for r in ranks], T0),
+            {"kind": "topology", "n": len(src), "data": members}]  # fmt: skip
+
+
+@functools.lru_cache(maxsize=256)
+def _tp_groups(dp: int, s: int) -> npt.NDArray[np.str_]:
+    """(dp, 1) ids of stage ``s``'s tensor-parallel groups, built once per layout and stage."""
+    return np.array([f"tp-dp{i}-pp{s}" for i in range(dp)])[:, None]
+
+
+def stage_spans(fabric: TrainingFabric, times: StepTimes, step: int, s: int, t0: float | Array) -> Spans:
+    """Op spans of stage ``s``; ``t0``: the step's start, or per replica a (dp, 1) array of starts."""
     lay = fabric.layout
     d = np.arange(lay.dp)[:, None]
     t = np.arange(lay.tp)[None, :]
     ranks = lay.rank(d, s, t)  # (dp, tp)
     grid = np.ones((lay.dp, lay.tp), np.int64)  # integer columns must stay integers (the fast decoder insists)
     spans = Spans.empty()
-    tp_group = np.array([[f"tp-dp{i}-pp{s}"] for i in range(lay.dp)])  # the tensor-parallel peers of a replica
-    syncs = 0  # tp_sync barriers of this stage so far in the step: their sequence number within the group
-    for (kind, stage, m), own in times.compute.items():
-        if stage != s:
-            continue
+    per_step = 2 * lay.microbatches  # tp_sync barriers per step in each tensor-parallel group
+    tp_group = _tp_groups(lay.dp, s)
+    ops = [key for key in times.compute if key[1] == s]  # this stage's 1F1B order
+    for index, (kind, _, m) in enumerate(ops):
+        own = times.compute[(kind, s, m)]
         begin = times.start[(kind, s, m)][:, None] * grid
         op = "forward" if kind == "F" else "backward"
         common = {"rank": ranks, "dp": d * grid, "pp": s, "tp": t * grid, "microbatch": m, "group": "", "seq": -1}
         spans.add(**common, op=op, op_class="compute", start=t0 + begin, duration=own, peer=-1)
         stage_end = times.end[(kind, s, m)][:, None] * grid
         waited = np.maximum(0.0, stage_end - begin - own)  # for the slowest tensor rank, 0 (not -1e-17)
-        barrier = {**common, "group": tp_group, "seq": step * 2 * lay.microbatches + syncs}
-        spans.add(**barrier, op="tp_sync", op_class="sync", start=t0 + begin + own, duration=waited, peer=-1)
-        syncs += 1
+        spans.add(**{**common, "group": tp_group, "seq": step * per_step + index}, op="tp_sync", op_class="sync",
+                  start=t0 + begin + own, duration=waited, peer=-1)  # fmt: skip
         to = s + 1 if kind == "F" else s - 1
         if 0 <= to < lay.pp:
             link = times.link[:, min(s, to)][:, None] * grid
@@ -96,7 +120,7 @@ def stage_spans(fabric: TrainingFabric, times: StepTimes, step: int, s: int, t0:
             spans.add(**common, op="recv", op_class="comm", start=t0 + (came - link)[:, None] * grid,
                       duration=link[:, None] * grid, peer=lay.rank(d, frm, t) * grid)  # fmt: skip
     arrive = times.allreduce_arrive[:, s][:, None] * grid
-    release = times.allreduce_start[s]
+    release = times.allreduce_start[:, s][:, None]
     spans.add(rank=ranks, dp=d * grid, pp=s, tp=t * grid, op="allreduce", op_class="comm", start=t0 + arrive,
               duration=release + times.allreduce_s - arrive, microbatch=-1,
               group=np.array([[f"dp-pp{s}-tp{i}" for i in range(lay.tp)]]), seq=step, peer=-1)  # fmt: skip
@@ -106,21 +130,46 @@ def stage_spans(fabric: TrainingFabric, times: StepTimes, step: int, s: int, t0:
     return spans
 
 
-def step_messages(fabric: TrainingFabric, job: str, step: int, t0: float, times: StepTimes,
-                  tokens_per_step: float) -> Iterator[tuple[str, bytes, int]]:  # fmt: skip
-    """(key, envelope, samples) for one step: a message of op spans per stage, the step summary with the last."""
+def stage_metrics(fabric: TrainingFabric, times: StepTimes, s: int, t0: float | Array, job: str,
+                  devices: list[str], caps: Array) -> list[dict[str, Any]]:  # fmt: skip
+    """``power_w`` and ``util`` of the devices of stage ``s`` (``devices``/``caps``: per rank of the stage in
+    (replica, tensor index) order; caps in W, inf when uncapped), sampled when each replica ends the step."""
+    busy = sum((own for (_, stage, _), own in times.compute.items() if stage == s), start=np.zeros(1))
+    length = times.replica_end[:, None]  # (dp, 1)
+    util = np.minimum(1.0, (busy + times.optimizer_s) / length).ravel()
+    power = np.minimum(IDLE_W + (PEAK_W - IDLE_W) * util, caps)
+    time = (t0 + length * np.ones_like(busy)).ravel()
+    return [metrics(devices, "power_w", power, time, "W", job), metrics(devices, "util", util, time, "1", job)]
+
+
+def stage_devices(layout: Layout, s: int, node_of_rank: dict[int, int]) -> tuple[list[str], list[int]]:
+    """(device ids, node indices) of stage ``s``'s ranks in (replica, tensor index) order; ``node_of_rank``
+    overrides where a rank runs (after a restart onto a spare node)."""
+    ranks = layout.rank(np.arange(layout.dp)[:, None], s, np.arange(layout.tp)[None, :]).ravel().tolist()
+    nodes = [node_of_rank.get(r, r // GPUS_PER_NODE) for r in ranks]
+    return [f"device:n{n}/gpu{r % GPUS_PER_NODE}" for r, n in zip(ranks, nodes, strict=True)], nodes
+
+
+def step_messages(fabric: TrainingFabric, job: str, step: int, t0: float | Array, times: StepTimes,
+                  summary: dict[str, Any], devices: list[tuple[list[str], Array]], incarnation: int = 0,
+                  until: float | None = None) -> Iterator[tuple[bytes, int]]:  # fmt: skip
+    """(envelope, samples) for one step: per stage, its op spans (in parts of at most
+    ``MAX_SPANS_PER_MESSAGE``) and a message of its devices' power and utilisation (``devices``: per stage,
+    the device ids and power caps); the step ``summary`` goes with the last stage's spans. ``incarnation``
+    > 0 names the processes of the n-th restart (new sources, so re-run steps are not duplicates);
+    ``until``: the step failed then: only the spans that ended by then, and no device samples."""
+    suffix = f"/restart{incarnation}" if incarnation else ""
     for s in range(fabric.layout.pp):
-        n, data = stage_spans(fabric, times, step, s, t0).data()
-        parts = range(0, n, MAX_SPANS_PER_MESSAGE)
+        n, data = stage_spans(fabric, times, step, s, t0).data(until)
+        parts = range(0, max(n, 1), MAX_SPANS_PER_MESSAGE)
         for part, lo in enumerate(parts):
             chunk = {k: v[lo : lo + MAX_SPANS_PER_MESSAGE] for k, v in data.items()}
             rows = len(chunk["rank"])
             columns: list[dict[str, Any]] = [{"kind": "op", "n": rows, "data": {**chunk, "job": job, "step": step}}]
             last = s == fabric.layout.pp - 1 and part == len(parts) - 1
             if last:
-                columns.append({"kind": "step", "n": 1, "data": {
-                    "job": job, "step": step, "start": t0, "duration": times.duration,
-                    "output_units": tokens_per_step, "accelerators": fabric.layout.ranks}})  # fmt: skip
-            source = f"trainer/{job}/stage{s}/part{part}"
-            doc = {"schema": TELEMETRY_SCHEMA, "source": source, "seq": step, "columns": columns}
-            yield job, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY), rows + last
+                columns.append({"kind": "step", "n": 1, "data": summary})
+            yield envelope(f"trainer/{job}/stage{s}/part{part}{suffix}", step, columns), rows + last
+        if until is None:
+            batches = stage_metrics(fabric, times, s, t0, job, *devices[s])
+            yield envelope(f"exporter/{job}/stage{s}{suffix}", step, batches), sum(b["n"] for b in batches)

@@ -1,85 +1,42 @@
-"""Named scenarios: a fabric, its injected causes and control decisions, and the ground truth."""
+"""Named scenarios: ``SCENARIOS[name](seed, ranks, steps)`` builds one (see ``streams.sim.base`` for what
+every scenario offers and the keys every ground truth has).
+
+Training fabric (``streams.sim.training``; ``steps`` are training steps, ``ranks`` a multiple of 16):
+``training-fabric`` (a straggler rank, then a power cap on its node that makes it worse),
+``training-fabric-healthy``, one cause each (``training-slow-stage``, ``training-slow-link``,
+``training-imbalanced-dp``), ``training-cascade`` (a straggler whose lateness spreads through its replica;
+the ground truth lists the ranks it makes late), ``training-sync-loss`` (a replica falls out of the
+all-reduce quorum and drifts apart) and ``training-restart`` (a node fails, the job restarts from its last
+checkpoint and runs the lost steps again).
+
+Inference pipeline (``streams.sim.inference_run``; ``steps`` are 1 s windows, ``ranks`` accelerators):
+``inference-sla`` (a slow decode replica inflates the p99; a retry storm outlives its trigger) and
+``inference-sla-healthy``.
+
+Control storm (``streams.sim.control_run``; ``steps`` are 10 s control windows, ``ranks`` the rack's
+accelerators): ``control-storm`` (autoscaler against power manager, an energy feedback loop; scheduler
+preemption against autoscaler with retries) and ``control-storm-healthy``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
 
-import orjson
-
-from streams.contract.schema import DECISION_SCHEMA, TELEMETRY_SCHEMA
-from streams.sim.emit import T0, node_of, step_messages, topology
+from streams.sim.base import Scenario
+from streams.sim.control_run import control_storm
+from streams.sim.emit import GPUS_PER_NODE, node_of
+from streams.sim.inference_run import inference_sla
 from streams.sim.training import Cause, Layout, TrainingFabric
+from streams.sim.training_run import Cascade, Restart, TrainingScenario
 
-ELEMENT = {
-    "straggler_rank": "rank:{job}/{target}",
-    "slow_stage": "stage:{job}/{target}",
-    "slow_link": "link:{job}/stage{target}-stage{next}",
-    "imbalanced_dp": "dp:{job}/{target}",
-}
+__all__ = ["SCENARIOS", "Scenario", "TrainingScenario", "training_fabric"]
 
 
-@dataclass
-class Scenario:
-    name: str
-    fabric: TrainingFabric
-    steps: int
-    job: str = "llm-pretrain"
-    decisions: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (step, decision fields)
-    decision_causes: dict[str, Cause] = field(default_factory=dict)  # decision id -> what it did
-    expected_findings: list[str] = field(default_factory=list)
-
-    @property
-    def tokens_per_step(self) -> float:
-        return float(self.fabric.layout.dp * self.fabric.layout.microbatches * 8192)
-
-    def element(self, cause: Cause) -> str:
-        return ELEMENT[cause.kind].format(job=self.job, target=cause.target, next=cause.target + 1)
-
-    def run(self) -> Iterator[tuple[str, str, bytes]]:
-        """(topic kind 'telemetry'|'decisions', key, value) in event-time order; fills the step times."""
-        self.step_times: list[float] = []
-        self.counterfactual: list[float] = []
-        self.samples = self.fabric.layout.ranks * 3 + self.fabric.layout.ranks // 8  # the topology
-        topo = {"schema": TELEMETRY_SCHEMA, "source": f"topology/{self.job}", "seq": 0,
-                "columns": [topology(self.fabric, self.job)]}  # fmt: skip
-        yield "telemetry", self.job, orjson.dumps(topo)
-        t0 = T0
-        due = dict(self.decisions)
-        for step in range(self.steps):
-            if step in due:
-                yield "decisions", self.job, orjson.dumps({"schema": DECISION_SCHEMA, "time": t0, **due[step]})
-            times = self.fabric.simulate(step)
-            self.step_times.append(times.duration)
-            self.counterfactual.append(self.fabric.simulate(step, healed=True).duration)
-            for key, value, n in step_messages(self.fabric, self.job, step, t0, times, self.tokens_per_step):
-                self.samples += n
-                yield "telemetry", key, value
-            t0 += times.duration
-
-    def ground_truth(self, seed: int) -> dict[str, Any]:
-        lay = self.fabric.layout
-        by_decision = {id(c): d for d, c in self.decision_causes.items()}
-        return {
-            "scenario": self.name, "seed": seed, "job": self.job, "steps": self.steps, "t0": T0,
-            "layout": {"ranks": lay.ranks, "dp": lay.dp, "pp": lay.pp, "tp": lay.tp, "microbatches": lay.microbatches},
-            "causes": [
-                {"element": self.element(c), "kind": c.kind, "start_step": c.start_step, "end_step": c.end_step,
-                 "magnitude": c.magnitude, "decision": by_decision.get(id(c))}
-                for c in self.fabric.causes
-            ],
-            "expected_findings": self.expected_findings,
-            "step_time_s": self.step_times,
-            "counterfactual_step_time_s": self.counterfactual,
-        }  # fmt: skip
-
-
-def training_fabric(seed: int, ranks: int, steps: int, healthy: bool = False) -> Scenario:
+def training_fabric(seed: int, ranks: int, steps: int, healthy: bool = False) -> TrainingScenario:
     """The distributed-training card: a straggler rank, then a power cap on its node that makes it worse."""
     layout = Layout.for_ranks(ranks)
     fabric = TrainingFabric(layout, seed=seed, thermal_drift=0.0 if healthy else 0.01)
-    scenario = Scenario("training-fabric-healthy" if healthy else "training-fabric", fabric, steps)
+    scenario = TrainingScenario("training-fabric-healthy" if healthy else "training-fabric", fabric, steps)
     if healthy:
         return scenario
     straggler = (seed * 7919 + 5) % layout.ranks
@@ -93,19 +50,20 @@ def training_fabric(seed: int, ranks: int, steps: int, healthy: bool = False) ->
         "targets": [node_of(straggler)], "parameters": {"cap_w": 450}, "reason": "rack above its power budget",
         "expected_effect": {"metric": "power_w", "direction": "down"}, "job": scenario.job}))  # fmt: skip
     scenario.decision_causes[decision_id] = cap
+    scenario.power_caps.append((straggler // GPUS_PER_NODE, 450.0, capped))
     scenario.expected_findings = [
         "step_time_drift", "straggler", "straggler_cascade", "control_regression", "critical_path_shift"
     ]  # fmt: skip
     return scenario
 
 
-def single_cause(kind: str, magnitude: float) -> Callable[[int, int, int], Scenario]:
+def single_cause(kind: str, magnitude: float) -> Callable[[int, int, int], TrainingScenario]:
     """A fabric with one injected cause of ``kind`` from a third of the way in (target chosen by seed)."""
 
-    def build(seed: int, ranks: int, steps: int) -> Scenario:
+    def build(seed: int, ranks: int, steps: int) -> TrainingScenario:
         layout = Layout.for_ranks(ranks)
         fabric = TrainingFabric(layout, seed=seed, thermal_drift=0.01)
-        scenario = Scenario(f"training-{kind.replace('_', '-')}", fabric, steps)
+        scenario = TrainingScenario(f"training-{kind.replace('_', '-')}", fabric, steps)
         span = {"slow_stage": layout.pp, "slow_link": layout.pp - 1, "imbalanced_dp": layout.dp}[kind]
         fabric.causes.append(Cause(kind, (seed * 7919 + 1) % span, magnitude, steps // 3, steps))
         # a slow replica moves the critical path to another replica, not to another stage or kind of work
@@ -116,10 +74,62 @@ def single_cause(kind: str, magnitude: float) -> Callable[[int, int, int], Scena
     return build
 
 
+def training_cascade(seed: int, ranks: int, steps: int) -> TrainingScenario:
+    """A straggler in a middle stage, 1.5× compute from a quarter in: its tensor-parallel peers wait at every
+    tp_sync, its replica's other stages wait for its sends, the other replicas wait at every all-reduce.
+    The ground truth's cause lists the ranks it makes late (``affected``) and those that wait for it
+    (``waiting``), both measured on the simulator by healing the root alone."""
+    layout = Layout.for_ranks(ranks)
+    fabric = TrainingFabric(layout, seed=seed, thermal_drift=0.01)
+    scenario = TrainingScenario("training-cascade", fabric, steps)
+    replica = (seed * 7919 + 3) % layout.dp
+    root = int(layout.rank(replica, layout.pp // 2, seed % layout.tp))
+    cause = Cause("straggler_rank", root, 1.5, steps // 4, steps)
+    fabric.causes.append(cause)
+    scenario.cascade = Cascade(cause)
+    scenario.expected_findings = ["step_time_drift", "straggler", "straggler_cascade"]
+    return scenario
+
+
+def training_sync_loss(seed: int, ranks: int, steps: int) -> TrainingScenario:
+    """From a third in, one data-parallel replica (compute 1.03×) drops out of the all-reduce quorum and
+    runs on its own clock: its phase against the rest grows every step, its gradients no longer count
+    (the step summaries' output_units drop by 1/dp), the step time of the rest does not change."""
+    layout = Layout.for_ranks(ranks)
+    if layout.dp < 2:
+        raise ValueError("training-sync-loss needs at least two data-parallel replicas: --ranks 32 or more")
+    fabric = TrainingFabric(layout, seed=seed, thermal_drift=0.01)
+    scenario = TrainingScenario("training-sync-loss", fabric, steps)
+    fabric.causes.append(Cause("sync_loss", (seed * 7919 + 2) % layout.dp, 1.03, steps // 3, steps))
+    scenario.expected_findings = ["sync_loss"]
+    return scenario
+
+
+def training_restart(seed: int, ranks: int, steps: int) -> TrainingScenario:
+    """A node fails 60% into the step half-way through the run; checkpoints every ``max(2, steps // 10)``
+    steps; the job restarts on a spare node 90 s later and runs the lost steps again."""
+    layout = Layout.for_ranks(ranks)
+    fabric = TrainingFabric(layout, seed=seed, thermal_drift=0.01)
+    scenario = TrainingScenario("training-restart", fabric, steps)
+    nodes = -(-layout.ranks // GPUS_PER_NODE)
+    every = max(2, steps // 10)
+    failed = min(steps - 1, steps // 2 + every // 2)  # half-way between two checkpoints
+    scenario.restart = Restart(failed, node=(seed * 7919 + 4) % nodes, spare=nodes, checkpoint_every=every)
+    scenario.expected_findings = ["restart_rerun"]
+    return scenario
+
+
 SCENARIOS: dict[str, Callable[[int, int, int], Scenario]] = {
     "training-fabric": training_fabric,
     "training-fabric-healthy": lambda seed, ranks, steps: training_fabric(seed, ranks, steps, healthy=True),
     "training-slow-stage": single_cause("slow_stage", 1.3),
     "training-slow-link": single_cause("slow_link", 4.0),
     "training-imbalanced-dp": single_cause("imbalanced_dp", 1.3),
+    "training-cascade": training_cascade,
+    "training-sync-loss": training_sync_loss,
+    "training-restart": training_restart,
+    "inference-sla": inference_sla,
+    "inference-sla-healthy": lambda seed, ranks, steps: inference_sla(seed, ranks, steps, healthy=True),
+    "control-storm": control_storm,
+    "control-storm-healthy": lambda seed, ranks, steps: control_storm(seed, ranks, steps, healthy=True),
 }

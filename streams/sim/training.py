@@ -8,8 +8,12 @@ optimizer runs. Times are simulated vectorised over replicas, so 16k ranks stay 
 
 Injected causes multiply durations from a step on: a straggler rank (its compute), a slow stage (compute
 of every rank in it), a slow link (the sends between two stages), an imbalanced data-parallel replica
-(its compute). The ground truth carries each cause and the true counterfactual step times: the same
-steps simulated with every cause healed.
+(its compute). ``sync_loss`` is partial synchronisation loss: a data-parallel replica, its compute ×
+magnitude, drops out of the all-reduce quorum. The others' barriers no longer wait for it and it no
+longer waits for them: it finishes each step on its own clock, so its phase against the rest grows step
+by step (the scenario runner carries that phase across steps; see ``StepTimes.replica_end``). The ground
+truth carries each cause and the true counterfactual step times: the same steps simulated with every
+cause healed.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ Array = npt.NDArray[np.float64]
 
 @dataclass(frozen=True)
 class Cause:
-    """``kind``: straggler_rank | slow_stage | slow_link | imbalanced_dp; ``target`` its index (rank, stage,
-    first stage of the link, replica); durations × ``magnitude`` from ``start_step`` to ``end_step``."""
+    """``kind``: straggler_rank | slow_stage | slow_link | imbalanced_dp | sync_loss; ``target`` its index
+    (rank, stage, first stage of the link, replica, replica); durations × ``magnitude`` from ``start_step``
+    to ``end_step`` (sync_loss: the replica's compute, and it leaves the all-reduce quorum)."""
 
     kind: str
     target: int
@@ -86,11 +91,13 @@ class StepTimes:
     end: dict[tuple[str, int, int], Array]  # -> (dp,) stage end (slowest tensor rank)
     arrive: dict[tuple[str, int, int], Array]  # -> (dp,) when the input from the neighbour stage arrived
     link: Array  # (dp, pp) send durations from stage s to s+1
-    allreduce_start: Array  # (pp,) barrier release per stage (last replica arrived)
+    allreduce_start: Array  # (dp, pp) barrier release (the last replica of its quorum arrived)
     allreduce_arrive: Array  # (dp, pp) when each replica's stage finished its backward pass
     allreduce_s: float
     optimizer_s: float
-    duration: float
+    duration: float  # the step of the all-reduce quorum (every replica unless one lost sync)
+    replica_end: Array  # (dp,) when each replica finished the step (differs from duration out of the quorum)
+    quorum: npt.NDArray[np.bool_]  # (dp,) replicas whose all-reduce waited for each other
 
 
 @dataclass
@@ -105,26 +112,30 @@ class TrainingFabric:
     thermal_drift: float = 0.0  # relative compute slowdown per 1000 steps on every rank (0: none)
     causes: list[Cause] = field(default_factory=list)
 
-    def simulate(self, step: int, healed: bool = False) -> StepTimes:
-        """One step. ``healed``: as if no cause were injected (the counterfactual); same noise."""
+    def simulate(self, step: int, healed: bool = False, attempt: int = 1, without: Cause | None = None) -> StepTimes:
+        """One step. ``healed``: as if no cause were injected (the counterfactual); same noise. ``without``:
+        as if that one cause were not injected. ``attempt`` > 1: the step run again after a restart (fresh
+        noise)."""
         lay = self.layout
-        rng = np.random.default_rng([self.seed, step])
+        rng = np.random.default_rng([self.seed, step] if attempt == 1 else [self.seed, step, attempt])
         noise = 1 + self.jitter * rng.uniform(-1, 1, size=(2, lay.microbatches, lay.dp, lay.pp, lay.tp))
         factor = np.full((lay.dp, lay.pp, lay.tp), 1 + self.thermal_drift * step / 1000)
         link = self.link_s * (1 + self.jitter * rng.uniform(-1, 1, size=(lay.dp, lay.pp)))
-        for c in [] if healed else [c for c in self.causes if c.active(step)]:
+        quorum = np.ones(lay.dp, dtype=bool)
+        for c in [] if healed else [c for c in self.causes if c.active(step) and c is not without]:
             if c.kind == "straggler_rank":
                 d, rest = divmod(c.target, lay.pp * lay.tp)
                 factor[d, rest // lay.tp, rest % lay.tp] *= c.magnitude
             elif c.kind == "slow_stage":
                 factor[:, c.target, :] *= c.magnitude
-            elif c.kind == "imbalanced_dp":
+            elif c.kind in ("imbalanced_dp", "sync_loss"):
                 factor[c.target] *= c.magnitude
+                quorum[c.target] &= c.kind != "sync_loss"
             elif c.kind == "slow_link":
                 link[:, c.target] *= c.magnitude
-        return self._pipeline(noise, factor, link)
+        return self._pipeline(noise, factor, link, quorum)
 
-    def _pipeline(self, noise: Array, factor: Array, link: Array) -> StepTimes:
+    def _pipeline(self, noise: Array, factor: Array, link: Array, quorum: npt.NDArray[np.bool_]) -> StepTimes:
         lay = self.layout
         Key = tuple[str, int, int]
         compute: dict[Key, Array] = {}
@@ -161,7 +172,9 @@ class TrainingFabric:
             if not progressed:
                 raise RuntimeError("1F1B schedule deadlocked (a bug in the simulator)")
         arrive_ar = clock.T.copy()  # (dp, pp): each replica's stage is done with its backward passes
-        release = arrive_ar.max(axis=0)  # (pp,)
-        duration = float((release + self.allreduce_s).max() + self.optimizer_s)
+        # the quorum's barrier releases when its last member arrives; a replica outside it only waits for itself
+        release = np.where(quorum[:, None], arrive_ar[quorum].max(axis=0), arrive_ar)
+        replica_end = (release + self.allreduce_s).max(axis=1) + self.optimizer_s
+        duration = float(replica_end[quorum].max())
         return StepTimes(compute, start, end, arrive, link, release, arrive_ar, self.allreduce_s,
-                         self.optimizer_s, duration)  # fmt: skip
+                         self.optimizer_s, duration, replica_end, quorum)  # fmt: skip
