@@ -36,15 +36,32 @@ class Run:
     truth_element: str | None
     truth_decision: str | None = None
     expected: tuple[str, ...] = ()  # finding kinds the ground truth expects
-    onsets: dict[str, int] = field(default_factory=dict)  # detector -> its own onset (e.g. a decision's step)
-
-    def onset_for(self, detector: str) -> int | None:
-        return self.onsets.get(detector, self.onset)
-
+    targets: dict[str, tuple[int, str, str | None]] = field(default_factory=dict)  # detector -> its own truth
     alarms: dict[str, list[int]] = field(default_factory=dict)  # detector -> steps it alarmed at
     named: dict[str, list[list[str]]] = field(default_factory=dict)  # detector -> per alarm, elements ranked
     slowdown_error: dict[str, float] = field(default_factory=dict)  # detector -> |estimated / true - 1|
     cost_error: dict[str, float] = field(default_factory=dict)  # detector -> |attributed / true accel-s - 1|
+
+    def onset_for(self, detector: str) -> int | None:
+        return self.targets[detector][0] if detector in self.targets else self.onset
+
+    def truth_for(self, detector: str) -> str | None:
+        """What the detector should name first: the decision for a control regression, else the element."""
+        element, decision = self.targets.get(detector, (0, self.truth_element, self.truth_decision))[1:]
+        return decision if detector.endswith("control_regression") else element
+
+
+# Which injected cause each detector is judged against (default: the scenario's first cause).
+CAUSE_OF = {
+    "driftlog:straggler": ("straggler_rank",),
+    "driftlog:straggler_cascade": ("straggler_rank",),
+    "driftlog:sync_loss": ("sync_loss",),
+    "driftlog:restart_rerun": ("restart",),
+    "driftlog:tail_latency_inflation": ("slow_replica",),
+    "driftlog:retry_storm": ("retry_storm",),
+    "driftlog:energy_feedback_loop": ("energy_feedback_loop",),
+    "driftlog:control_conflict": ("energy_feedback_loop", "preemption_churn"),
+}
 
 
 def fixed_threshold(durations: list[float], warmup: int = 20, factor: float = 1.2, runs: int = 3) -> list[int]:
@@ -79,11 +96,15 @@ def run_scenario(name: str, seed: int, ranks: int, steps: int) -> Run:
     run = Run(name, seed, causes[0]["start_step"] if causes else None, causes[0]["element"] if causes else None,
               next((c["decision"] for c in causes if c.get("decision")), None),
               tuple(truth["expected_findings"]))  # fmt: skip
-    decided = next((c["start_step"] for c in causes if c.get("decision")), None)
+    for detector, kinds in CAUSE_OF.items():
+        mine = next((c for c in causes if c["kind"] in kinds), None)
+        if mine is not None:
+            run.targets[detector] = (mine["start_step"], mine["element"], mine.get("decision"))
+    decided = next((c for c in causes if c.get("decision") and c["kind"] in TRAINING_CAUSES), None)
     if decided is not None:  # a regression is judged from the decision behind it
-        run.onsets["driftlog:control_regression"] = decided
+        run.targets["driftlog:control_regression"] = (decided["start_step"], decided["element"], decided["decision"])
     out = run_stream(items)
-    step_at = _step_locator(truth["t0"], truth["step_time_s"])
+    step_at = _step_locator(truth)
     causes_of: dict[str, list[dict[str, Any]]] = {}
     for record in (r for r in out.audit if r.type == "attribution"):
         causes_of.setdefault(record.body["finding_id"], []).append(record.body)
@@ -95,7 +116,7 @@ def run_scenario(name: str, seed: int, ranks: int, steps: int) -> Run:
         run.named.setdefault(detector, []).append([c["cause"] for c in ranked] or [body["subjects"][0]])
         if ranked and ranked[0]["cause_kind"] == "element" and detector not in run.slowdown_error:
             _score_estimates(run, detector, ranked[0], truth)
-    durations = truth["step_time_s"]
+    durations = truth.get("latency_p99_s") or truth["step_time_s"]  # the job's symptom series
     run.alarms["baseline:fixed_threshold"] = fixed_threshold(durations)
     run.alarms["baseline:adwin"] = adwin(durations)
     return run
@@ -115,22 +136,39 @@ def _score_estimates(run: Run, detector: str, top: dict[str, Any], truth: dict[s
         run.cost_error[detector] = abs(top["cost_accel_s"] / true_cost - 1)
 
 
-def _step_locator(t0: float, step_times: list[float]) -> Callable[[float], int]:
-    """Event time → the step running then (steps run back to back from ``t0``)."""
-    starts = list(itertools.accumulate(step_times[:-1], initial=t0))
+def _step_locator(truth: dict[str, Any]) -> Callable[[float], int]:
+    """Event time → the step running then: from the steps' recorded starts where the ground truth has them
+    (a restart leaves a gap and runs steps again), else steps back to back from ``t0``."""
+    attempts = truth.get("step_attempts")
+    if attempts:
+        first: dict[int, float] = {}
+        for a in attempts:
+            first.setdefault(a["step"], a["start"])
+        steps = sorted(first)
+        starts = [first[s] for s in steps]
+    else:
+        starts = list(itertools.accumulate(truth["step_time_s"][:-1], initial=truth["t0"]))
+        steps = list(range(len(starts)))
 
     def step_at(t: float) -> int:
-        return max(0, bisect.bisect_right(starts, t) - 1)
+        return steps[max(0, bisect.bisect_right(starts, t) - 1)]
 
     return step_at
 
 
+TRAINING_CAUSES = ("straggler_rank", "slow_stage", "slow_link", "imbalanced_dp", "sync_loss")
 DETECTORS = (
     "driftlog:step_time_drift",
     "driftlog:straggler",
     "driftlog:straggler_cascade",
     "driftlog:control_regression",
     "driftlog:critical_path_shift",
+    "driftlog:sync_loss",
+    "driftlog:restart_rerun",
+    "driftlog:tail_latency_inflation",
+    "driftlog:retry_storm",
+    "driftlog:control_conflict",
+    "driftlog:energy_feedback_loop",
     "baseline:fixed_threshold",
     "baseline:adwin",
 )
@@ -171,8 +209,7 @@ def _score(scenario: str, detector: str, runs: list[Run]) -> dict[str, Any]:
     def ac(k: int) -> float | None:
         if not names_elements or not injected:
             return None
-        decision = detector.endswith("control_regression")
-        found = sum(1 for r in injected if (r.truth_decision if decision else r.truth_element) in firsts[id(r)][:k])
+        found = sum(1 for r in injected if r.truth_for(detector) in firsts[id(r)][:k])
         return found / len(injected)
 
     slowdown_errors = [r.slowdown_error[detector] for r in injected if detector in r.slowdown_error]
