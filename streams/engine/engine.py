@@ -17,6 +17,7 @@ from streams.engine.detectors.sync_loss import SyncLoss
 from streams.engine.findings import Finding
 from streams.engine.opgraph import GraphSnapshot, OperatorGraph
 from streams.engine.rollup import Rollup, StepWindow
+from streams.engine.services import Services
 from streams.engine.steps import JobSteps, StepReport
 from streams.engine.structural import Attribution, Derived, JobDerivations
 
@@ -67,6 +68,7 @@ class Engine:
     _graphs: dict[str, OperatorGraph] = field(default_factory=dict)
     _ranks_seen: dict[str, set[int]] = field(default_factory=dict)
     _sync: dict[str, SyncLoss] = field(default_factory=dict)
+    _services: Services = field(default_factory=Services)
     _reruns: dict[str, Reruns] = field(default_factory=dict)
     _power: dict[str, tuple[float, float]] = field(default_factory=dict)  # entity -> (time, watts) last seen
 
@@ -80,13 +82,14 @@ class Engine:
             elif batch.kind == "topology":
                 self._on_topology(batch, out)
             elif batch.kind == "metric":
-                self._on_metrics(batch)
+                self._on_metrics(batch, out)
         return out
 
     def decision(self, decision: dict[str, Any]) -> EngineOutput:
         """A control decision: its controller joins the operator graph of its job (or of every job whose
         graph holds one of its targets), and a regression check waits for the steps after it."""
         out = EngineOutput()
+        self._services.decision(decision)
         targets = tuple(decision["targets"])
         jobs = [decision["job"]] if decision.get("job") else [
             j for j, g in self._graphs.items() if any(g.graph.has_node(t) for t in targets)]  # fmt: skip
@@ -110,11 +113,16 @@ class Engine:
             window = self._windows[job] = StepWindow(job, self.config.rollup_steps, self.config.price_per_accel_hour)
         return window
 
-    def _on_metrics(self, batch: SampleBatch) -> None:
-        """Integrate power samples (``power_w``, per device or node) into each job's energy: a sample's
-        value holds until the entity's next sample (gaps over ``MAX_POWER_GAP_S`` are not counted). The
-        job: the sample's own, else every job whose operator graph holds the entity."""
+    def _on_metrics(self, batch: SampleBatch, out: EngineOutput) -> None:
+        """Service metrics go to the serving detectors (:mod:`services`). Power samples (``power_w``, per
+        device or node) are integrated into each job's energy: a sample's value holds until the entity's
+        next sample (gaps over ``MAX_POWER_GAP_S`` are not counted). The job: the sample's own, else every
+        job whose operator graph holds the entity."""
         c = batch.columns
+        rows = zip(c["entity"].tolist(), c["name"].tolist(), c["value"].tolist(), c["time"].tolist(), strict=True)
+        findings, attributions = self._services.metrics(rows)
+        out.findings.extend(findings)
+        out.attributions.extend(attributions)
         p = c["name"] == "power_w"
         samples = zip(c["job"][p].tolist(), c["entity"][p].tolist(), c["value"][p].tolist(), c["time"][p].tolist(),
                       strict=True)  # fmt: skip

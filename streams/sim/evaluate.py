@@ -46,11 +46,13 @@ class Run:
         return self.targets[detector][0] if detector in self.targets else self.onset
 
     def truth_for(self, detector: str) -> str | None:
-        """What the detector should name first: the decision for a control regression, else the element."""
+        """What the detector should name first: the decision behind it for a control regression or a retry
+        storm, else the element."""
         element, decision = self.targets.get(detector, (0, self.truth_element, self.truth_decision))[1:]
-        return decision if detector.endswith("control_regression") else element
+        return decision if detector in NAMES_DECISIONS else element
 
 
+NAMES_DECISIONS = ("driftlog:control_regression", "driftlog:retry_storm")
 # Which injected cause each detector is judged against (default: the scenario's first cause).
 CAUSE_OF = {
     "driftlog:straggler": ("straggler_rank",),

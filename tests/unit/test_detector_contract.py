@@ -15,6 +15,7 @@ import pytest
 
 from streams.engine.detectors.critical_path import CriticalPathShift
 from streams.engine.detectors.rerun import Reruns
+from streams.engine.detectors.serving import RetryStorm, TailLatency
 from streams.engine.detectors.step_time import StepObs, StepTimeDrift
 from streams.engine.detectors.straggler import CollectiveLateness
 from streams.engine.detectors.sync_loss import SyncLoss
@@ -65,6 +66,20 @@ def restarts(n: int) -> Iterator[tuple[Any, ...]]:
         newest = max(newest, step)
 
 
+def latencies(n: int) -> Iterator[tuple[Any, ...]]:
+    rng = np.random.default_rng(7)
+    for w in range(n):
+        p50 = 1.0 + 0.02 * rng.standard_normal()
+        tail = 1.6 if n // 3 <= w < 2 * n // 3 else 1.0  # the tail grows, the middle does not
+        yield float(w), p50, p50 * 2.0 * tail * (1 + 0.02 * rng.standard_normal())
+
+
+def attempts(n: int) -> Iterator[tuple[Any, ...]]:
+    for w in range(n):
+        storm = n // 3 <= w < 2 * n // 3
+        yield float(w), 80.0, 80.0 * (3.5 if storm else 1.0)
+
+
 @dataclass(frozen=True)
 class Case:
     make: Callable[[], Any]
@@ -77,6 +92,8 @@ CASES = {
     "critical_path_shift": Case(lambda: CriticalPathShift("j"), compositions),
     "sync_loss": Case(lambda: SyncLoss("j"), replica_drift),
     "restart_rerun": Case(lambda: Reruns("j"), restarts),
+    "tail_latency_inflation": Case(lambda: TailLatency("service:s"), latencies),
+    "retry_storm": Case(lambda: RetryStorm("service:s"), attempts),
 }
 
 
