@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from streams.contract.envelope import SampleBatch
+from streams.engine.detectors.coherence import ControlCoherence
 from streams.engine.detectors.rerun import Reruns
 from streams.engine.detectors.step_time import StepObs, StepTimeDrift
 from streams.engine.detectors.straggler import CollectiveLateness
@@ -69,6 +70,7 @@ class Engine:
     _ranks_seen: dict[str, set[int]] = field(default_factory=dict)
     _sync: dict[str, SyncLoss] = field(default_factory=dict)
     _services: Services = field(default_factory=Services)
+    _coherence: ControlCoherence | None = None
     _reruns: dict[str, Reruns] = field(default_factory=dict)
     _power: dict[str, tuple[float, float]] = field(default_factory=dict)  # entity -> (time, watts) last seen
 
@@ -90,6 +92,9 @@ class Engine:
         graph holds one of its targets), and a regression check waits for the steps after it."""
         out = EngineOutput()
         self._services.decision(decision)
+        if self._coherence is None:
+            self._coherence = ControlCoherence(related=self._placed)
+        out.findings.extend(self._coherence.update(decision))
         targets = tuple(decision["targets"])
         jobs = [decision["job"]] if decision.get("job") else [
             j for j, g in self._graphs.items() if any(g.graph.has_node(t) for t in targets)]  # fmt: skip
@@ -127,6 +132,8 @@ class Engine:
         samples = zip(c["job"][p].tolist(), c["entity"][p].tolist(), c["value"][p].tolist(), c["time"][p].tolist(),
                       strict=True)  # fmt: skip
         for job, entity, value, t in samples:
+            if self._coherence is not None and not entity.startswith("device:"):
+                self._coherence.power(entity, t, value)
             last = self._power.get(entity)
             self._power[entity] = (t, value)
             if last is None or not 0 < t - last[0] <= MAX_POWER_GAP_S:
@@ -134,6 +141,10 @@ class Engine:
             jobs = [job] if job else [j for j, g in self._graphs.items() if g.graph.has_node(entity)]
             for j in jobs:
                 self._window(j).add_energy(last[1] * (t - last[0]))
+
+    def _placed(self, target: str, element: str) -> bool:
+        """Whether some job's operator graph places ``element`` on ``target``."""
+        return any(g.hosts(target, element) for g in self._graphs.values())
 
     def _graph(self, job: str) -> OperatorGraph:
         graph = self._graphs.get(job)

@@ -36,7 +36,7 @@ class Run:
     truth_element: str | None
     truth_decision: str | None = None
     expected: tuple[str, ...] = ()  # finding kinds the ground truth expects
-    targets: dict[str, tuple[int, str, str | None]] = field(default_factory=dict)  # detector -> its own truth
+    targets: dict[str, tuple[int, tuple[str, ...], str | None]] = field(default_factory=dict)  # detector -> truth
     alarms: dict[str, list[int]] = field(default_factory=dict)  # detector -> steps it alarmed at
     named: dict[str, list[list[str]]] = field(default_factory=dict)  # detector -> per alarm, elements ranked
     slowdown_error: dict[str, float] = field(default_factory=dict)  # detector -> |estimated / true - 1|
@@ -45,11 +45,13 @@ class Run:
     def onset_for(self, detector: str) -> int | None:
         return self.targets[detector][0] if detector in self.targets else self.onset
 
-    def truth_for(self, detector: str) -> str | None:
+    def truth_for(self, detector: str) -> tuple[str | None, ...]:
         """What the detector should name first: the decision behind it for a control regression or a retry
         storm, else the element."""
-        element, decision = self.targets.get(detector, (0, self.truth_element, self.truth_decision))[1:]
-        return decision if detector in NAMES_DECISIONS else element
+        if detector not in self.targets:
+            return (self.truth_decision if detector in NAMES_DECISIONS else self.truth_element,)
+        _, elements, decision = self.targets[detector]
+        return (decision,) if detector in NAMES_DECISIONS else elements
 
 
 NAMES_DECISIONS = ("driftlog:control_regression", "driftlog:retry_storm")
@@ -99,12 +101,14 @@ def run_scenario(name: str, seed: int, ranks: int, steps: int) -> Run:
               next((c["decision"] for c in causes if c.get("decision")), None),
               tuple(truth["expected_findings"]))  # fmt: skip
     for detector, kinds in CAUSE_OF.items():
-        mine = next((c for c in causes if c["kind"] in kinds), None)
-        if mine is not None:
-            run.targets[detector] = (mine["start_step"], mine["element"], mine.get("decision"))
+        mine = [c for c in causes if c["kind"] in kinds]
+        if mine:  # any of the matching causes, and the nodes a conflict was fought on, count as named right
+            elements = tuple(dict.fromkeys([e for c in mine for e in (c["element"], *c.get("nodes", ()))]))
+            run.targets[detector] = (min(c["start_step"] for c in mine), elements, mine[0].get("decision"))
     decided = next((c for c in causes if c.get("decision") and c["kind"] in TRAINING_CAUSES), None)
     if decided is not None:  # a regression is judged from the decision behind it
-        run.targets["driftlog:control_regression"] = (decided["start_step"], decided["element"], decided["decision"])
+        run.targets["driftlog:control_regression"] = (
+            decided["start_step"], (decided["element"],), decided["decision"])  # fmt: skip
     out = run_stream(items)
     step_at = _step_locator(truth)
     causes_of: dict[str, list[dict[str, Any]]] = {}
@@ -211,7 +215,7 @@ def _score(scenario: str, detector: str, runs: list[Run]) -> dict[str, Any]:
     def ac(k: int) -> float | None:
         if not names_elements or not injected:
             return None
-        found = sum(1 for r in injected if r.truth_for(detector) in firsts[id(r)][:k])
+        found = sum(1 for r in injected if set(r.truth_for(detector)) & set(firsts[id(r)][:k]))
         return found / len(injected)
 
     slowdown_errors = [r.slowdown_error[detector] for r in injected if detector in r.slowdown_error]

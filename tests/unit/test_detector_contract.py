@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from streams.engine.detectors.coherence import ControlCoherence
 from streams.engine.detectors.critical_path import CriticalPathShift
 from streams.engine.detectors.rerun import Reruns
 from streams.engine.detectors.serving import RetryStorm, TailLatency
@@ -80,6 +81,19 @@ def attempts(n: int) -> Iterator[tuple[Any, ...]]:
         yield float(w), 80.0, 80.0 * (3.5 if storm else 1.0)
 
 
+def tug_of_war(n: int) -> Iterator[tuple[Any, ...]]:
+    """A power manager capping a node and an autoscaler adding replicas on it, answering each other for a
+    while, then each acting alone."""
+    for i in range(n):
+        fighting = n // 3 <= i < 2 * n // 3
+        power = i % 2 == 0
+        node = "node:n1" if fighting else ("node:n2" if power else "node:n3")
+        metric = "power_w" if power else "latency_p99_s"
+        yield ({"id": f"d{i}", "time": 30.0 * i, "controller": "power" if power else "hpa",
+                "layer": "power" if power else "autoscaler", "action": "x", "targets": [node],
+                "expected_effect": {"metric": metric, "direction": "down"}},)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Case:
     make: Callable[[], Any]
@@ -94,6 +108,7 @@ CASES = {
     "restart_rerun": Case(lambda: Reruns("j"), restarts),
     "tail_latency_inflation": Case(lambda: TailLatency("service:s"), latencies),
     "retry_storm": Case(lambda: RetryStorm("service:s"), attempts),
+    "control_conflict": Case(ControlCoherence, tug_of_war),
 }
 
 

@@ -1,3 +1,3 @@
-"""Detectors, one per module over the contract in ``base``: step-time drift (a job's step series),
-stragglers (arrival lateness at collectives), critical-path shifts (the composition of each step's
-critical path)."""
+"""Detectors, one per module over the contract in ``base``: step-time drift, stragglers (arrival lateness
+at collectives), critical-path shifts, partial synchronisation loss, restart re-runs, serving (tail-latency
+inflation, retry storms), control coherence (conflicting controllers, energy feedback loops)."""

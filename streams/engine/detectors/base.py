@@ -1,6 +1,7 @@
 """The contract every detector keeps; tests/unit/test_detector_contract.py checks each one against it.
 
-A detector is a dataclass holding the state of one job, with an ``update(...)`` that takes the next
+A detector is a dataclass holding the state of one job (or, for control coherence, of the control plane
+as a whole), with an ``update(...)`` that takes the next
 observation (or batch of them) in input order and returns the findings it completes. Beyond that:
 
 - **pure and deterministic**: event time only, no clock, no I/O; the same input gives the same findings;
