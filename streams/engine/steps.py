@@ -48,6 +48,7 @@ class StepReport:
     cost: StepCost
     ranks: int
     positions: npt.NDArray[np.int64]  # per rank: (dp, pp, tp), -1 where a rank did not report
+    replica_phase: Floats  # per data-parallel replica: its first start less the median replica's (NaN: absent)
 
 
 @dataclass
@@ -120,7 +121,9 @@ class JobSteps:
         path = g.critical_path(result.ends)
         cost = step_cost(g, result, path, columns, ranks)
         assert structure.positions is not None
-        return StepReport(self.job, step, g.t0, result, summarise(g, path), cost, ranks, structure.positions)
+        return StepReport(
+            self.job, step, g.t0, result, summarise(g, path), cost, ranks, structure.positions, phases(columns)
+        )
 
 
 def summarise(g: StepGraph, path: npt.NDArray[np.int64]) -> CriticalPath:
@@ -140,3 +143,12 @@ def summarise(g: StepGraph, path: npt.NDArray[np.int64]) -> CriticalPath:
         stages=dict(zip(stages[0].tolist(), np.bincount(stages[1], own).tolist(), strict=True)),
         op_classes=by_class,
     )
+
+
+def phases(columns: dict[str, npt.NDArray[Any]]) -> Floats:
+    dp = np.asarray(columns["dp"], np.int64)
+    first = np.full(int(dp.max(initial=0)) + 1, np.inf)
+    np.minimum.at(first, dp, np.asarray(columns["start"], np.float64))
+    first[~np.isfinite(first)] = np.nan
+    out: Floats = first - np.nanmedian(first)
+    return out

@@ -23,6 +23,7 @@ import numpy as np
 
 from streams.engine.attribution import StepGains, containment, rank_causes, specific_chain
 from streams.engine.detectors.critical_path import CriticalPathShift, composition
+from streams.engine.detectors.sync_loss import PhaseDrift
 from streams.engine.economics import WASTE_CAUSES, StepCost
 from streams.engine.findings import Finding
 from streams.engine.opgraph import OperatorGraph
@@ -107,6 +108,7 @@ class JobDerivations:
     _stragglers: list[Finding] = field(default_factory=list)
     _decisions: list[_Decision] = field(default_factory=list)
     cp_shift: CriticalPathShift | None = None
+    phase: PhaseDrift | None = None
     _waste: list[tuple[float, float, StepCost]] = field(default_factory=list)  # (t0, observed_s, cost)
 
     def on_finding(self, finding: Finding) -> None:
@@ -131,6 +133,10 @@ class JobDerivations:
             shifted = self.cp_shift.update(r.step, r.t0, r.t0 + w.observed_s, composition(cp.stages, cp.op_classes))
             if shifted is not None:
                 out.findings.append(shifted)
+            self.phase = self.phase or PhaseDrift(self.job)
+            drifted = self.phase.update(r.step, r.t0, w.observed_s, r.replica_phase)
+            if drifted is not None:
+                out.findings.append(drifted)
             self._waste.append((r.t0, w.observed_s, r.cost))
             if len(self._waste) >= self.window:
                 out.rollups.extend(self._waste_rollups())

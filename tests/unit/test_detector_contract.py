@@ -19,7 +19,7 @@ from streams.engine.detectors.rerun import Reruns
 from streams.engine.detectors.serving import RetryStorm, TailLatency
 from streams.engine.detectors.step_time import StepObs, StepTimeDrift
 from streams.engine.detectors.straggler import CollectiveLateness
-from streams.engine.detectors.sync_loss import SyncLoss
+from streams.engine.detectors.sync_loss import PhaseDrift, SyncLoss
 
 
 def step_series(n: int) -> Iterator[tuple[Any, ...]]:
@@ -94,6 +94,15 @@ def tug_of_war(n: int) -> Iterator[tuple[Any, ...]]:
                 "expected_effect": {"metric": metric, "direction": "down"}},)  # fmt: skip
 
 
+def phases(n: int) -> Iterator[tuple[Any, ...]]:
+    rng = np.random.default_rng(8)
+    for step in range(n):
+        phase = 0.001 * rng.standard_normal(6)
+        if n // 3 <= step < n // 3 + 50:
+            phase[4] += 0.01 * (step - n // 3)  # replica 4 drifts away for 50 steps, then rejoins
+        yield step, float(step), 0.4, phase
+
+
 @dataclass(frozen=True)
 class Case:
     make: Callable[[], Any]
@@ -109,6 +118,7 @@ CASES = {
     "tail_latency_inflation": Case(lambda: TailLatency("service:s"), latencies),
     "retry_storm": Case(lambda: RetryStorm("service:s"), attempts),
     "control_conflict": Case(ControlCoherence, tug_of_war),
+    "sync_loss_phase": Case(lambda: PhaseDrift("j"), phases),
 }
 
 

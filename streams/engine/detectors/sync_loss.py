@@ -83,3 +83,53 @@ class SyncLoss:
                 "measure": "steps a subset of ranks lags behind the job's newest step, growing",
             },
         )
+
+
+@dataclass
+class PhaseDrift:
+    """The same loss seen within a step's spans: each data-parallel replica's phase (its first span's start
+    less the median over replicas) against its own over the job's first ``warmup`` analysed steps. Drifting:
+    a replica whose phase moved by more than ``min_drift`` of the step; a finding when fewer than half the
+    replicas drift, at ``persistence`` analysed steps in a row, and their drift has grown over them."""
+
+    job: str
+    warmup: int = 10
+    min_drift: float = 0.05
+    persistence: int = 5
+    _warm: list[npt.NDArray[np.float64]] = field(default_factory=list)
+    _base: npt.NDArray[np.float64] | None = None
+    _drifts: list[float] = field(default_factory=list)
+    _onset: float | None = None
+    _alarmed: bool = False
+
+    def update(self, step: int, t0: float, step_s: float, phases: npt.NDArray[np.float64]) -> Finding | None:
+        """``phases``: per replica (index = dp), NaN for a replica without spans in the step."""
+        if self._base is None or len(phases) != len(self._base):
+            self._warm = [w for w in self._warm if len(w) == len(phases)] + [phases]
+            if len(self._warm) >= self.warmup:
+                self._base, self._warm = np.nanmedian(np.stack(self._warm), axis=0), []
+            return None
+        drift = np.abs(phases - self._base)
+        drifting = np.flatnonzero(np.nan_to_num(drift) > self.min_drift * step_s)
+        if not len(drifting) or 2 * len(drifting) >= len(phases):
+            self._drifts, self._onset, self._alarmed = [], None, False
+            return None
+        self._onset = t0 if self._onset is None else self._onset
+        self._drifts = [*self._drifts, float(np.nanmax(drift))][-self.persistence :]
+        if self._alarmed or len(self._drifts) < self.persistence or self._drifts[-1] <= self._drifts[0]:
+            return None
+        self._alarmed = True
+        return Finding(
+            kind="sync_loss",
+            subjects=tuple(f"dp:{self.job}/{d}" for d in drifting.tolist()),
+            start=self._onset,
+            end=t0 + step_s,
+            severity=round(self._drifts[-1] / step_s, 6),
+            evidence={
+                "replicas_drifting": drifting.tolist(),
+                "phase_drift_s": [round(d, 6) for d in self._drifts],
+                "replicas": len(phases),
+                "step": step,
+                "measure": "a replica's start within the step against the others', drifting further",
+            },
+        )
