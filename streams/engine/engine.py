@@ -18,7 +18,7 @@ from streams.engine.detectors.sync_loss import SyncLoss
 from streams.engine.findings import Finding
 from streams.engine.opgraph import GraphSnapshot, OperatorGraph
 from streams.engine.rollup import Rollup, StepWindow
-from streams.engine.services import Services
+from streams.engine.services import Services, restart_causes
 from streams.engine.steps import JobSteps, StepReport
 from streams.engine.structural import Attribution, Derived, JobDerivations
 
@@ -304,6 +304,7 @@ class Engine:
             rerun = reruns.update(step, stale, status, attempts, start, duration * accelerators)
             if rerun is not None:
                 self._findings(job, [rerun], out)
+                out.attributions.extend(restart_causes(rerun, self._services.decisions))
             if stale:
                 self.stale_steps += 1  # a re-run (after a restart) or a re-sent summary
                 if status != "ok" or attempts > 1:

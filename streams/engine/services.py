@@ -36,6 +36,10 @@ class Services:
     def decision(self, decision: dict[str, Any]) -> None:
         self._decisions.append(decision)
 
+    @property
+    def decisions(self) -> tuple[dict[str, Any], ...]:
+        return tuple(self._decisions)
+
     def metrics(self, rows: Iterable[tuple[str, str, float, float]]) -> tuple[list[Finding], list[Attribution]]:
         """(entity, name, value, time) rows of one batch."""
         windows: dict[tuple[str, float], dict[str, float]] = {}
@@ -127,3 +131,21 @@ class Services:
             )
             for i, d in enumerate(before[:5], start=1)
         ]
+
+
+def restart_causes(finding: Finding, decisions: Iterable[dict[str, Any]]) -> list[Attribution]:
+    """For a restart re-run: the restart decisions taken for the job during it, and the nodes they moved
+    the job away from (the targets other than the job and the replacement), the node first."""
+    job = finding.subjects[0].removeprefix("job:")
+    found = [d for d in decisions if d.get("job") == job and d["layer"] in ("orchestrator", "scheduler")
+             and finding.start - DECISION_HORIZON_S <= d["time"] <= finding.end]  # fmt: skip
+    out: list[Attribution] = []
+    for d in found:
+        keep = {f"job:{job}", str((d.get("parameters") or {}).get("replacement", ""))}
+        cost = finding.cost.get("accel_s", 0.0)
+        for node in (t for t in d["targets"] if t not in keep):
+            out.append(Attribution(finding.id, len(out) + 1, "element", node, 1.0, 1.0, cost,
+                                   {"via_decision": d["id"], "reason": d.get("reason", "")}))  # fmt: skip
+        out.append(Attribution(finding.id, len(out) + 1, "decision", d["id"], 1.0, 1.0, 0.0,
+                               {"controller": d["controller"], "action": d["action"]}))  # fmt: skip
+    return out[:5]
