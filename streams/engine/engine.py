@@ -159,9 +159,7 @@ class Engine:
         return d
 
     def _snapshot(self, job: str, at: float, out: EngineOutput) -> None:
-        snap = self._graph(job).snapshot(at)
-        if snap is not None:
-            out.snapshots.append(snap)
+        out.snapshots.extend(self._graph(job).snapshot(at))
 
     def _on_reports(self, job: str, reports: list[StepReport], out: EngineOutput, final: bool = False) -> None:
         derived = Derived()
@@ -209,7 +207,8 @@ class Engine:
             steps = self._steps.get(job)
             if steps is None:
                 steps = self._steps[job] = JobSteps(job)
-            self._add_ranks(job, c, rows)
+            if self._add_ranks(job, c, rows):
+                self._snapshot(job, float(c["start"][rows].min()), out)
             sync = self._sync.get(job)
             if sync is None:
                 sync = self._sync[job] = SyncLoss(job)
@@ -239,7 +238,8 @@ class Engine:
             )
             self._findings(job, found, out)
 
-    def _add_ranks(self, job: str, c: dict[str, Any], rows: Any) -> None:
+    def _add_ranks(self, job: str, c: dict[str, Any], rows: Any) -> bool:
+        """Ranks not seen before join the job's operator graph; whether there were any."""
         seen = self._ranks_seen.setdefault(job, set())
         ranks = c["rank"][rows]
         new = ~np.isin(ranks, np.fromiter(seen, np.int64, len(seen)))
@@ -249,6 +249,7 @@ class Engine:
                 c["rank"][idx], c["dp"][idx], c["pp"][idx], c["tp"][idx], strict=True)}  # fmt: skip
             seen.update(positions)
             self._graph(job).add_ranks(positions)
+        return bool(new.any())
 
     def _add_compute(self, c: dict[str, Any]) -> None:
         """Sum each rank's own compute per step (kept for the last few steps), and where each rank sits."""

@@ -8,7 +8,8 @@ target, from decisions). Per-rank numbers live in arrays elsewhere; this is stru
 
 Bounded: a job has as many nodes as its placement, and only the controllers of its last
 ``MAX_DECISIONS`` decisions stay attached. A snapshot is taken only when the structure changed (content
-digest), for the audit trail's ``graph_snapshots``.
+digest): the nodes and edges added and removed since the previous one, for the audit trail's
+``graph_snapshots``.
 """
 
 from __future__ import annotations
@@ -22,29 +23,40 @@ from typing import Any
 import networkx as nx
 
 MAX_DECISIONS = 64
+MAX_ITEMS = 2000  # added nodes and edges per snapshot record
 
 
 @dataclass(frozen=True)
 class GraphSnapshot:
+    """One part of a change of a job's graph: what was added and removed since the previous change.
+    ``digest`` identifies the whole graph after the change; a large change is split into ``parts``
+    records of at most ``MAX_ITEMS`` added nodes and edges each (Kafka records stay small at 16k ranks).
+    The graph at time T is every change up to T replayed in order (``sql/queries/graph_at.sql``)."""
+
     job: str
     valid_from: float
     digest: str
+    part: int
+    parts: int
     nodes: tuple[str, ...]
     edges: tuple[tuple[str, str, str], ...]
+    removed_nodes: tuple[str, ...] = ()
+    removed_edges: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def id(self) -> str:
-        return hashlib.sha256(f"graph|{self.job}|{self.digest}|{self.valid_from!r}".encode()).hexdigest()[:32]
+        key = f"graph|{self.job}|{self.digest}|{self.valid_from!r}|{self.part}"
+        return hashlib.sha256(key.encode()).hexdigest()[:32]
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id,
-            "job": self.job,
-            "valid_from": self.valid_from,
-            "digest": self.digest,
+            "id": self.id, "job": self.job, "valid_from": self.valid_from, "digest": self.digest,
+            "part": self.part, "parts": self.parts,
             "nodes": [{"id": n, "kind": n.partition(":")[0]} for n in self.nodes],
             "edges": [{"src": s, "dst": d, "kind": k} for s, d, k in self.edges],
-        }
+            "removed_nodes": list(self.removed_nodes),
+            "removed_edges": [{"src": s, "dst": d, "kind": k} for s, d, k in self.removed_edges],
+        }  # fmt: skip
 
 
 @dataclass
@@ -54,6 +66,8 @@ class OperatorGraph:
     _decisions: deque[tuple[str, tuple[str, ...]]] = field(default_factory=deque)
     _digest: str = ""
     _changed: bool = False
+    _nodes: set[str] = field(default_factory=set)  # as of the last snapshot
+    _edges: set[tuple[str, str, str]] = field(default_factory=set)
 
     def link(self, src: str, dst: str, kind: str) -> None:
         if not self.graph.has_edge(src, dst):
@@ -115,15 +129,32 @@ class OperatorGraph:
                         frontier.append(nxt)
         return False
 
-    def snapshot(self, valid_from: float) -> GraphSnapshot | None:
-        """A snapshot if the graph changed since the last one, else None."""
+    def snapshot(self, valid_from: float) -> list[GraphSnapshot]:
+        """The change since the last snapshot, in parts ([] when nothing changed)."""
         if not self._changed:
-            return None
+            return []
         self._changed = False
-        nodes = tuple(sorted(self.graph.nodes))
-        edges = tuple(sorted((s, d, k) for s, d, k in self.graph.edges(data="kind")))
-        digest = hashlib.sha256(repr((nodes, edges)).encode()).hexdigest()[:32]
+        nodes = set(self.graph.nodes)
+        edges = {(s, d, k) for s, d, k in self.graph.edges(data="kind")}
+        digest = hashlib.sha256(repr((sorted(nodes), sorted(edges))).encode()).hexdigest()[:32]
         if digest == self._digest:
-            return None
-        self._digest = digest
-        return GraphSnapshot(self.job, valid_from, digest, nodes, edges)
+            return []
+        added_n, added_e = sorted(nodes - self._nodes), sorted(edges - self._edges)
+        gone_n, gone_e = tuple(sorted(self._nodes - nodes)), tuple(sorted(self._edges - edges))
+        self._digest, self._nodes, self._edges = digest, nodes, edges
+        items: list[tuple[str, Any]] = [("n", n) for n in added_n] + [("e", e) for e in added_e]
+        chunks = [items[i : i + MAX_ITEMS] for i in range(0, len(items), MAX_ITEMS)] or [[]]
+        return [
+            GraphSnapshot(
+                self.job,
+                valid_from,
+                digest,
+                i,
+                len(chunks),
+                tuple(x for t, x in chunk if t == "n"),
+                tuple(x for t, x in chunk if t == "e"),
+                gone_n if i == 0 else (),
+                gone_e if i == 0 else (),
+            )
+            for i, chunk in enumerate(chunks)
+        ]

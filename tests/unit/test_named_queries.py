@@ -52,10 +52,13 @@ def records() -> list[AuditRecord]:
          "slowdown": 1.05, "cost_accel_s": 15.0, "evidence": {}},
     ]  # fmt: skip
     out += [AuditRecord("attribution", f"a{i}", src, a, "k") for i, a in enumerate(attributions)]
-    graphs = [
+    graphs = [  # a graph, then a change that adds a rank and a link and removes nothing, then one that removes
         {"job": "j", "valid_from": 0.0, "digest": "g0", "nodes": [{"id": "rank:j/0"}], "edges": []},
-        {"job": "j", "valid_from": 1200.0, "digest": "g1", "nodes": [{"id": "rank:j/0"}, {"id": "rank:j/3"}],
+        {"job": "j", "valid_from": 1200.0, "digest": "g1", "part": 0, "parts": 1, "nodes": [{"id": "rank:j/3"}],
          "edges": [{"src": "rank:j/0", "dst": "rank:j/3", "kind": "collective"}]},
+        {"job": "j", "valid_from": 6000.0, "digest": "g2", "part": 0, "parts": 1, "nodes": [], "edges": [],
+         "removed_nodes": ["rank:j/3"],
+         "removed_edges": [{"src": "rank:j/0", "dst": "rank:j/3", "kind": "collective"}]},
     ]  # fmt: skip
     out += [AuditRecord("graph_snapshot", f"g{i}", src, g, "k") for i, g in enumerate(graphs)]
     rollups = [
@@ -142,6 +145,7 @@ def test_coherence_timeline(db: Path) -> None:
 def test_graph_at(db: Path) -> None:
     assert [(r[1], r[2], r[3]) for r in run(db, "graph_at", job="j", at=1199)] == [("g0", 1, 0)]
     assert [(r[1], r[2], r[3]) for r in run(db, "graph_at", job="j", at=5000)] == [("g1", 2, 1)]
+    assert [(r[1], r[2], r[3], r[4]) for r in run(db, "graph_at", job="j", at=7000)] == [("g2", 1, 0, ["rank:j/0"])]
     assert run(db, "graph_at", job="j", at=-1) == []
 
 

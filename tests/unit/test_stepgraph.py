@@ -4,12 +4,17 @@ ground truth (which knows the injected causes and the true counterfactual step t
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from audit.records import AuditRecord
+from audit.duckdb_store import DuckDBStore
+from audit.queries import named
+from audit.query import run_query
+from audit.records import AuditRecord, SourcePosition
+from audit.store import RawRecord
 from streams.contract.envelope import decode_telemetry
 from streams.engine.opgraph import MAX_DECISIONS, OperatorGraph
 from streams.engine.stepgraph import Codebook, build
@@ -165,7 +170,29 @@ def test_snapshots_only_on_change_and_placement_lookup() -> None:
     graph = OperatorGraph("j")
     graph.add_relations([("placed_on", "rank:j/0", "device:n0/gpu0"), ("placed_on", "device:n0/gpu0", "node:n0")])
     graph.add_ranks({0: (0, 0, 0)})
-    assert graph.snapshot(1.0) is not None
-    assert graph.snapshot(2.0) is None
+    assert graph.snapshot(1.0)
+    assert graph.snapshot(2.0) == []
     assert graph.hosts("node:n0", "rank:j/0") and graph.hosts("node:n0", "stage:j/0")
     assert not graph.hosts("node:n1", "rank:j/0")
+
+
+def test_graph_changes_replayed_by_sql_give_the_graph_at_each_time(tmp_path: Path) -> None:
+    graph = OperatorGraph("j")
+    graph.add_ranks({r: (r // 8, r % 4, 0) for r in range(3000)})  # > MAX_ITEMS: the change comes in parts
+    changes = graph.snapshot(10.0)
+    assert len(changes) > 1 and {c.parts for c in changes} == {len(changes)}
+    at_10 = graph.graph.number_of_edges()
+    for i in range(MAX_DECISIONS + 5):  # the oldest controllers drop out: edges removed
+        graph.add_decision(f"d{i}", f"c{i}", ["stage:j/1"])
+    changes += graph.snapshot(20.0)
+    db = tmp_path / "g.duckdb"
+    store = DuckDBStore(db)
+    src = SourcePosition("telemetry", 0, 0)
+    store.write([RawRecord("audit", 0, i, 0, b"k", AuditRecord("graph_snapshot", c.id, src, c.as_dict(), "k").encode())
+                 for i, c in enumerate(changes)])  # fmt: skip
+    store.close()
+    sql = named("graph_at").sql
+    at = {t: run_query(db, sql, {"job": "j", "at": t}).records()[0] for t in (15.0, 25.0)}
+    assert at[15.0]["edge_count"] == at_10
+    assert at[25.0]["edge_count"] == graph.graph.number_of_edges()
+    assert at[25.0]["node_count"] == graph.graph.number_of_nodes()
