@@ -6,6 +6,11 @@ is one sink per DuckDB file (DuckDB admits one writer), so it assigns itself eve
 topic instead of joining a group rebalance: a restarted sink resumes at once, not after the dead member's
 session times out. New partitions are picked up every ``PARTITION_REFRESH_S``.
 
+Fetched records are prepared (hashed, classified) at once and staged; the staged records are committed in
+one transaction when the batch is full, old enough, or the sink has caught up (:meth:`AuditSink._commit_due`),
+while the next records are fetched and prepared. A SIGKILL loses only what was staged or committing, and
+that is consumed again from the stored offsets.
+
 A batch that fails to write is not acknowledged anywhere: the sink stops with the error instead of
 skipping it (it would be consumed again from the stored offsets on restart).
 """
@@ -27,13 +32,14 @@ from aiokafka.errors import KafkaError
 from audit.checkpoint import Signer, append_line, last_seq
 from audit.duckdb_store import DuckDBStore
 from audit.sql_service import Limits, require_token_off_loopback, sql_routes
-from audit.store import AuditStore, RawRecord
+from audit.store import AuditStore, Run
 from streams import ops
 from streams.config import Settings
 from streams.kafka.admin import partitions
 
 log = logging.getLogger("driftlog.sink")
 PARTITION_REFRESH_S = 30.0
+FETCH_RECORDS = 16_384  # per fetch: prepared while DuckDB commits the previous batch
 
 
 class AuditSink:
@@ -59,7 +65,11 @@ class AuditSink:
         self.rows_written = 0
         self.http_port = 0
         self.partitions_checked = 0.0
-        self.pending: asyncio.Future[None] | None = None
+        self.pending: asyncio.Future[None] | None = None  # the commit running in DuckDB's thread
+        self.staged: list[Any] = []  # prepared, not yet committing
+        self.staged_rows = 0
+        self.staged_since = 0.0
+        self.staged_offsets: dict[TopicPartition, int] = {}
 
     async def assign(self) -> None:
         """Assign every partition of the audit topic (again, if some were added) and seek to the stored offsets."""
@@ -102,6 +112,7 @@ class AuditSink:
         try:
             while not self.stopping.is_set():
                 await self._one_batch()
+            await self.flush()
             await self.finish_pending()
             await self.checkpoint(force=True)
         except BaseException as exc:
@@ -116,33 +127,72 @@ class AuditSink:
             self.store.close()
 
     async def _one_batch(self) -> None:
+        """Fetch, prepare (hash) what came, and start a commit when it is due (see :meth:`_commit_due`)."""
         if time.monotonic() - self.partitions_checked > PARTITION_REFRESH_S:
             await self.assign()
+        cfg = self.settings
+        wait_ms = cfg.sink_batch_wait_ms
+        if self.staged_rows:
+            wait_ms = max(0, int(wait_ms - (time.monotonic() - self.staged_since) * 1000))
         fetched = await self.consumer.getmany(
-            timeout_ms=self.settings.sink_batch_wait_ms, max_records=self.settings.sink_batch_max
+            timeout_ms=wait_ms, max_records=max(1, min(FETCH_RECORDS, cfg.sink_batch_max - self.staged_rows))
         )
-        batch = [
-            RawRecord(m.topic, m.partition, m.offset, m.timestamp, m.key, m.value if m.value is not None else b"")
-            for msgs in fetched.values()
-            for m in msgs
-        ]
-        if batch:
-            # hash and stage this batch while DuckDB commits the previous one (two cores, no GIL in DuckDB)
-            prepared = self.store.prepare(batch)
-            await self.finish_pending()
+        runs = [
+            Run(tp.topic, tp.partition, [m.offset for m in msgs], [m.timestamp for m in msgs],
+                [m.key for m in msgs], [b"" if m.value is None else m.value for m in msgs])
+            for tp, msgs in fetched.items()
+            if msgs
+        ]  # fmt: skip
+        if runs:
+            # hash and stage while DuckDB commits the previous batch (two cores, no GIL in DuckDB)
+            prepared = self.store.prepare(runs)
             if prepared is not None:
-                offsets = {tp: msgs[-1].offset + 1 for tp, msgs in fetched.items() if msgs}
-                self.pending = asyncio.ensure_future(self._commit(prepared, len(batch), offsets))
-        elif self.pending is not None:
+                if not self.staged_rows:
+                    self.staged_since = time.monotonic()
+                self.staged.append(prepared)
+                self.staged_rows += sum(len(r.offsets) for r in runs)
+                self.staged_offsets.update({tp: msgs[-1].offset + 1 for tp, msgs in fetched.items() if msgs})
+        caught_up = await self._observe_lag()
+        if self.staged_rows and self._commit_due(caught_up):
+            await self.flush()
+        elif not runs and self.pending is not None:
             await self.finish_pending()  # idle: let the last batch become visible and checkpointed
         await self.checkpoint()
+
+    def _commit_due(self, caught_up: bool) -> bool:
+        """A batch is committed once it holds ``sink_batch_max`` records (a DuckDB row group by default:
+        written once, straight to the data file), once its first record has waited
+        ``sink_batch_wait_ms``, or at once when the sink has caught up with the topic and DuckDB is idle
+        (a quiet topic gets fresh rows; a backlog gets full batches)."""
+        waited_ms = (time.monotonic() - self.staged_since) * 1000
+        idle = self.pending is None or self.pending.done()
+        return (
+            self.staged_rows >= self.settings.sink_batch_max
+            or waited_ms >= self.settings.sink_batch_wait_ms
+            or (caught_up and idle)
+        )
+
+    async def flush(self) -> None:
+        """Start committing what is staged, in one transaction, once the previous commit is done."""
+        await self.finish_pending()
+        if self.staged:
+            staged, rows, offsets = self.staged, self.staged_rows, self.staged_offsets
+            self.staged, self.staged_rows, self.staged_offsets = [], 0, {}
+            self.pending = asyncio.ensure_future(self._commit(staged, rows, offsets))
+
+    async def _observe_lag(self) -> bool:
+        """Export the consumer lag per partition; True when every partition is caught up."""
+        caught_up = True
         for tp in self.consumer.assignment():
             highwater = self.consumer.highwater(tp)
-            if highwater is not None:
-                lag = max(0, highwater - await self.consumer.position(tp))
-                ops.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
+            if highwater is None:
+                continue
+            lag = max(0, highwater - await self.consumer.position(tp))
+            ops.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
+            caught_up = caught_up and lag == 0
+        return caught_up
 
-    async def _commit(self, prepared: Any, rows: int, offsets: dict[TopicPartition, int]) -> None:
+    async def _commit(self, prepared: list[Any], rows: int, offsets: dict[TopicPartition, int]) -> None:
         started = time.perf_counter()
         await asyncio.to_thread(self.store.commit, prepared)
         ops.SINK_COMMIT_SECONDS.observe(time.perf_counter() - started)
