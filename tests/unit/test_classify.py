@@ -12,21 +12,26 @@ import pytest
 from audit.classify import classify
 from audit.records import RECORD_TYPES
 
-# The SQL the store classified with before audit/classify.py: records stored then must classify the same.
-_FORMER_SQL = f"""
-    SELECT CASE WHEN ok THEN c.type ELSE 'invalid' END, CASE WHEN ok THEN c.id ELSE left(sha256(value), 32) END
+
+def former_sql(source: str) -> str:
+    """The SQL the store classified with before audit/classify.py (``source``'s columns plus record_type
+    and record_id): records stored then must classify the same."""
+    return f"""
+    SELECT * EXCLUDE (c, ok), CASE WHEN ok THEN c.type ELSE 'invalid' END AS record_type,
+           CASE WHEN ok THEN c.id ELSE left(sha256(value), 32) END AS record_id
     FROM (SELECT *, coalesce(c.v = 1 AND c.type IN {RECORD_TYPES!r} AND c.id IS NOT NULL
                              AND json_type(c.body) = 'OBJECT', false) AS ok
           FROM (SELECT *, try(json_transform(decode(value),
                               '{{"v": "INTEGER", "type": "VARCHAR", "id": "VARCHAR", "body": "JSON"}}')) AS c
-                FROM t))
-"""
+                FROM {source}))
+    """
 
 
 def former(values: list[bytes]) -> list[tuple[str, str]]:
     con = duckdb.connect()
     con.register("t", pa.table({"value": pa.array(values, pa.binary())}))
-    return [(str(t), str(i)) for t, i in con.execute(_FORMER_SQL).fetchall()]
+    rows = con.execute(f"SELECT record_type, record_id FROM ({former_sql('t')})").fetchall()
+    return [(str(t), str(i)) for t, i in rows]
 
 
 def doc(**fields: object) -> bytes:
