@@ -77,14 +77,16 @@ class AuditSink:
         self.partitions_checked = time.monotonic()
         if set(found) != self.consumer.assignment():
             self.consumer.assign(found)
-            self.seek_to_stored(found)
+            await self.seek_to_stored(found)
 
-    def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
+    async def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
+        """Seek every partition to the store's next offset; a partition the store has nothing of is read
+        from its beginning (not from the group's committed offset, which is monitoring only)."""
         stored = self.store.next_offsets()
         for tp in assigned:
             nxt = stored.get((tp.topic, tp.partition))
             if nxt is None:
-                self.consumer.seek_to_beginning(tp)
+                await self.consumer.seek_to_beginning(tp)
             else:
                 self.consumer.seek(tp, nxt)
         log.info("partitions assigned", extra={"assigned": [f"{tp.topic}/{tp.partition}" for tp in assigned]})
