@@ -6,10 +6,10 @@ is one sink per DuckDB file (DuckDB admits one writer), so it assigns itself eve
 topic instead of joining a group rebalance: a restarted sink resumes at once, not after the dead member's
 session times out. New partitions are picked up every ``PARTITION_REFRESH_S``.
 
-Fetched records are prepared (hashed, classified) at once and staged; the staged records are committed in
-one transaction when the batch is full, old enough, or the sink has caught up (:meth:`AuditSink._commit_due`),
-while the next records are fetched and prepared. A SIGKILL loses only what was staged or committing, and
-that is consumed again from the stored offsets.
+Fetched records are prepared (hashed, classified) at once into a filling batch; a batch is committed in one
+transaction when it is full, or, near the head of the topic, old enough or caught up
+(:meth:`AuditSink._seal_due`), while the next records are fetched and prepared. A SIGKILL loses only what
+was prepared or committing, and that is consumed again from the stored offsets.
 
 A batch that fails to write is not acknowledged anywhere: the sink stops with the error instead of
 skipping it (it would be consumed again from the stored offsets on restart).
@@ -21,7 +21,9 @@ import asyncio
 import logging
 import signal
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -40,6 +42,23 @@ from streams.kafka.admin import partitions
 log = logging.getLogger("driftlog.sink")
 PARTITION_REFRESH_S = 30.0
 FETCH_RECORDS = 16_384  # per fetch: prepared while DuckDB commits the previous batch
+BACKLOG_WAITS = 10  # a batch filling from a backlog commits after at most this many sink_batch_wait_ms
+
+
+@dataclass
+class _Batch:
+    """Prepared fetches that are committed together, in one transaction."""
+
+    prepared: list[Any] = field(default_factory=list)
+    rows: int = 0
+    since: float = 0.0  # when its first record was fetched
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)  # for Kafka's (monitoring) commit
+
+    def add(self, prepared: Any, rows: int) -> None:
+        if not self.rows:
+            self.since = time.monotonic()
+        self.prepared.append(prepared)
+        self.rows += rows
 
 
 class AuditSink:
@@ -66,10 +85,8 @@ class AuditSink:
         self.http_port = 0
         self.partitions_checked = 0.0
         self.pending: asyncio.Future[None] | None = None  # the commit running in DuckDB's thread
-        self.staged: list[Any] = []  # prepared, not yet committing
-        self.staged_rows = 0
-        self.staged_since = 0.0
-        self.staged_offsets: dict[TopicPartition, int] = {}
+        self.filling = _Batch()  # prepared fetches to commit together
+        self.sealed: deque[_Batch] = deque()  # full or due batches waiting for DuckDB, oldest first
 
     async def assign(self) -> None:
         """Assign every partition of the audit topic (again, if some were added) and seek to the stored offsets."""
@@ -115,7 +132,6 @@ class AuditSink:
             while not self.stopping.is_set():
                 await self._one_batch()
             await self.flush()
-            await self.finish_pending()
             await self.checkpoint(force=True)
         except BaseException as exc:
             self.failed = exc
@@ -129,15 +145,17 @@ class AuditSink:
             self.store.close()
 
     async def _one_batch(self) -> None:
-        """Fetch, prepare (hash) what came, and start a commit when it is due (see :meth:`_commit_due`)."""
+        """Fetch, prepare (hash, classify) what came into the filling batch, seal it when it is due (see
+        :meth:`_seal_due`), and start committing the oldest sealed batch when DuckDB is idle."""
         if time.monotonic() - self.partitions_checked > PARTITION_REFRESH_S:
             await self.assign()
-        cfg = self.settings
+        cfg, filling = self.settings, self.filling
         wait_ms = cfg.sink_batch_wait_ms
-        if self.staged_rows:
-            wait_ms = max(0, int(wait_ms - (time.monotonic() - self.staged_since) * 1000))
+        if filling.rows:  # wake when the filling batch is due; never 0, which would starve the fetcher task
+            due_in = int(wait_ms - (time.monotonic() - filling.since) * 1000)
+            wait_ms = due_in if due_in > 0 else wait_ms
         fetched = await self.consumer.getmany(
-            timeout_ms=wait_ms, max_records=max(1, min(FETCH_RECORDS, cfg.sink_batch_max - self.staged_rows))
+            timeout_ms=wait_ms, max_records=max(1, min(FETCH_RECORDS, cfg.sink_batch_max - filling.rows))
         )
         runs = [
             Run(tp.topic, tp.partition, [m.offset for m in msgs], [m.timestamp for m in msgs],
@@ -146,53 +164,60 @@ class AuditSink:
             if msgs
         ]  # fmt: skip
         if runs:
-            # hash and stage while DuckDB commits the previous batch (two cores, no GIL in DuckDB)
+            # hash and stage while DuckDB commits an earlier batch (two cores, no GIL in DuckDB)
             prepared = self.store.prepare(runs)
             if prepared is not None:
-                if not self.staged_rows:
-                    self.staged_since = time.monotonic()
-                self.staged.append(prepared)
-                self.staged_rows += sum(len(r.offsets) for r in runs)
-                self.staged_offsets.update({tp: msgs[-1].offset + 1 for tp, msgs in fetched.items() if msgs})
-        caught_up = await self._observe_lag()
-        if self.staged_rows and self._commit_due(caught_up):
-            await self.flush()
+                filling.add(prepared, sum(len(r.offsets) for r in runs))
+                filling.offsets.update({tp: msgs[-1].offset + 1 for tp, msgs in fetched.items() if msgs})
+        if filling.rows and self._seal_due(await self._observe_lag()):
+            self.sealed.append(filling)
+            self.filling = _Batch()
+        if self.sealed and (self.pending is None or self.pending.done() or len(self.sealed) > 1):
+            await self.commit_next()  # (waits for the running commit first: at most two batches queue)
         elif not runs and self.pending is not None:
             await self.finish_pending()  # idle: let the last batch become visible and checkpointed
         await self.checkpoint()
 
-    def _commit_due(self, caught_up: bool) -> bool:
-        """A batch is committed once it holds ``sink_batch_max`` records (a DuckDB row group by default:
-        written once, straight to the data file), once its first record has waited
-        ``sink_batch_wait_ms``, or at once when the sink has caught up with the topic and DuckDB is idle
-        (a quiet topic gets fresh rows; a backlog gets full batches)."""
-        waited_ms = (time.monotonic() - self.staged_since) * 1000
-        idle = self.pending is None or self.pending.done()
-        return (
-            self.staged_rows >= self.settings.sink_batch_max
-            or waited_ms >= self.settings.sink_batch_wait_ms
-            or (caught_up and idle)
-        )
+    def _seal_due(self, lag: int) -> bool:
+        """The filling batch is closed once it holds ``sink_batch_max`` records (a DuckDB row group by
+        default: written once, straight to the data file). Short of that: while the topic holds enough
+        records to fill it (a backlog) it keeps filling, at fetch speed; otherwise it closes once its first
+        record has waited ``sink_batch_wait_ms``, or at once when the sink has caught up with the topic."""
+        missing = self.settings.sink_batch_max - self.filling.rows
+        if missing <= 0:
+            return True
+        waited_ms = (time.monotonic() - self.filling.since) * 1000
+        if lag >= missing:  # (a backlog that does not arrive within BACKLOG_WAITS waits is not waited for)
+            return waited_ms >= BACKLOG_WAITS * self.settings.sink_batch_wait_ms
+        return lag == 0 or waited_ms >= self.settings.sink_batch_wait_ms
+
+    async def commit_next(self) -> None:
+        """Start committing the oldest sealed batch in one transaction, once the running commit is done."""
+        await self.finish_pending()
+        if self.sealed:
+            batch = self.sealed.popleft()
+            self.pending = asyncio.ensure_future(self._commit(batch.prepared, batch.rows, batch.offsets))
 
     async def flush(self) -> None:
-        """Start committing what is staged, in one transaction, once the previous commit is done."""
+        """Commit everything staged (on shutdown)."""
+        if self.filling.rows:
+            self.sealed.append(self.filling)
+            self.filling = _Batch()
+        while self.sealed:
+            await self.commit_next()
         await self.finish_pending()
-        if self.staged:
-            staged, rows, offsets = self.staged, self.staged_rows, self.staged_offsets
-            self.staged, self.staged_rows, self.staged_offsets = [], 0, {}
-            self.pending = asyncio.ensure_future(self._commit(staged, rows, offsets))
 
-    async def _observe_lag(self) -> bool:
-        """Export the consumer lag per partition; True when every partition is caught up."""
-        caught_up = True
+    async def _observe_lag(self) -> int:
+        """Export the consumer lag per partition; returns the records behind in all of them."""
+        total = 0
         for tp in self.consumer.assignment():
             highwater = self.consumer.highwater(tp)
             if highwater is None:
                 continue
             lag = max(0, highwater - await self.consumer.position(tp))
             ops.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
-            caught_up = caught_up and lag == 0
-        return caught_up
+            total += lag
+        return total
 
     async def _commit(self, prepared: list[Any], rows: int, offsets: dict[TopicPartition, int]) -> None:
         started = time.perf_counter()
