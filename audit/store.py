@@ -42,8 +42,9 @@ def runs(records: Iterable[RawRecord]) -> list[Run]:
     """Records as runs of consecutive records of the same partition."""
     out = []
     for (topic, partition), group in groupby(records, key=itemgetter(0, 1)):
-        _, _, offsets, stamps, keys, values = zip(*group, strict=True)
-        out.append(Run(topic, partition, offsets, stamps, keys, values))
+        rs = list(group)  # (not zip(*rs): unpacking thousands of arguments is slow)
+        out.append(Run(topic, partition, [r.offset for r in rs], [r.timestamp_ms for r in rs],
+                       [r.key for r in rs], [r.value for r in rs]))  # fmt: skip
     return out
 
 
