@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import statistics
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -79,6 +81,25 @@ def write_run(table: pa.Table, batch: int, setting: str | None, sql_classify: bo
     return table.num_rows / wall, cpu / table.num_rows * 1e6, size
 
 
+def parquet_run(table: pa.Table, batch: int) -> tuple[float, float, float]:
+    """The store half of the "sealed Parquet segments" design: each batch written as one zstd Parquet
+    file (temp name, fsync, os.replace), no DuckDB; for comparison with the rows above."""
+    work = Path(tempfile.mkdtemp(prefix="driftlog-ceiling-"))
+    started, cpu = time.perf_counter(), time.process_time()
+    for n, i in enumerate(range(0, table.num_rows, batch)):
+        tmp = work / f"segment-{n:08d}.parquet.tmp"
+        pq.write_table(table.slice(i, batch), tmp, compression="zstd", row_group_size=batch)
+        with tmp.open("rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, tmp.with_suffix(""))
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    size = sum(p.stat().st_size for p in work.iterdir()) / 2**20
+    for p in work.iterdir():
+        p.unlink()
+    work.rmdir()
+    return table.num_rows / wall, cpu / table.num_rows * 1e6, size
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=4 * ROW_GROUP)
@@ -97,6 +118,7 @@ def main() -> None:
         configs[f"{batch:>7,} rows/txn, compression zstd, classify() in SQL"] = (
             lambda b=batch: write_run(table, b, zstd, sql_classify=True)
         )
+    configs[f"{ROW_GROUP:>7,} rows/segment, Parquet file (zstd), no DuckDB"] = lambda: parquet_run(table, ROW_GROUP)
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in configs}
     for _ in range(args.repeats):  # interleaved, so that load from other work hits every configuration
         for name, run in configs.items():
