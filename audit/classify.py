@@ -1,58 +1,30 @@
 """The record type and id of raw audit-topic bytes: the one definition that the store writes and that
-``driftlog verify`` checks again.
+``driftlog verify`` checks again, as SQL that DuckDB runs (vectorised, in its own threads, beside the
+Python thread that hashes: bench/bench_duckdb_ceiling.py and the sink benchmarks measured it ahead of
+decoding the same fields with msgspec in Python).
 
-A value is a well-formed audit record when it is UTF-8 JSON whose top level is an object with ``v`` the
-integer 1, ``type`` one of :data:`~audit.records.RECORD_TYPES`, ``id`` a string and ``body`` an object;
-then its own type and id are used. Anything else is kept as type ``invalid`` with the first 32 hex digits
-of the SHA-256 of its bytes as id. Only ``v``, ``type``, ``id`` and the first byte of ``body`` are
-decoded; the rest is skipped by msgspec without building objects.
+A value is a well-formed audit record when it is UTF-8 JSON with ``v`` 1, ``type`` one of
+:data:`~audit.records.RECORD_TYPES`, an ``id`` and an object ``body`` (as DuckDB's ``json_transform``
+reads them); then its own type and id are used. Anything else is kept as type ``invalid`` with the first
+32 hex digits of the SHA-256 of its bytes as id.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable
-
-import msgspec
-
-from audit.records import RECORD_TYPES, RECORD_VERSION
+from audit.records import RECORD_TYPES
 
 INVALID = "invalid"
 
 
-class _Head(msgspec.Struct):
-    v: int | None = None
-    type: str | None = None
-    id: str | None = None
-    body: msgspec.Raw = msgspec.Raw(b"")
-
-
-_decode = msgspec.json.Decoder(_Head).decode
-_TYPES = frozenset(RECORD_TYPES)
-
-
-def classify(values: Iterable[bytes]) -> tuple[list[str], list[str]]:
-    """Types and ids of ``values``, in order."""
-    types: list[str] = []
-    ids: list[str] = []
-    for value in values:
-        try:
-            if not value.isascii():
-                value.decode()  # msgspec checks the UTF-8 of the strings it decodes, not of what it skips
-            head: _Head | None = _decode(value)
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            head = None
-        if (
-            head is not None
-            and head.v == RECORD_VERSION
-            and head.type in _TYPES
-            and head.id is not None
-            and len(head.body) > 0
-            and memoryview(head.body)[0] == 0x7B  # {
-        ):
-            types.append(head.type)
-            ids.append(head.id)
-        else:
-            types.append(INVALID)
-            ids.append(hashlib.sha256(value).hexdigest()[:32])
-    return types, ids
+def classify_sql(source: str) -> str:
+    """A SELECT of ``source``'s columns (which must include ``value`` and must not include
+    ``record_type``/``record_id``) plus ``record_type`` and ``record_id``: one JSON parse per row."""
+    return f"""
+    SELECT * EXCLUDE (c, ok), CASE WHEN ok THEN c.type ELSE '{INVALID}' END AS record_type,
+           CASE WHEN ok THEN c.id ELSE left(sha256(value), 32) END AS record_id
+    FROM (SELECT *, coalesce(c.v = 1 AND c.type IN {RECORD_TYPES!r} AND c.id IS NOT NULL
+                             AND json_type(c.body) = 'OBJECT', false) AS ok
+          FROM (SELECT *, try(json_transform(decode(value),
+                              '{{"v": "INTEGER", "type": "VARCHAR", "id": "VARCHAR", "body": "JSON"}}')) AS c
+                FROM {source}))
+    """

@@ -12,7 +12,7 @@ import duckdb
 import pyarrow as pa
 
 from audit.chain import chain_run, genesis
-from audit.classify import classify
+from audit.classify import classify_sql
 from audit.migrations import migrate
 from audit.store import RawRecord, Run, runs
 from streams.errors import StoreError
@@ -26,8 +26,6 @@ _BATCH_SCHEMA = pa.schema(
         ("kafka_ts_ms", pa.int64()),
         ("key", pa.binary()),
         ("value", pa.binary()),
-        ("record_type", pa.string()),
-        ("record_id", pa.string()),
         ("chain_hash", pa.binary(32)),
     ]
 )
@@ -57,9 +55,9 @@ def _fresh(run: Run, next_offset: int) -> Run:
     return Run(run.topic, run.partition, pick(run.offsets), pick(run.timestamps), pick(run.keys), pick(run.values))
 
 
-# Written from Arrow as prepared: type and id come from audit/classify.py (verify checks them the same way).
+# Type and id are derived in the INSERT (audit/classify.py; verify derives them the same way).
 _INSERTS = [
-    f'INSERT INTO audit_log ({_COLUMNS}) SELECT {_COLUMNS} FROM batch',
+    f"INSERT INTO audit_log ({_COLUMNS}) SELECT {_COLUMNS} FROM ({classify_sql('batch')})",
     "INSERT OR REPLACE INTO sink_offsets SELECT * FROM new_offsets",
 ]
 
@@ -111,7 +109,7 @@ class DuckDBStore:
             self.commit([prepared])
 
     def prepare(self, batch: Sequence[Run]) -> Prepared | None:
-        """The Python half of :meth:`write` (skip re-deliveries, hash, classify, build Arrow), so that a
+        """The Python half of :meth:`write` (skip re-deliveries, hash, build Arrow), so that a
         caller can prepare the next batches while :meth:`commit` of earlier ones runs in DuckDB. Batches
         must be committed in the order they were prepared."""
         heads, nexts = dict(self._pending_heads), dict(self._pending_next)
@@ -131,7 +129,6 @@ class DuckDBStore:
             heads[tp], nexts[tp] = links[-1], run.offsets[-1] + 1
         if not columns[0]:
             return None
-        types, ids = classify(columns[3])
         n = len(columns[0])
         arrays = [
             pa.concat_arrays(parts[0]),
@@ -140,8 +137,6 @@ class DuckDBStore:
             pa.array(columns[1], pa.int64()),
             pa.array(columns[2], pa.binary()),
             pa.array(columns[3], pa.binary()),
-            pa.array(types, pa.string()),
-            pa.array(ids, pa.string()),
             pa.FixedSizeBinaryArray.from_buffers(pa.binary(32), n, [None, pa.py_buffer(b"".join(columns[4]))]),
         ]
         touched = frozenset(tp for tp, n in nexts.items() if self._pending_next.get(tp) != n)

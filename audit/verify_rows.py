@@ -1,5 +1,6 @@
-"""The per-row half of ``driftlog verify``: recompute the hash chain and the type and id of every record in
-``audit_log``, split into offset ranges that run in parallel processes.
+"""The per-row half of ``driftlog verify``: recompute the hash chain (Python) and the type and id (DuckDB,
+audit/classify.py) of every record in ``audit_log``, split into offset ranges that run in parallel
+processes.
 
 A range of one partition starts from the *stored* chain hash of the record before it. While no record
 before a range fails, that stored hash is the recomputed one, so the first mismatch over all ranges (in
@@ -17,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import pyarrow.compute as pc
 
 from audit.chain import chain_run, genesis
-from audit.classify import classify
+from audit.classify import classify_sql
 from audit.query import READ_ONLY_CONFIG
 
 RANGE_ROWS = 65_536  # rows per range: small enough to share work, large enough to amortise a query
@@ -83,20 +85,26 @@ def check_range(db_path: str, r: Range) -> RangeResult:
 
 
 def _check(con: duckdb.DuckDBPyConnection, r: Range) -> RangeResult:
+    rows = (
+        'SELECT "offset", kafka_ts_ms, key, value, chain_hash, record_type AS stored_type, record_id AS stored_id'
+        ' FROM audit_log WHERE topic = $topic AND "partition" = $partition AND "offset" > $after'
+        ' AND "offset" <= $last'
+    )
     reader = con.sql(
-        'SELECT "offset", kafka_ts_ms, key, value, record_type, record_id, chain_hash FROM audit_log'
-        ' WHERE topic = ? AND "partition" = ? AND "offset" > ? AND "offset" <= ? ORDER BY "offset"',
-        params=[r.topic, r.partition, r.after, r.last],
+        'SELECT "offset", kafka_ts_ms, key, value, chain_hash,'
+        " stored_type IS NOT DISTINCT FROM record_type AND stored_id IS NOT DISTINCT FROM record_id AS same"
+        f' FROM ({classify_sql(f"({rows})")}) ORDER BY "offset"',
+        params={"topic": r.topic, "partition": r.partition, "after": r.after, "last": r.last},
     ).to_arrow_reader(RANGE_ROWS)
     result, prev, topic = RangeResult(), r.prev, r.topic.encode()
     for chunk in reader:
-        offsets, stamps, keys, values, types, ids, stored = (c.to_pylist() for c in chunk.columns)
+        offsets, stamps, keys, values, stored = (chunk.column(i).to_pylist() for i in range(5))
         links = chain_run(prev, topic, r.partition, offsets, stamps, keys, values)
         if result.chain_mismatch is None and links != stored:
             result.chain_mismatch = next(o for o, a, b in zip(offsets, links, stored, strict=True) if a != b)
-        if result.class_mismatch is None and (types, ids) != (got := classify(values)):
-            pairs = zip(offsets, types, ids, *got, strict=True)
-            result.class_mismatch = next(o for o, t, i, t2, i2 in pairs if (t, i) != (t2, i2))
+        same = chunk.column(5)
+        if result.class_mismatch is None and not pc.all(same).as_py():
+            result.class_mismatch = offsets[pc.index(same, False).as_py()]
         if r.wanted:
             result.found.update((o, h) for o, h in zip(offsets, links, strict=True) if o in r.wanted)
         result.records += len(offsets)
