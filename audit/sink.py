@@ -6,7 +6,7 @@ is one sink per DuckDB file (DuckDB admits one writer), so it assigns itself eve
 topic instead of joining a group rebalance: a restarted sink resumes at once, not after the dead member's
 session times out. New partitions are picked up every ``PARTITION_REFRESH_S``.
 
-Fetched records are prepared (hashed, classified) at once into a filling batch; a batch is committed in one
+Fetched records are prepared (hashed, put in Arrow) at once into a filling batch; a batch is committed in one
 transaction when it is full, or, near the head of the topic, old enough or caught up
 (:meth:`AuditSink._seal_due`), while the next records are fetched and prepared. A SIGKILL loses only what
 was prepared or committing, and that is consumed again from the stored offsets.
@@ -145,7 +145,7 @@ class AuditSink:
             self.store.close()
 
     async def _one_batch(self) -> None:
-        """Fetch, prepare (hash, classify) what came into the filling batch, seal it when it is due (see
+        """Fetch, prepare (hash) what came into the filling batch, seal it when it is due (see
         :meth:`_seal_due`), and start committing the oldest sealed batch when DuckDB is idle."""
         if time.monotonic() - self.partitions_checked > PARTITION_REFRESH_S:
             await self.assign()

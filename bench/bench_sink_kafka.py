@@ -86,7 +86,7 @@ def main() -> None:
           f"(produced at {produced:,.0f}/s); median of {args.repeats} interleaved runs")  # fmt: skip
     print(f"  aiokafka alone (getmany, nothing else): {statistics.median(consume):>9,.0f} records/s"
           f"  (runs {', '.join(f'{r:,.0f}' for r in consume)})")  # fmt: skip
-    print(f"  sink, Kafka -> DuckDB (hash, classify, commit): {statistics.median(sink):>9,.0f} records/s"
+    print(f"  sink, Kafka -> DuckDB (hash, classify + commit): {statistics.median(sink):>9,.0f} records/s"
           f"  (runs {', '.join(f'{r:,.0f}' for r in sink)})")  # fmt: skip
 
 
