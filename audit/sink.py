@@ -172,8 +172,13 @@ class AuditSink:
         if filling.rows and self._seal_due(await self._observe_lag()):
             self.sealed.append(filling)
             self.filling = _Batch()
-        if self.sealed and (self.pending is None or self.pending.done() or len(self.sealed) > 1):
-            await self.commit_next()  # (waits for the running commit first: at most two batches queue)
+        if self.sealed and (
+            self.pending is None
+            or self.pending.done()
+            or len(self.sealed) > 1  # at most two batches queue
+            or self.sealed[0].rows < cfg.sink_batch_max  # near the head: fresh rows first
+        ):
+            await self.commit_next()  # (waits for the running commit first)
         elif not runs and self.pending is not None:
             await self.finish_pending()  # idle: let the last batch become visible and checkpointed
         await self.checkpoint()
