@@ -1,6 +1,6 @@
 """SIGKILL the audit sink at random moments while it consumes, then count and verify.
 
-    .venv/bin/python bench/kill_loop.py [--records 100000] [--kills 20] [--seed 11] [--max-pause 3.0]
+    .venv/bin/python bench/kill_loop.py [--records 100000] [--kills 20] [--seed 11] [--max-pause 2.0]
 
 Prints records expected vs found, duplicates, and the verify outcome. Uses KAFKA_BOOTSTRAP_SERVERS if set,
 else starts the local broker.
@@ -32,7 +32,7 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--max-pause", type=float, default=3.0,
+    parser.add_argument("--max-pause", type=float, default=2.0,
                         help="longest a sink lives after it is healthy, s (long enough to commit 122,880-row batches)")
     args = parser.parse_args()
     # the sink's default batching: a backlog is written in row-group transactions of 122,880 records
