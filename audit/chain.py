@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Sequence
 
 from audit.store import RawRecord
 
 _HEADER = struct.Struct(">iqqi")
+_PREV_HEADER = struct.Struct(">32siqqi")
 _LEN = struct.Struct(">i")
 _NO_KEY = _LEN.pack(-1)
 _sha256 = hashlib.sha256
@@ -35,3 +37,25 @@ def link_parts(
     return _sha256(
         b"".join((prev, _HEADER.pack(partition, offset, ts, len(topic)), topic, key_part, _LEN.pack(len(value)), value))
     ).digest()
+
+
+def chain_run(
+    prev: bytes,
+    topic: bytes,
+    partition: int,
+    offsets: Sequence[int],
+    timestamps: Sequence[int],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes],
+) -> list[bytes]:
+    """The links after ``prev`` of consecutive records of one partition (what :func:`link_parts` gives
+    one by one, in one loop: this is the sink's and verify's hot path)."""
+    sha, pack, length, join = _sha256, _PREV_HEADER.pack, _LEN.pack, b"".join
+    head = len(topic)
+    out: list[bytes] = []
+    append = out.append
+    for offset, ts, key, value in zip(offsets, timestamps, keys, values, strict=True):
+        key_part = _NO_KEY if key is None else length(len(key)) + key
+        prev = sha(join((pack(prev, partition, offset, ts, head), topic, key_part, length(len(value)), value))).digest()
+        append(prev)
+    return out

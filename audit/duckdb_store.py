@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import lt
 from pathlib import Path
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
 
-from audit.chain import genesis, link
+from audit.chain import chain_run, genesis
+from audit.classify import classify_sql
 from audit.migrations import migrate
-from audit.records import RECORD_TYPES
-from audit.store import RawRecord
+from audit.store import RawRecord, Run, runs
 from streams.errors import StoreError
 
+_COLUMNS = 'topic, "partition", "offset", kafka_ts_ms, key, value, record_type, record_id, chain_hash'
 _BATCH_SCHEMA = pa.schema(
     [
         ("topic", pa.string()),
@@ -31,46 +34,53 @@ _HEADS_SCHEMA = pa.schema(
 )
 
 
-def classify(source: str) -> str:
-    """``source``'s rows with the record type and id of each: one JSON parse per record. A well-formed
-    audit record gives its own; anything else is kept as type 'invalid' with a content hash for id."""
-    return f"""
-    SELECT topic, "partition", "offset", kafka_ts_ms, key, value,
-           CASE WHEN ok THEN c.type ELSE 'invalid' END AS record_type,
-           CASE WHEN ok THEN c.id ELSE left(sha256(value), 32) END AS record_id,
-           chain_hash
-    FROM (
-        SELECT *, coalesce(c.v = 1 AND c.type IN {RECORD_TYPES!r} AND c.id IS NOT NULL
-                           AND json_type(c.body) = 'OBJECT', false) AS ok
-        FROM (SELECT *, try(json_transform(decode(value),
-                            '{{"v": "INTEGER", "type": "VARCHAR", "id": "VARCHAR", "body": "JSON"}}')) AS c
-              FROM {source})
-    )
-    """
+ROW_GROUP = 122_880  # DuckDB's rows per row group: a transaction this large bypasses the WAL
+_T = TypeVar("_T")
 
 
-# The records of each type are read through the views of sql/migrations/0002_records.sql: nothing but the
-# raw records (and their type and id, for filtering) is stored.
+def _fresh(run: Run, next_offset: int) -> Run:
+    """The records of ``run`` not stored yet: offsets from ``next_offset`` on, each above the last."""
+    offsets = run.offsets
+    if offsets and offsets[0] >= next_offset and all(map(lt, offsets, offsets[1:])):
+        return run  # the usual case: a Kafka fetch, nothing re-delivered
+    keep = []
+    for i, offset in enumerate(offsets):
+        if offset >= next_offset:
+            keep.append(i)
+            next_offset = offset + 1
+
+    def pick(column: Sequence[_T]) -> list[_T]:
+        return [column[i] for i in keep]
+
+    return Run(run.topic, run.partition, pick(run.offsets), pick(run.timestamps), pick(run.keys), pick(run.values))
+
+
+# Type and id are derived in the INSERT (audit/classify.py; verify derives them the same way).
 _INSERTS = [
-    'INSERT INTO audit_log (topic, "partition", "offset", kafka_ts_ms, key, value, record_type, record_id,'
-    f" chain_hash) {classify('batch')}",
+    f"INSERT INTO audit_log ({_COLUMNS}) SELECT {_COLUMNS} FROM ({classify_sql('batch')})",
     "INSERT OR REPLACE INTO sink_offsets SELECT * FROM new_offsets",
 ]
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A batch ready to commit: its rows, its offsets and the chain heads after it."""
+    """A batch ready to commit: its rows, the partitions it touches, and every partition's next offset and
+    chain head after it."""
 
     table: pa.Table
-    offsets: pa.Table
+    touched: frozenset[tuple[str, int]]
     heads: dict[tuple[str, int], bytes]
     nexts: dict[tuple[str, int], int]
 
 
 class DuckDBStore:
     """Single writer of one DuckDB file and the only write path into it. Opening applies pending
-    migrations. File and network access through SQL are disabled on its connection."""
+    migrations. File and network access through SQL are disabled on its connection.
+
+    Column data is compressed with zstd (``force_compression``): on ~300-byte JSON values it gives a
+    smaller file than DuckDB's default choice and costs about half the CPU per row
+    (bench/bench_duckdb_ceiling.py). A transaction of at least :data:`ROW_GROUP` rows is written straight
+    to the data file instead of the WAL, so a sink that batches that many writes each row once."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -80,6 +90,7 @@ class DuckDBStore:
             raise StoreError(f"cannot open {path} for writing (is another process using it?): {exc}") from exc
         migrate(self.con)
         self.con.execute("SET wal_autocheckpoint = '256MB'")
+        self.con.execute("SET force_compression = 'zstd'")
         self.con.execute("SET lock_configuration = true")
         rows = self.con.execute('SELECT topic, "partition", next_offset, chain_head FROM sink_offsets').fetchall()
         self._next = {(t, p): o for t, p, o, _ in rows}
@@ -93,60 +104,67 @@ class DuckDBStore:
     def write(self, batch: Sequence[RawRecord]) -> None:
         """Append the records not yet stored (offsets below the stored next offset are re-deliveries and
         are skipped), their chain hashes and the new offsets, in one transaction."""
-        prepared = self.prepare(batch)
+        prepared = self.prepare(runs(batch))
         if prepared is not None:
-            self.commit(prepared)
+            self.commit([prepared])
 
-    def prepare(self, batch: Sequence[RawRecord]) -> Prepared | None:
-        """The Python half of :meth:`write` (filter, hash, build Arrow), so that a caller can prepare the
-        next batch while :meth:`commit` of the previous one runs in DuckDB. Batches must be committed in
-        the order they were prepared."""
-        fresh = [r for r in batch if r.offset >= self._pending_next.get((r.topic, r.partition), -1)]
-        if not fresh:
+    def prepare(self, batch: Sequence[Run]) -> Prepared | None:
+        """The Python half of :meth:`write` (skip re-deliveries, hash, build Arrow), so that a
+        caller can prepare the next batches while :meth:`commit` of earlier ones runs in DuckDB. Batches
+        must be committed in the order they were prepared."""
+        heads, nexts = dict(self._pending_heads), dict(self._pending_next)
+        parts: list[list[pa.Array]] = [[], []]
+        columns: list[list[Any]] = [[], [], [], [], []]  # offsets, timestamps, keys, values, chain hashes
+        for given in batch:
+            tp = (given.topic, given.partition)
+            run = _fresh(given, nexts.get(tp, -1))
+            if not run.offsets:
+                continue
+            n = len(run.offsets)
+            parts[0].append(pa.repeat(pa.scalar(run.topic, pa.string()), n))
+            parts[1].append(pa.repeat(pa.scalar(run.partition, pa.int32()), n))
+            links = chain_run(heads.get(tp) or genesis(*tp), run.topic.encode(), *run[1:])
+            for column, values in zip(columns, (*run[2:], links), strict=True):
+                column.extend(values)
+            heads[tp], nexts[tp] = links[-1], run.offsets[-1] + 1
+        if not columns[0]:
             return None
-        heads = dict(self._pending_heads)
-        nexts = dict(self._pending_next)
-        hashes = []
-        for r in fresh:
-            tp = (r.topic, r.partition)
-            h = link(heads[tp] if tp in heads else genesis(*tp), r)
-            hashes.append(h)
-            heads[tp] = h
-            nexts[tp] = r.offset + 1
-        table = pa.Table.from_arrays(
-            [
-                pa.array([r.topic for r in fresh], pa.string()),
-                pa.array([r.partition for r in fresh], pa.int32()),
-                pa.array([r.offset for r in fresh], pa.int64()),
-                pa.array([r.timestamp_ms for r in fresh], pa.int64()),
-                pa.array([r.key for r in fresh], pa.binary()),
-                pa.array([r.value for r in fresh], pa.binary()),
-                pa.array(hashes, pa.binary(32)),
-            ],
-            schema=_BATCH_SCHEMA,
-        )
-        touched = sorted({(r.topic, r.partition) for r in fresh})
+        n = len(columns[0])
+        arrays = [
+            pa.concat_arrays(parts[0]),
+            pa.concat_arrays(parts[1]),
+            pa.array(columns[0], pa.int64()),
+            pa.array(columns[1], pa.int64()),
+            pa.array(columns[2], pa.binary()),
+            pa.array(columns[3], pa.binary()),
+            pa.FixedSizeBinaryArray.from_buffers(pa.binary(32), n, [None, pa.py_buffer(b"".join(columns[4]))]),
+        ]
+        touched = frozenset(tp for tp, n in nexts.items() if self._pending_next.get(tp) != n)
+        self._pending_heads, self._pending_next = heads, nexts
+        return Prepared(pa.Table.from_arrays(arrays, schema=_BATCH_SCHEMA), touched, heads, nexts)
+
+    def commit(self, prepared: Sequence[Prepared]) -> None:
+        """Store prepared batches (in the order they were prepared) in one transaction; on failure nothing
+        of them is stored and the store forgets every batch prepared after the last commit."""
+        if not prepared:
+            return
+        last = prepared[-1]
+        touched = sorted(set().union(*(p.touched for p in prepared)))
         offsets = pa.Table.from_arrays(
             [
                 pa.array([t for t, _ in touched], pa.string()),
                 pa.array([p for _, p in touched], pa.int32()),
-                pa.array([nexts[tp] for tp in touched], pa.int64()),
-                pa.array([heads[tp] for tp in touched], pa.binary(32)),
+                pa.array([last.nexts[tp] for tp in touched], pa.int64()),
+                pa.array([last.heads[tp] for tp in touched], pa.binary(32)),
             ],
             schema=_HEADS_SCHEMA,
         )
-        self._pending_heads, self._pending_next = heads, nexts
-        return Prepared(table, offsets, heads, nexts)
-
-    def commit(self, prepared: Prepared) -> None:
-        """Store a prepared batch in one transaction; on failure nothing of it is stored and the store
-        forgets every batch prepared after the last commit."""
         try:
-            self._commit(prepared.table, prepared.offsets)
+            self._commit(pa.concat_tables([p.table for p in prepared]), offsets)
         except StoreError:
             self._pending_heads, self._pending_next = dict(self._heads), dict(self._next)
             raise
-        self._heads, self._next = prepared.heads, prepared.nexts
+        self._heads, self._next = last.heads, last.nexts
 
     def _commit(self, table: pa.Table, offsets: pa.Table) -> None:
         con = self.con

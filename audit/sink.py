@@ -6,6 +6,11 @@ is one sink per DuckDB file (DuckDB admits one writer), so it assigns itself eve
 topic instead of joining a group rebalance: a restarted sink resumes at once, not after the dead member's
 session times out. New partitions are picked up every ``PARTITION_REFRESH_S``.
 
+Fetched records are prepared (hashed, put in Arrow) at once into a filling batch; a batch is committed in one
+transaction when it is full, or, near the head of the topic, old enough or caught up
+(:meth:`AuditSink._seal_due`), while the next records are fetched and prepared. A SIGKILL loses only what
+was prepared or committing, and that is consumed again from the stored offsets.
+
 A batch that fails to write is not acknowledged anywhere: the sink stops with the error instead of
 skipping it (it would be consumed again from the stored offsets on restart).
 """
@@ -16,7 +21,9 @@ import asyncio
 import logging
 import signal
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -27,13 +34,31 @@ from aiokafka.errors import KafkaError
 from audit.checkpoint import Signer, append_line, last_seq
 from audit.duckdb_store import DuckDBStore
 from audit.sql_service import Limits, require_token_off_loopback, sql_routes
-from audit.store import AuditStore, RawRecord
+from audit.store import AuditStore, Run
 from streams import ops
 from streams.config import Settings
 from streams.kafka.admin import partitions
 
 log = logging.getLogger("driftlog.sink")
 PARTITION_REFRESH_S = 30.0
+FETCH_RECORDS = 16_384  # per fetch: prepared while DuckDB commits the previous batch
+BACKLOG_WAITS = 10  # a batch filling from a backlog commits after at most this many sink_batch_wait_ms
+
+
+@dataclass
+class _Batch:
+    """Prepared fetches that are committed together, in one transaction."""
+
+    prepared: list[Any] = field(default_factory=list)
+    rows: int = 0
+    since: float = 0.0  # when its first record was fetched
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)  # for Kafka's (monitoring) commit
+
+    def add(self, prepared: Any, rows: int) -> None:
+        if not self.rows:
+            self.since = time.monotonic()
+        self.prepared.append(prepared)
+        self.rows += rows
 
 
 class AuditSink:
@@ -59,7 +84,9 @@ class AuditSink:
         self.rows_written = 0
         self.http_port = 0
         self.partitions_checked = 0.0
-        self.pending: asyncio.Future[None] | None = None
+        self.pending: asyncio.Future[None] | None = None  # the commit running in DuckDB's thread
+        self.filling = _Batch()  # prepared fetches to commit together
+        self.sealed: deque[_Batch] = deque()  # full or due batches waiting for DuckDB, oldest first
 
     async def assign(self) -> None:
         """Assign every partition of the audit topic (again, if some were added) and seek to the stored offsets."""
@@ -67,14 +94,16 @@ class AuditSink:
         self.partitions_checked = time.monotonic()
         if set(found) != self.consumer.assignment():
             self.consumer.assign(found)
-            self.seek_to_stored(found)
+            await self.seek_to_stored(found)
 
-    def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
+    async def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
+        """Seek every partition to the store's next offset; a partition the store has nothing of is read
+        from its beginning (not from the group's committed offset, which is monitoring only)."""
         stored = self.store.next_offsets()
         for tp in assigned:
             nxt = stored.get((tp.topic, tp.partition))
             if nxt is None:
-                self.consumer.seek_to_beginning(tp)
+                await self.consumer.seek_to_beginning(tp)
             else:
                 self.consumer.seek(tp, nxt)
         log.info("partitions assigned", extra={"assigned": [f"{tp.topic}/{tp.partition}" for tp in assigned]})
@@ -102,7 +131,7 @@ class AuditSink:
         try:
             while not self.stopping.is_set():
                 await self._one_batch()
-            await self.finish_pending()
+            await self.flush()
             await self.checkpoint(force=True)
         except BaseException as exc:
             self.failed = exc
@@ -116,33 +145,86 @@ class AuditSink:
             self.store.close()
 
     async def _one_batch(self) -> None:
+        """Fetch, prepare (hash) what came into the filling batch, seal it when it is due (see
+        :meth:`_seal_due`), and start committing the oldest sealed batch when DuckDB is idle."""
         if time.monotonic() - self.partitions_checked > PARTITION_REFRESH_S:
             await self.assign()
+        cfg, filling = self.settings, self.filling
+        wait_ms = cfg.sink_batch_wait_ms
+        if filling.rows:  # wake when the filling batch is due; never 0, which would starve the fetcher task
+            due_in = int(wait_ms - (time.monotonic() - filling.since) * 1000)
+            wait_ms = due_in if due_in > 0 else wait_ms
         fetched = await self.consumer.getmany(
-            timeout_ms=self.settings.sink_batch_wait_ms, max_records=self.settings.sink_batch_max
+            timeout_ms=wait_ms, max_records=max(1, min(FETCH_RECORDS, cfg.sink_batch_max - filling.rows))
         )
-        batch = [
-            RawRecord(m.topic, m.partition, m.offset, m.timestamp, m.key, m.value if m.value is not None else b"")
-            for msgs in fetched.values()
-            for m in msgs
-        ]
-        if batch:
-            # hash and stage this batch while DuckDB commits the previous one (two cores, no GIL in DuckDB)
-            prepared = self.store.prepare(batch)
-            await self.finish_pending()
+        runs = [
+            Run(tp.topic, tp.partition, [m.offset for m in msgs], [m.timestamp for m in msgs],
+                [m.key for m in msgs], [b"" if m.value is None else m.value for m in msgs])
+            for tp, msgs in fetched.items()
+            if msgs
+        ]  # fmt: skip
+        if runs:
+            # hash and stage while DuckDB commits an earlier batch (two cores, no GIL in DuckDB)
+            prepared = self.store.prepare(runs)
             if prepared is not None:
-                offsets = {tp: msgs[-1].offset + 1 for tp, msgs in fetched.items() if msgs}
-                self.pending = asyncio.ensure_future(self._commit(prepared, len(batch), offsets))
-        elif self.pending is not None:
+                filling.add(prepared, sum(len(r.offsets) for r in runs))
+                filling.offsets.update({tp: msgs[-1].offset + 1 for tp, msgs in fetched.items() if msgs})
+        if filling.rows and self._seal_due(await self._observe_lag()):
+            self.sealed.append(filling)
+            self.filling = _Batch()
+        if self.sealed and (
+            self.pending is None
+            or self.pending.done()
+            or len(self.sealed) > 1  # at most two batches queue
+            or self.sealed[0].rows < cfg.sink_batch_max  # near the head: fresh rows first
+        ):
+            await self.commit_next()  # (waits for the running commit first)
+        elif not runs and self.pending is not None:
             await self.finish_pending()  # idle: let the last batch become visible and checkpointed
         await self.checkpoint()
+
+    def _seal_due(self, lag: int) -> bool:
+        """The filling batch is closed once it holds ``sink_batch_max`` records (a DuckDB row group by
+        default: written once, straight to the data file). Short of that: while the topic holds enough
+        records to fill it (a backlog) it keeps filling, at fetch speed; otherwise it closes once its first
+        record has waited ``sink_batch_wait_ms``, or at once when the sink has caught up with the topic."""
+        missing = self.settings.sink_batch_max - self.filling.rows
+        if missing <= 0:
+            return True
+        waited_ms = (time.monotonic() - self.filling.since) * 1000
+        if lag >= missing:  # (a backlog that does not arrive within BACKLOG_WAITS waits is not waited for)
+            return waited_ms >= BACKLOG_WAITS * self.settings.sink_batch_wait_ms
+        return lag == 0 or waited_ms >= self.settings.sink_batch_wait_ms
+
+    async def commit_next(self) -> None:
+        """Start committing the oldest sealed batch in one transaction, once the running commit is done."""
+        await self.finish_pending()
+        if self.sealed:
+            batch = self.sealed.popleft()
+            self.pending = asyncio.ensure_future(self._commit(batch.prepared, batch.rows, batch.offsets))
+
+    async def flush(self) -> None:
+        """Commit everything staged (on shutdown)."""
+        if self.filling.rows:
+            self.sealed.append(self.filling)
+            self.filling = _Batch()
+        while self.sealed:
+            await self.commit_next()
+        await self.finish_pending()
+
+    async def _observe_lag(self) -> int:
+        """Export the consumer lag per partition; returns the records behind in all of them."""
+        total = 0
         for tp in self.consumer.assignment():
             highwater = self.consumer.highwater(tp)
-            if highwater is not None:
-                lag = max(0, highwater - await self.consumer.position(tp))
-                ops.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
+            if highwater is None:
+                continue
+            lag = max(0, highwater - await self.consumer.position(tp))
+            ops.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
+            total += lag
+        return total
 
-    async def _commit(self, prepared: Any, rows: int, offsets: dict[TopicPartition, int]) -> None:
+    async def _commit(self, prepared: list[Any], rows: int, offsets: dict[TopicPartition, int]) -> None:
         started = time.perf_counter()
         await asyncio.to_thread(self.store.commit, prepared)
         ops.SINK_COMMIT_SECONDS.observe(time.perf_counter() - started)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
 
@@ -18,6 +20,34 @@ class RawRecord(NamedTuple):
     value: bytes
 
 
+class Run(NamedTuple):
+    """Consecutive records of one partition as columns, the way a Kafka fetch delivers them (the sink's
+    hot path builds no object per record)."""
+
+    topic: str
+    partition: int
+    offsets: Sequence[int]
+    timestamps: Sequence[int]
+    keys: Sequence[bytes | None]
+    values: Sequence[bytes]
+
+    def records(self) -> list[RawRecord]:
+        return [
+            RawRecord(self.topic, self.partition, *r)
+            for r in zip(self.offsets, self.timestamps, self.keys, self.values, strict=True)
+        ]
+
+
+def runs(records: Iterable[RawRecord]) -> list[Run]:
+    """Records as runs of consecutive records of the same partition."""
+    out = []
+    for (topic, partition), group in groupby(records, key=itemgetter(0, 1)):
+        rs = list(group)  # (not zip(*rs): unpacking thousands of arguments is slow)
+        out.append(Run(topic, partition, [r.offset for r in rs], [r.timestamp_ms for r in rs],
+                       [r.key for r in rs], [r.value for r in rs]))  # fmt: skip
+    return out
+
+
 class AuditStore(Protocol):
     def next_offsets(self) -> dict[tuple[str, int], int]:
         """Per (topic, partition): the next offset to consume (everything before it is stored)."""
@@ -27,12 +57,13 @@ class AuditStore(Protocol):
         """Store the records and advance the offsets atomically: all of it or none of it."""
         ...
 
-    def prepare(self, batch: Sequence[RawRecord]) -> Any:
+    def prepare(self, batch: Sequence[Run]) -> Any:
         """The CPU half of :meth:`write` (None when nothing in ``batch`` is new)."""
         ...
 
-    def commit(self, prepared: Any) -> None:
-        """The storage half of :meth:`write`; prepared batches are committed in order."""
+    def commit(self, prepared: Sequence[Any]) -> None:
+        """The storage half of :meth:`write`: prepared batches, in the order they were prepared, in one
+        transaction."""
         ...
 
     def heads(self) -> dict[tuple[str, int], tuple[int, bytes]]:
@@ -59,15 +90,15 @@ class MemoryStore:
         return dict(self.offsets)
 
     def write(self, batch: Sequence[RawRecord]) -> None:
-        self.commit(self.prepare(batch))
+        self.commit([self.prepare(runs(batch))])
 
-    def prepare(self, batch: Sequence[RawRecord]) -> list[RawRecord]:
-        return list(batch)
+    def prepare(self, batch: Sequence[Run]) -> list[RawRecord]:
+        return [r for run in batch for r in run.records()]
 
-    def commit(self, prepared: list[RawRecord]) -> None:
+    def commit(self, prepared: Sequence[list[RawRecord]]) -> None:
         from audit.chain import genesis, link
 
-        for r in prepared:
+        for r in (r for batch in prepared for r in batch):
             tp = (r.topic, r.partition)
             if r.offset < self.offsets.get(tp, -1):
                 continue  # a re-delivery of a stored record

@@ -6,24 +6,25 @@ that is not.
 2. Compare the recomputed heads with ``sink_offsets``.
 3. Check every signed checkpoint (file kept outside the DuckDB file): the signature, and that the chain
    recomputed from the database reaches each checkpointed head at its offset (nothing covered was dropped).
-4. Classify every raw record again (type and id) and compare with what is stored; and check that the views
-   that present the records (findings, decisions, ...) are the ones the migrations define.
+4. Classify every raw record again (type and id, audit/classify.py as the store does) and compare with
+   what is stored; and check that the views that present the records (findings, decisions, ...) are the
+   ones the migrations define.
+
+Steps 1 and 4 run per offset range in parallel processes (audit/verify_rows.py).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
-from audit.chain import genesis, link_parts
 from audit.checkpoint import Checkpoint, load_public_key, read_checkpoints
-from audit.duckdb_store import classify
 from audit.migrations import migrate
 from audit.query import READ_ONLY_CONFIG
+from audit.verify_rows import PARALLEL_ROWS, RANGE_ROWS, Range, RangeResult, plan, run_ranges
 from streams.errors import StoreError
 
 
@@ -44,7 +45,15 @@ class Report:
         return self.records / self.seconds if self.seconds else 0.0
 
 
-def verify(db_path: Path, checkpoint_file: Path | None, public_key: Path | None, batch: int = 200_000) -> Report:
+def verify(
+    db_path: Path,
+    checkpoint_file: Path | None,
+    public_key: Path | None,
+    range_rows: int = RANGE_ROWS,
+    parallel_rows: int = PARALLEL_ROWS,
+) -> Report:
+    """Check everything (see the module's docstring); ``range_rows`` and ``parallel_rows`` tune how the
+    per-row checks are split and from how many rows on they use worker processes."""
     if not db_path.exists():
         raise StoreError(f"no audit store at {db_path}")
     try:
@@ -54,20 +63,25 @@ def verify(db_path: Path, checkpoint_file: Path | None, public_key: Path | None,
     report = Report()
     started = time.perf_counter()
     try:
-        at_checkpoints: dict[tuple[str, int, int], bytes] = {}
         checkpoints: list[Checkpoint] = []
         if checkpoint_file is not None and public_key is not None:
             checkpoints, problems = read_checkpoints(checkpoint_file, load_public_key(public_key))
             report.problems += problems
             report.checkpoints = len(checkpoints)
         wanted = {(t, p, n - 1) for c in checkpoints for (t, p), (n, _) in c.heads.items()}
-        # DuckDB re-classifies (no GIL) while Python recomputes the chains
-        derived = threading.Thread(target=_check_classes, args=(con.cursor(), report), name="verify-classes")
-        derived.start()
-        try:
-            heads = _check_chains(con, report, wanted, at_checkpoints, batch)
-        finally:
-            derived.join()
+        ranges = plan(con, wanted, range_rows)
+        results = run_ranges(db_path, con, ranges, parallel_rows)
+        heads: dict[tuple[str, int], tuple[int, bytes]] = {}
+        at_checkpoints: dict[tuple[str, int, int], bytes] = {}
+        for r, result in zip(ranges, results, strict=True):
+            tp = (r.topic, r.partition)
+            if result.head is not None:
+                heads[tp] = result.head
+            at_checkpoints.update(((*tp, o), h) for o, h in result.found.items())
+            report.records += result.records
+        report.partitions = len(heads)
+        _name_first_mismatches(ranges, results, report)
+        _check_views(con, report)
         _check_offsets(con, heads, report)
         for c in checkpoints:
             for (t, p), (n, head) in sorted(c.heads.items()):
@@ -86,43 +100,20 @@ def verify(db_path: Path, checkpoint_file: Path | None, public_key: Path | None,
     return report
 
 
-def _check_chains(
-    con: duckdb.DuckDBPyConnection,
-    report: Report,
-    wanted: set[tuple[str, int, int]],
-    found: dict[tuple[str, int, int], bytes],
-    batch: int,
-) -> dict[tuple[str, int], tuple[int, bytes]]:
-    reader = con.sql(
-        'SELECT topic, "partition", "offset", kafka_ts_ms, key, value, chain_hash FROM audit_log'
-        ' ORDER BY topic, "partition", "offset"'
-    ).to_arrow_reader(batch)
-    assert reader is not None
-    heads: dict[tuple[str, int], tuple[int, bytes]] = {}
-    first_bad: str | None = None
-    current: tuple[str, int] | None = None
-    prev, topic_bytes = b"", b""
-    for chunk in reader:
-        cols = chunk.to_pydict()
-        for topic, partition, offset, ts, key, value, stored in zip(
-            cols["topic"], cols["partition"], cols["offset"], cols["kafka_ts_ms"], cols["key"], cols["value"],
-            cols["chain_hash"], strict=True,
-        ):  # fmt: skip
-            if (topic, partition) != current:
-                current, prev, topic_bytes = (topic, partition), genesis(topic, partition), topic.encode()
-            prev = link_parts(prev, topic_bytes, partition, offset, ts, key, value)
-            if prev != stored and first_bad is None:
-                first_bad = f"{topic}/{partition}@{offset}"
-                report.problems.append(
-                    f"audit_log record {first_bad} does not match its hash chain: it or a record before it in "
-                    "that partition was changed, inserted or deleted"
-                )
-            if (topic, partition, offset) in wanted:
-                found[(topic, partition, offset)] = prev
-            heads[(topic, partition)] = (offset + 1, prev)
-        report.records += chunk.num_rows
-    report.partitions = len(heads)
-    return heads
+def _name_first_mismatches(ranges: list[Range], results: list[RangeResult], report: Report) -> None:
+    """The first record (in partition and offset order) that breaks its chain, and the first whose stored
+    type or id differ from its bytes."""
+    chain = [(r, x.chain_mismatch) for r, x in zip(ranges, results, strict=True) if x.chain_mismatch is not None]
+    if chain:
+        r, offset = chain[0]
+        report.problems.append(
+            f"audit_log record {r.topic}/{r.partition}@{offset} does not match its hash chain: it or a record "
+            "before it in that partition was changed, inserted or deleted"
+        )
+    classes = [(r, x.class_mismatch) for r, x in zip(ranges, results, strict=True) if x.class_mismatch is not None]
+    if classes:
+        r, offset = classes[0]
+        report.problems.append(f"audit_log record {r.partition}@{offset}: stored type or id differ from its bytes")
 
 
 def _check_offsets(
@@ -140,15 +131,8 @@ def _check_offsets(
             )
 
 
-def _check_classes(con: duckdb.DuckDBPyConnection, report: Report) -> None:
-    """Every record's stored type and id are those its bytes give; the views are the migrations' own."""
-    columns = 'topic, "partition", "offset", record_type, record_id'
-    row = con.execute(
-        f'SELECT "partition", "offset" FROM ((SELECT {columns} FROM ({classify("audit_log")}))'
-        f" EXCEPT ALL (SELECT {columns} FROM audit_log)) LIMIT 1"
-    ).fetchone()
-    if row is not None:
-        report.problems.append(f"audit_log record {row[0]}@{row[1]}: stored type or id differ from its bytes")
+def _check_views(con: duckdb.DuckDBPyConnection, report: Report) -> None:
+    """The views that present the records are the migrations' own."""
     fresh = duckdb.connect()
     migrate(fresh)
     views = "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal ORDER BY view_name"

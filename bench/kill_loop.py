@@ -1,6 +1,6 @@
 """SIGKILL the audit sink at random moments while it consumes, then count and verify.
 
-    .venv/bin/python bench/kill_loop.py [--records 100000] [--kills 20] [--seed 11]
+    .venv/bin/python bench/kill_loop.py [--records 100000] [--kills 20] [--seed 11] [--max-pause 2.0]
 
 Prints records expected vs found, duplicates, and the verify outcome. Uses KAFKA_BOOTSTRAP_SERVERS if set,
 else starts the local broker.
@@ -32,12 +32,15 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--max-pause", type=float, default=2.0,
+                        help="longest a sink lives after it is healthy, s (long enough to commit 122,880-row batches)")
     args = parser.parse_args()
-    with bench_settings(sink_batch_max=1000, checkpoint_interval_s=0.5) as cfg:
+    # the sink's default batching: a backlog is written in row-group transactions of 122,880 records
+    with bench_settings(checkpoint_interval_s=0.5) as cfg:
         asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions))
         asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.audit_topic, audit_records(args.records)))
         started = time.monotonic()
-        seen = sigkill_loop(cfg, args.kills, Path(tempfile.mkdtemp()), seed=args.seed, max_pause_s=1.5)
+        seen = sigkill_loop(cfg, args.kills, Path(tempfile.mkdtemp()), seed=args.seed, max_pause_s=args.max_pause)
         total, distinct = run_query(
             cfg.db_path, 'SELECT count(*), count(DISTINCT ("partition", "offset")) FROM audit_log'
         ).rows[0]

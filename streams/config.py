@@ -55,8 +55,18 @@ class Settings(BaseSettings):
         description="Ed25519 private key (PEM) that signs checkpoints; created if missing "
         "(default: <home>/keys/audit.pem).",
     )
-    sink_batch_max: int = Field(10_000, ge=1, description="Most audit records the sink writes in one transaction.")
-    sink_batch_wait_ms: int = Field(200, ge=1, description="Longest the sink waits to fill a batch, ms.")
+    sink_batch_max: int = Field(
+        122_880,
+        ge=1,
+        description="Most audit records the sink writes in one transaction (122,880 = one DuckDB row group: "
+        "a full batch is written straight to the data file, not twice via the WAL).",
+    )
+    sink_batch_wait_ms: int = Field(
+        200,
+        ge=1,
+        description="Longest a consumed record waits for its batch to fill, ms (a sink that has caught up "
+        "with the topic commits at once).",
+    )
     http_host: str = Field("127.0.0.1", description="Address the health/metrics endpoints bind to.")
     worker_http_port: int = Field(6066, ge=0, le=65535, description="Worker health/metrics port (0: any free port).")
     sink_http_port: int = Field(6067, ge=0, le=65535, description="Sink health/metrics port (0: any free port).")

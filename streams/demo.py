@@ -36,6 +36,7 @@ def namespaced(settings: Settings, prefix: str, db_path: Path) -> Settings:
             "decisions_topic": f"{prefix}.decisions",
             "audit_topic": f"{prefix}.audit",
             "dead_letter_topic": f"{prefix}.dead-letter",
+            "checkpoint_topic": f"{prefix}.checkpoints",
             "worker_group": f"{prefix}-worker",
             "sink_group": f"{prefix}-sink",
             "db_path": db_path,

@@ -45,3 +45,28 @@ def test_kill_dash_nine_loop_gives_every_record_once(fresh_settings: Settings, t
     assert run_query(cfg.db_path, "SELECT sum(next_offset) FROM sink_offsets").rows == [(n,)]
     report = verify(cfg.db_path, cfg.checkpoint_path, public_key_path(cfg.signing_key_path))
     assert report.problems == [] and report.checkpoints > 0
+
+
+def test_a_new_store_reads_from_the_beginning_whatever_the_group_committed(fresh_settings: Settings) -> None:
+    from audit.sink import AuditSink
+    from audit.store import MemoryStore
+
+    n = 300
+    cfg = fresh_settings.model_copy(update={"sink_http_port": 0, "sink_batch_wait_ms": 20})
+    asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions))
+    asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.audit_topic, audit_records(n)))
+
+    async def drain(store: MemoryStore) -> None:
+        sink = AuditSink(cfg, store)
+        task = asyncio.ensure_future(sink.run())
+        for _ in range(600):
+            if len(store.records) >= n or task.done():
+                break
+            await asyncio.sleep(0.05)
+        sink.stopping.set()
+        await task
+
+    first, second = MemoryStore(), MemoryStore()
+    asyncio.run(drain(first))  # commits the group's offsets to Kafka (monitoring) at the end of the topic
+    asyncio.run(drain(second))
+    assert len(first.records) == len(second.records) == n
