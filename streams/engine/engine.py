@@ -11,7 +11,7 @@ import numpy as np
 
 from streams.contract.envelope import SampleBatch
 from streams.engine.detectors.coherence import ControlCoherence
-from streams.engine.detectors.rerun import Reruns
+from streams.engine.detectors.rerun import Reruns, lost_share
 from streams.engine.detectors.step_time import StepObs, StepTimeDrift
 from streams.engine.detectors.straggler import CollectiveLateness
 from streams.engine.detectors.sync_loss import SyncLoss
@@ -306,15 +306,10 @@ class Engine:
             if rerun is not None:
                 self._findings(job, [rerun], out)
                 out.attributions.extend(restart_causes(rerun, self._services.decisions))
+            window.add_rerun(duration * accelerators * lost_share(stale, status, attempts))
             if stale:
                 self.stale_steps += 1  # a re-run (after a restart) or a re-sent summary
-                if status != "ok" or attempts > 1:
-                    window.add_rerun(duration * accelerators)
                 continue
-            if status == "failed":
-                window.add_rerun(duration * accelerators)
-            elif attempts > 1:
-                window.add_rerun(duration * accelerators * (attempts - 1) / attempts)
             self._last_step[obs.job] = obs.step
             out.rollups.extend(window.add(start, duration, output_units, accelerators))
             detector = self._step_detectors.get(obs.job)

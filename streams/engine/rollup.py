@@ -54,7 +54,7 @@ class StepWindow:
 
     def add_rerun(self, accel_s: float) -> None:
         """Accelerator-seconds spent on work that had to be redone (a re-run step, a retried attempt)."""
-        self._rerun_accel_s += accel_s
+        self._rerun_accel_s += accel_s  # 0 adds nothing: no roll-up row
 
     def add(self, start: float, duration: float, output_units: float, accelerators: float) -> list[Rollup]:
         self._rows.append((start, duration, output_units, accelerators))

@@ -10,9 +10,9 @@ without a shift.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 
+from streams.engine.detectors.episode import KOfN
 from streams.engine.findings import Finding
 
 
@@ -40,10 +40,7 @@ class CriticalPathShift:
     persistence: int = 6
     _baseline: list[dict[str, float]] = field(default_factory=list)
     _reference: dict[str, float] | None = None
-    _recent: deque[bool] = field(default_factory=deque)
-    _alarmed: bool = False
-    _quiet: int = 0
-    _onset: float | None = None
+    _episode: KOfN | None = None
 
     def update(self, step: int, t0: float, end: float, comp: dict[str, float]) -> Finding | None:
         if self._reference is None:
@@ -55,25 +52,15 @@ class CriticalPathShift:
             return None
         ref = self._reference
         d = distance(comp, ref)
-        shifted = d > self.threshold
-        self._recent.append(shifted)
-        if len(self._recent) > self.window:
-            self._recent.popleft()
-        if shifted:
-            self._quiet = 0
-            self._onset = t0 if self._onset is None else self._onset
-        else:
-            self._quiet += 1
-            if self._quiet >= self.window:
-                self._alarmed, self._onset = False, None
-        if self._alarmed or sum(self._recent) < self.persistence or self._onset is None:
+        self._episode = self._episode or KOfN(self.window, self.persistence)
+        onset = self._episode.update(d > self.threshold, t0)
+        if onset is None:
             return None
-        self._alarmed = True
         grew = sorted(comp, key=lambda k: comp.get(k, 0.0) - ref.get(k, 0.0), reverse=True)[:2]
         return Finding(
             kind="critical_path_shift",
             subjects=(f"job:{self.job}",),
-            start=self._onset,
+            start=onset,
             end=end,
             severity=round(d, 6),
             evidence={

@@ -14,6 +14,14 @@ from dataclasses import dataclass
 from streams.engine.findings import Finding
 
 
+def lost_share(stale: bool, status: str, attempts: int) -> float:
+    """The share of a step summary's accelerator-seconds that bought nothing: all of a failed step or of a
+    re-run (a stale step marked other than ``ok`` or retried), the earlier attempts of a retried step."""
+    if status == "failed" or (stale and (status != "ok" or attempts > 1)):
+        return 1.0
+    return 0.0 if stale else (attempts - 1) / attempts
+
+
 @dataclass
 class _Episode:
     start: float
@@ -32,8 +40,7 @@ class Reruns:
     ) -> Finding | None:
         """One step summary; ``stale``: its step is not newer than the job's newest; ``accel_s``: duration ×
         accelerators."""
-        lost = status == "failed" or (stale and (status != "ok" or attempts > 1))
-        if lost:
+        if lost_share(stale, status, attempts) == 1.0:
             episode = self._episode = self._episode or _Episode(start, first_step=step)
             episode.steps += 1
             episode.accel_s += accel_s

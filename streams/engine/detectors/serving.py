@@ -15,9 +15,9 @@ storm is done by the caller (it knows the operator graph and the decision log).
 from __future__ import annotations
 
 import statistics
-from collections import deque
 from dataclasses import dataclass, field
 
+from streams.engine.detectors.episode import KOfN
 from streams.engine.findings import Finding
 
 
@@ -32,10 +32,7 @@ class TailLatency:
     _ratios: list[float] = field(default_factory=list)
     _p50s: list[float] = field(default_factory=list)
     _base: tuple[float, float] | None = None
-    _recent: deque[bool] = field(default_factory=deque)
-    _onset: float | None = None
-    _alarmed: bool = False
-    _quiet: int = 0
+    _episode: KOfN | None = None
 
     def update(self, time: float, p50: float, p99: float) -> Finding | None:
         if p50 <= 0:
@@ -49,23 +46,14 @@ class TailLatency:
             return None
         ratio0, p50_0 = self._base
         inflated = p99 / p50 > (1 + self.tail_rise) * ratio0 and p50 < (1 + self.middle_rise) * p50_0
-        self._recent.append(inflated)
-        if len(self._recent) > self.window:
-            self._recent.popleft()
-        if inflated:
-            self._quiet = 0
-            self._onset = time if self._onset is None else self._onset
-        else:
-            self._quiet += 1
-            if self._quiet >= self.window:
-                self._alarmed, self._onset = False, None
-        if self._alarmed or self._onset is None or sum(self._recent) < self.persistence:
+        self._episode = self._episode or KOfN(self.window, self.persistence)
+        onset = self._episode.update(inflated, time)
+        if onset is None:
             return None
-        self._alarmed = True
         return Finding(
             kind="tail_latency_inflation",
             subjects=(self.job,),
-            start=self._onset,
+            start=onset,
             end=time,
             severity=round(p99 / p50 / ratio0, 6),
             evidence={
