@@ -4,15 +4,35 @@
 ‖ len(value) ‖ value)`` with fixed-width big-endian integers (a missing key has length -1), and the chain
 of a partition starts from ``genesis(topic, partition)``. Replaying the same topic gives the same chain;
 deleting, changing or re-ordering a record breaks every link after it.
+
+This module is the definition. The sink and ``verify`` hash whole Arrow columns with :func:`chain_arrow`,
+which runs the same loop natively (``native/``, the ``driftlog_native`` extension, built by ``make`` where
+Rust's cargo is installed) and falls back to :func:`chain_run` without it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
 
 from audit.store import RawRecord
+
+
+def _native() -> Callable[..., bytes] | None:
+    try:
+        from driftlog_native import chain_links
+    except ImportError:  # not built (no cargo): the pure-Python loop, several times slower
+        return None
+    return chain_links
+
+
+_native_links = _native()
+NATIVE = _native_links is not None
+LINK = 32  # bytes per link
 
 _HEADER = struct.Struct(">iqqi")
 _PREV_HEADER = struct.Struct(">32siqqi")
@@ -59,3 +79,33 @@ def chain_run(
         prev = sha(join((pack(prev, partition, offset, ts, head), topic, key_part, length(len(value)), value))).digest()
         append(prev)
     return out
+
+
+def chain_arrow(
+    prev: bytes, topic: bytes, partition: int, offsets: pa.Array, timestamps: pa.Array, keys: pa.Array, values: pa.Array
+) -> bytes:
+    """:func:`chain_run` over Arrow columns (int64, int64, binary, binary), the links concatenated (``LINK``
+    bytes each); natively when the extension is built."""
+    if _native_links is None:
+        return b"".join(chain_run(prev, topic, partition, offsets.to_pylist(), timestamps.to_pylist(),
+                                  keys.to_pylist(), values.to_pylist()))  # fmt: skip
+    columns = (_int64s(offsets), _int64s(timestamps), _binaries(keys), _binaries(values))
+    return bytes(_native_links(prev, topic, partition, len(offsets), *columns))
+
+
+def _int64s(array: pa.Array) -> tuple[Any, int]:
+    if array.type != pa.int64() or array.null_count:
+        raise ValueError(f"expected int64 values without nulls, got {array.type} with {array.null_count} nulls")
+    return _bytes(array.buffers()[1]), array.offset
+
+
+def _binaries(array: pa.Array) -> tuple[Any, Any, Any, int]:
+    if array.type != pa.binary():
+        array = array.cast(pa.binary())
+    validity, offsets, data = array.buffers()
+    return _bytes(offsets), _bytes(data), _bytes(validity) if array.null_count else None, array.offset
+
+
+def _bytes(buffer: pa.Buffer | None) -> memoryview:
+    """A buffer's bytes as unsigned chars (pyarrow exports signed ones), without a copy."""
+    return memoryview(b"") if buffer is None else memoryview(buffer).cast("B")

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from operator import lt
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
 
-from audit.chain import chain_run, genesis
-from audit.classify import classify_sql
+from audit.chain import LINK, chain_arrow, genesis
+from audit.classify import Classifier
 from audit.migrations import migrate
 from audit.store import RawRecord, Run, runs
 from streams.errors import StoreError
@@ -26,6 +27,8 @@ _BATCH_SCHEMA = pa.schema(
         ("kafka_ts_ms", pa.int64()),
         ("key", pa.binary()),
         ("value", pa.binary()),
+        ("record_type", pa.string()),
+        ("record_id", pa.string()),
         ("chain_hash", pa.binary(32)),
     ]
 )
@@ -55,9 +58,8 @@ def _fresh(run: Run, next_offset: int) -> Run:
     return Run(run.topic, run.partition, pick(run.offsets), pick(run.timestamps), pick(run.keys), pick(run.values))
 
 
-# Type and id are derived in the INSERT (audit/classify.py; verify derives them the same way).
 _INSERTS = [
-    f"INSERT INTO audit_log ({_COLUMNS}) SELECT {_COLUMNS} FROM ({classify_sql('batch')})",
+    f"INSERT INTO audit_log ({_COLUMNS}) SELECT {_COLUMNS} FROM batch",
     "INSERT OR REPLACE INTO sink_offsets SELECT * FROM new_offsets",
 ]
 
@@ -80,7 +82,12 @@ class DuckDBStore:
     Column data is compressed with zstd (``force_compression``): on ~300-byte JSON values it gives a
     smaller file than DuckDB's default choice and costs about half the CPU per row
     (bench/bench_duckdb_ceiling.py). A transaction of at least :data:`ROW_GROUP` rows is written straight
-    to the data file instead of the WAL, so a sink that batches that many writes each row once."""
+    to the data file instead of the WAL, so a sink that batches that many writes each row once.
+
+    DuckDB runs on one thread here: the sink's other core prepares the next batch meanwhile. With two,
+    each transaction was written as two partly filled row groups that the closing checkpoint rewrote, and
+    the sink was 1.4-2x slower (bench/bench_duckdb_ceiling.py shows both). Queries served through this
+    connection's cursors (the sink's SQL endpoint) run on that one thread too."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -91,12 +98,14 @@ class DuckDBStore:
         migrate(self.con)
         self.con.execute("SET wal_autocheckpoint = '256MB'")
         self.con.execute("SET force_compression = 'zstd'")
+        self.con.execute("SET threads = 1")  # see the class docstring
         self.con.execute("SET lock_configuration = true")
         rows = self.con.execute('SELECT topic, "partition", next_offset, chain_head FROM sink_offsets').fetchall()
         self._next = {(t, p): o for t, p, o, _ in rows}
         self._heads = {(t, p): bytes(h) for t, p, _, h in rows}
         self._pending_next, self._pending_heads = dict(self._next), dict(self._heads)  # as prepared
         self._aux = self.con.cursor()
+        self._classifier = Classifier()
 
     def next_offsets(self) -> dict[tuple[str, int], int]:
         return dict(self._next)
@@ -109,35 +118,39 @@ class DuckDBStore:
             self.commit([prepared])
 
     def prepare(self, batch: Sequence[Run]) -> Prepared | None:
-        """The Python half of :meth:`write` (skip re-deliveries, hash, build Arrow), so that a
+        """The CPU half of :meth:`write` (skip re-deliveries, hash, classify, build Arrow), so that a
         caller can prepare the next batches while :meth:`commit` of earlier ones runs in DuckDB. Batches
         must be committed in the order they were prepared."""
         heads, nexts = dict(self._pending_heads), dict(self._pending_next)
-        parts: list[list[pa.Array]] = [[], []]
-        columns: list[list[Any]] = [[], [], [], [], []]  # offsets, timestamps, keys, values, chain hashes
+        fresh: list[Run] = []
         for given in batch:
-            tp = (given.topic, given.partition)
-            run = _fresh(given, nexts.get(tp, -1))
-            if not run.offsets:
-                continue
-            n = len(run.offsets)
-            parts[0].append(pa.repeat(pa.scalar(run.topic, pa.string()), n))
-            parts[1].append(pa.repeat(pa.scalar(run.partition, pa.int32()), n))
-            links = chain_run(heads.get(tp) or genesis(*tp), run.topic.encode(), *run[1:])
-            for column, values in zip(columns, (*run[2:], links), strict=True):
-                column.extend(values)
-            heads[tp], nexts[tp] = links[-1], run.offsets[-1] + 1
-        if not columns[0]:
+            run = _fresh(given, nexts.get((given.topic, given.partition), -1))
+            if run.offsets:
+                fresh.append(run)
+                nexts[run.topic, run.partition] = run.offsets[-1] + 1
+        if not fresh:
             return None
-        n = len(columns[0])
+        offsets, stamps, keys, values = (
+            pa.array(list(chain.from_iterable(getattr(run, name) for run in fresh)), kind)
+            for name, kind in (("offsets", pa.int64()), ("timestamps", pa.int64()), ("keys", pa.binary()),
+                               ("values", pa.binary()))
+        )  # fmt: skip
+        links, start = [], 0
+        for run in fresh:  # each partition's chain, natively over the Arrow buffers when built
+            tp, n = (run.topic, run.partition), len(run.offsets)
+            window = (column.slice(start, n) for column in (offsets, stamps, keys, values))
+            links.append(chain_arrow(heads.get(tp) or genesis(*tp), run.topic.encode(), run.partition, *window))
+            heads[tp], start = links[-1][-LINK:], start + n
+        n = len(offsets)
         arrays = [
-            pa.concat_arrays(parts[0]),
-            pa.concat_arrays(parts[1]),
-            pa.array(columns[0], pa.int64()),
-            pa.array(columns[1], pa.int64()),
-            pa.array(columns[2], pa.binary()),
-            pa.array(columns[3], pa.binary()),
-            pa.FixedSizeBinaryArray.from_buffers(pa.binary(32), n, [None, pa.py_buffer(b"".join(columns[4]))]),
+            pa.concat_arrays([pa.repeat(pa.scalar(run.topic, pa.string()), len(run.offsets)) for run in fresh]),
+            pa.concat_arrays([pa.repeat(pa.scalar(run.partition, pa.int32()), len(run.offsets)) for run in fresh]),
+            offsets,
+            stamps,
+            keys,
+            values,
+            *self._classifier.classify(values),  # type and id (audit/classify.py; verify derives them again)
+            pa.FixedSizeBinaryArray.from_buffers(pa.binary(LINK), n, [None, pa.py_buffer(b"".join(links))]),
         ]
         touched = frozenset(tp for tp, n in nexts.items() if self._pending_next.get(tp) != n)
         self._pending_heads, self._pending_next = heads, nexts
@@ -195,5 +208,6 @@ class DuckDBStore:
         return {tp: (self._next[tp], self._heads[tp]) for tp in self._heads}
 
     def close(self) -> None:
+        self._classifier.close()
         self._aux.close()
         self.con.close()

@@ -1,4 +1,4 @@
-"""The per-row half of ``driftlog verify``: recompute the hash chain (Python) and the type and id (DuckDB,
+"""The per-row half of ``driftlog verify``: recompute the hash chain (natively where built) and the type and id (DuckDB,
 audit/classify.py) of every record in ``audit_log``, split into offset ranges that run in parallel
 processes.
 
@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pyarrow.compute as pc
 
-from audit.chain import chain_run, genesis
+from audit.chain import LINK, chain_arrow, genesis
 from audit.classify import classify_sql
 from audit.query import READ_ONLY_CONFIG
 
@@ -58,7 +59,7 @@ def plan(con: duckdb.DuckDBPyConnection, wanted: set[tuple[str, int, int]], rows
         ' SELECT topic, "partition", "offset", chain_hash, count(*) OVER w AS n,'
         '  row_number() OVER (w ORDER BY "offset") AS i FROM audit_log'
         ' WINDOW w AS (PARTITION BY topic, "partition"))'
-        " WHERE i % $rows = 0 OR i = n ORDER BY topic, \"partition\", \"offset\"",
+        ' WHERE i % $rows = 0 OR i = n ORDER BY topic, "partition", "offset"',
         {"rows": rows},
     ).fetchall()
     ranges: list[Range] = []
@@ -98,19 +99,34 @@ def _check(con: duckdb.DuckDBPyConnection, r: Range) -> RangeResult:
     ).to_arrow_reader(RANGE_ROWS)
     result, prev, topic = RangeResult(), r.prev, r.topic.encode()
     for chunk in reader:
-        offsets, stamps, keys, values, stored = (chunk.column(i).to_pylist() for i in range(5))
-        links = chain_run(prev, topic, r.partition, offsets, stamps, keys, values)
-        if result.chain_mismatch is None and links != stored:
-            result.chain_mismatch = next(o for o, a, b in zip(offsets, links, stored, strict=True) if a != b)
+        offsets, stored = chunk.column(0), chunk.column(4)
+        links = chain_arrow(prev, topic, r.partition, *chunk.columns[:4])
+        if result.chain_mismatch is None and not _same_links(stored, links):
+            result.chain_mismatch = next(
+                o for i, (o, h) in enumerate(zip(offsets.to_pylist(), stored.to_pylist(), strict=True))
+                if h != links[i * LINK : (i + 1) * LINK]
+            )  # fmt: skip
         same = chunk.column(5)
         if result.class_mismatch is None and not pc.all(same).as_py():
-            result.class_mismatch = offsets[pc.index(same, False).as_py()]
+            result.class_mismatch = offsets[pc.index(same, False).as_py()].as_py()
         if r.wanted:
-            result.found.update((o, h) for o, h in zip(offsets, links, strict=True) if o in r.wanted)
+            result.found.update(
+                (o, links[i * LINK : (i + 1) * LINK]) for i, o in enumerate(offsets.to_pylist()) if o in r.wanted
+            )
         result.records += len(offsets)
-        prev = links[-1]
-        result.head = (offsets[-1] + 1, prev)
+        prev = links[-LINK:]
+        result.head = (offsets[-1].as_py() + 1, prev)
     return result
+
+
+def _same_links(stored: pa.Array, links: bytes) -> bool:
+    """Whether a column of stored chain hashes is ``links`` (32 bytes each, back to back)."""
+    try:
+        fixed = stored.cast(pa.binary(LINK))
+    except pa.ArrowInvalid:  # a stored hash that is not 32 bytes long
+        return False
+    data = memoryview(fixed.buffers()[1]).cast("B")[fixed.offset * LINK : (fixed.offset + len(fixed)) * LINK]
+    return fixed.null_count == 0 and data == links
 
 
 def run_ranges(
@@ -133,4 +149,3 @@ def run_ranges(
         return [local[i] if i in local else futures[i].result() for i in range(len(ranges))]
     finally:
         pool.shutdown(cancel_futures=True)
-

@@ -111,12 +111,12 @@ def main() -> None:
     configs: dict[str, Callable[[], tuple[float, float, float]]] = {}
     for batch in (10_000, 50_000, ROW_GROUP, 2 * ROW_GROUP):
         for name, setting in (("auto", None), ("zstd", zstd)):
-            configs[f"{batch:>7,} rows/txn, compression {name:<4}, type+id given"] = (
-                lambda b=batch, s=setting: write_run(table, b, s, sql_classify=False)
+            configs[f"{batch:>7,} rows/txn, compression {name:<4}, type+id given"] = lambda b=batch, s=setting: (
+                write_run(table, b, s, sql_classify=False)
             )
     for batch in (10_000, ROW_GROUP):
-        configs[f"{batch:>7,} rows/txn, compression zstd, classify() in SQL"] = (
-            lambda b=batch: write_run(table, b, zstd, sql_classify=True)
+        configs[f"{batch:>7,} rows/txn, compression zstd, classify() in SQL"] = lambda b=batch: write_run(
+            table, b, zstd, sql_classify=True
         )
     configs[f"{ROW_GROUP:>7,} rows/segment, Parquet file (zstd), no DuckDB"] = lambda: parquet_run(table, ROW_GROUP)
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in configs}

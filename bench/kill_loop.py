@@ -32,8 +32,12 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--max-pause", type=float, default=2.0,
-                        help="longest a sink lives after it is healthy, s (long enough to commit 122,880-row batches)")
+    parser.add_argument(
+        "--max-pause",
+        type=float,
+        default=2.0,
+        help="longest a sink lives after it is healthy, s (long enough to commit 122,880-row batches)",
+    )
     args = parser.parse_args()
     # the sink's default batching: a backlog is written in row-group transactions of 122,880 records
     with bench_settings(checkpoint_interval_s=0.5) as cfg:

@@ -92,3 +92,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     skipped = reporter.stats.get("skipped", []) if reporter is not None else []
     if REQUIRE_BROKER and any("integration" in getattr(r, "keywords", {}) for r in skipped):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(params=["native", "python"])
+def chain_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with the native hash chain (driftlog_native) and again with the Python one. Without the
+    native build its case is skipped, unless ``DRIFTLOG_REQUIRE_NATIVE=1`` (CI), where that fails."""
+    import audit.chain
+
+    if request.param == "python":
+        monkeypatch.setattr(audit.chain, "_native_links", None)
+    elif not audit.chain.NATIVE:
+        if os.environ.get("DRIFTLOG_REQUIRE_NATIVE") == "1":
+            pytest.fail("DRIFTLOG_REQUIRE_NATIVE=1 but driftlog_native is not built (make builds it with cargo)")
+        pytest.skip("driftlog_native is not built (no cargo): only the Python chain is tested")
+    return str(request.param)

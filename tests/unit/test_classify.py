@@ -9,7 +9,7 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from audit.classify import classify_sql
+from audit.classify import Classifier, classify_sql
 
 
 def classify(values: list[bytes]) -> list[tuple[str, str]]:
@@ -42,6 +42,8 @@ CASES = [
     (doc(v=1, type="finding", id=None, body={}), None),
     (doc(v=1, type="finding", id="x", body=[1]), None),
     (doc(v=1, type="finding", id="x", body=None), None),
+    (doc(v=1, type="finding", id="x", body="{not an object"), None),  # a string that starts like one
+    (doc(v=1, type="finding", id="x", body=" {}"), None),
     (doc(v=1, type="finding", id="x"), None),
     (b'{"v": 1, "type": "finding", "id": "x", "body": {"s": "\xff"}}', None),  # bad UTF-8 inside the body
 ]
@@ -67,3 +69,11 @@ def test_every_record_the_worker_emits_keeps_its_own_type_and_id() -> None:
     out = run_messages([b"{oops", envelope(bad, "s")], decisions=[orjson.dumps(DECISION)])
     assert {r.type for r in out.audit} == {"dead_letter", "decision"}
     assert classify([r.encode() for r in out.audit]) == [(r.type, r.id) for r in out.audit]
+
+
+def test_the_sink_classifier_gives_the_same_classes_in_order() -> None:
+    values = [value for value, _ in CASES] * 3 + LENIENT
+    classifier = Classifier()
+    types, ids = classifier.classify(pa.array(values, pa.binary()))
+    classifier.close()
+    assert list(zip(types.to_pylist(), ids.to_pylist(), strict=True)) == classify(values)

@@ -231,8 +231,16 @@ def test_dockerfile_exposes_the_default_health_ports() -> None:
 
 
 def test_dockerfile_builds_on_python_311_slim_and_installs_the_package() -> None:
-    assert _args("FROM")[0].split()[0] == "python:3.11-slim"
+    assert {args.split()[0] for args in _args("FROM")} == {"python:3.11-slim"}
     assert any("pip install" in args and "/app" in args for args in _args("RUN"))
+
+
+def test_dockerfile_builds_the_native_core_and_installs_it() -> None:
+    stages = [args.split() for args in _args("FROM")]
+    assert stages[0][1:] == ["AS", "native"] and len(stages[-1]) == 1  # the final stage is the runtime image
+    assert any("maturin build" in args and "native/Cargo.toml" in args for args in _args("RUN"))
+    assert any("--from=native" in args for args in _args("COPY"))
+    assert any("pip install" in args and "/wheels/" in args for args in _args("RUN"))
 
 
 def test_dockerfile_runs_as_non_root() -> None:

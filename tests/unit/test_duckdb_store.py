@@ -22,7 +22,7 @@ def raw(offset: int, value: bytes, partition: int = 0) -> RawRecord:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> DuckDBStore:
+def store(tmp_path: Path, chain_impl: str) -> DuckDBStore:
     return DuckDBStore(tmp_path / "a.duckdb")
 
 

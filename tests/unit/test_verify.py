@@ -31,8 +31,9 @@ def split(request: pytest.FixtureRequest) -> dict[str, int]:
 
 
 @pytest.fixture
-def trail(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """A store with 300 records on two partitions and a signed checkpoint after the first 200."""
+def trail(tmp_path: Path, chain_impl: str) -> tuple[Path, Path, Path]:
+    """A store with 300 records on two partitions and a signed checkpoint after the first 200 (written and
+    verified with the native chain, and again with the Python one)."""
     db, ckpt, key = tmp_path / "a.duckdb", tmp_path / "a.ckpt.jsonl", tmp_path / "keys" / "k.pem"
     signer = Signer.load_or_create(key)
     store = DuckDBStore(db)

@@ -1,0 +1,13 @@
+# Type stubs for the native core (src/lib.rs), packed into the wheel by maturin.
+from collections.abc import Buffer
+
+def chain_links(
+    prev: bytes,
+    topic: bytes,
+    partition: int,
+    n: int,
+    offsets: tuple[Buffer, int],
+    timestamps: tuple[Buffer, int],
+    keys: tuple[Buffer, Buffer, Buffer | None, int],
+    values: tuple[Buffer, Buffer, Buffer | None, int],
+) -> bytes: ...
