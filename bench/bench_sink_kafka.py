@@ -6,7 +6,8 @@ draining the same topic, so that it shows whether consumption or the store is th
 Each repeat: (1) aiokafka alone fetches every record (``getmany``, as the sink does, nothing else);
 (2) the sink (``AuditSink`` over ``DuckDBStore``, in this process, default batching) consumes the topic
 from the beginning into a fresh DuckDB file until every record is committed; the time ends after its
-final commit. Uses KAFKA_BOOTSTRAP_SERVERS if set, else starts the local broker.
+final commit. Uses KAFKA_BOOTSTRAP_SERVERS if set, else starts the local broker. Beside the rates it prints
+the CPU time this process used per record (every thread): what a sink needs in cores at a given rate.
 """
 
 from __future__ import annotations
@@ -32,40 +33,40 @@ from streams.kafka.admin import ensure_topics, partitions
 from tests.integration.test_sink_exactly_once import audit_records
 
 
-async def consume_only(cfg: Settings, n: int) -> float:
+async def consume_only(cfg: Settings, n: int) -> tuple[float, float]:
     consumer = AIOKafkaConsumer(bootstrap_servers=cfg.kafka_bootstrap_servers, enable_auto_commit=False,
                                 max_partition_fetch_bytes=8 * 1024 * 1024)  # fmt: skip
     await consumer.start()
     try:
         consumer.assign(await partitions(cfg.kafka_bootstrap_servers, [cfg.audit_topic]))
         await consumer.seek_to_beginning()
-        started, seen = time.perf_counter(), 0
+        started, cpu, seen = time.perf_counter(), time.process_time(), 0
         while seen < n:
             fetched = await consumer.getmany(timeout_ms=200, max_records=FETCH_RECORDS)
             seen += sum(len(msgs) for msgs in fetched.values())
-        return n / (time.perf_counter() - started)
+        return n / (time.perf_counter() - started), (time.process_time() - cpu) / n * 1e6
     finally:
         await consumer.stop()
 
 
-async def sink_drain(cfg: Settings, n: int) -> float:
+async def sink_drain(cfg: Settings, n: int) -> tuple[float, float]:
     store = DuckDBStore(Path(tempfile.mkdtemp(prefix="driftlog-bench-sink-")) / "a.duckdb")
     sink = AuditSink(cfg, store)
-    started = 0.0
+    started = cpu = 0.0
 
     def ready(_port: int) -> None:
-        nonlocal started
-        started = time.perf_counter()
+        nonlocal started, cpu
+        started, cpu = time.perf_counter(), time.process_time()
 
     task = asyncio.ensure_future(sink.run(on_ready=ready))
     while sink.rows_written < n:
         if task.done():
             task.result()
         await asyncio.sleep(0.01)
-    elapsed = time.perf_counter() - started
+    elapsed, used = time.perf_counter() - started, time.process_time() - cpu
     sink.stopping.set()
     await task
-    return n / elapsed
+    return n / elapsed, used / n * 1e6
 
 
 def main() -> None:
@@ -84,10 +85,12 @@ def main() -> None:
             sink.append(asyncio.run(sink_drain(cfg, args.records)))
     print(f"{args.records:,} audit records (~300 bytes) on {cfg.topic_partitions} partitions "
           f"(produced at {produced:,.0f}/s); median of {args.repeats} interleaved runs")  # fmt: skip
-    print(f"  aiokafka alone (getmany, nothing else): {statistics.median(consume):>9,.0f} records/s"
-          f"  (runs {', '.join(f'{r:,.0f}' for r in consume)})")  # fmt: skip
-    print(f"  sink, Kafka -> DuckDB (hash, classify + commit): {statistics.median(sink):>9,.0f} records/s"
-          f"  (runs {', '.join(f'{r:,.0f}' for r in sink)})")  # fmt: skip
+    for name, runs in (("aiokafka alone (getmany, nothing else)", consume),
+                       ("sink, Kafka -> DuckDB (prepare + commit)", sink)):  # fmt: skip
+        rate, cpu = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+        print(f"  {name}: {rate:>9,.0f} records/s  {cpu:.1f} CPU µs/record in this process"
+              f"  (runs {', '.join(f'{r[0]:,.0f}' for r in runs)})")  # fmt: skip
+    print("  (the broker runs on the same machine and shares its cores)")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,13 @@
 """SIGKILL the audit sink at random moments while it consumes, then count and verify.
 
     .venv/bin/python bench/kill_loop.py [--records 100000] [--kills 20] [--seed 11] [--max-pause 2.0]
+                                        [--live-rate 0]
 
-Prints records expected vs found, duplicates, and the verify outcome. Uses KAFKA_BOOTSTRAP_SERVERS if set,
-else starts the local broker.
+By default the records are on the topic before the first sink starts (a backlog). With ``--live-rate R``
+they are produced during the kills, R records/s from a thread of this process, so that the kills land in
+a live stream (the last sink starts once everything is produced). Prints records expected vs found,
+duplicates, how many kills landed while records were still unwritten, and the verify outcome. Uses
+KAFKA_BOOTSTRAP_SERVERS if set, else starts the local broker.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import argparse
 import asyncio
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -38,25 +43,43 @@ def main() -> int:
         default=2.0,
         help="longest a sink lives after it is healthy, s (long enough to commit 122,880-row batches)",
     )
+    parser.add_argument("--live-rate", type=float, default=0.0, help="produce during the kills, records/s")
     args = parser.parse_args()
     # the sink's default batching: a backlog is written in row-group transactions of 122,880 records
     with bench_settings(checkpoint_interval_s=0.5) as cfg:
         asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions))
-        asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.audit_topic, audit_records(args.records)))
+        records = audit_records(args.records)
+        live = threading.Thread(target=paced, args=(cfg.kafka_bootstrap_servers, cfg.audit_topic, records,
+                                                    args.live_rate))  # fmt: skip
+        if args.live_rate > 0:
+            live.start()
+        else:
+            asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.audit_topic, records))
         started = time.monotonic()
-        seen = sigkill_loop(cfg, args.kills, Path(tempfile.mkdtemp()), seed=args.seed, max_pause_s=args.max_pause)
+        seen = sigkill_loop(cfg, args.kills, Path(tempfile.mkdtemp()), seed=args.seed, max_pause_s=args.max_pause,
+                            before_last=live.join if args.live_rate > 0 else None)  # fmt: skip
         total, distinct = run_query(
             cfg.db_path, 'SELECT count(*), count(DISTINCT ("partition", "offset")) FROM audit_log'
         ).rows[0]
         report = verify(cfg.db_path, cfg.checkpoint_path, public_key_path(cfg.signing_key_path))
-        mid = sum(0 < c < args.records for c in seen)
-        print(f"kills: {args.kills} (of which {mid} landed mid-stream; rows after each kill: {seen})")
+        unwritten, first = sum(c < args.records for c in seen), sum(c == 0 for c in seen)
+        print(f"kills: {args.kills}, {unwritten} with records still unwritten ({first} of them before the first "
+              f"commit); rows after each kill: {seen}")  # fmt: skip
         print(f"records expected: {args.records:,}  found: {total:,}  duplicates: {total - distinct:,}"
               f"  missing: {args.records - distinct:,}")  # fmt: skip
         print(f"verify: {'OK' if report.ok else 'FAILED'} ({report.records:,} records, {report.checkpoints} signed "
               f"checkpoints) {report.problems[:3]}")  # fmt: skip
         print(f"wall time {time.monotonic() - started:.0f}s")
         return 0 if report.ok and total == distinct == args.records else 1
+
+
+def paced(bootstrap: str, topic: str, records: list[bytes], rate: float) -> None:
+    """Produce ``records`` at about ``rate`` per second (slices of a tenth of a second)."""
+    step = max(1, int(rate / 10))
+    started = time.monotonic()
+    for i in range(0, len(records), step):
+        asyncio.run(produce(bootstrap, topic, records[i : i + step]))
+        time.sleep(max(0.0, started + (i + step) / rate - time.monotonic()))
 
 
 if __name__ == "__main__":

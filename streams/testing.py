@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from audit.records import SourcePosition
@@ -44,9 +44,17 @@ def run_stream(items: Iterable[tuple[str, bytes]], processor: Processor | None =
     return total
 
 
-def sigkill_loop(cfg: Settings, kills: int, logdir: Path, seed: int = 11, max_pause_s: float = 0.3) -> list[int]:
-    """Start the sink, SIGKILL it at a random moment after it is healthy, ``kills`` times; then run it to
-    the end of the audit topic and stop it cleanly. Returns the audit_log row count seen after each kill."""
+def sigkill_loop(
+    cfg: Settings,
+    kills: int,
+    logdir: Path,
+    seed: int = 11,
+    max_pause_s: float = 0.3,
+    before_last: Callable[[], None] | None = None,
+) -> list[int]:
+    """Start the sink, SIGKILL it at a random moment after it is healthy, ``kills`` times; then (after
+    ``before_last``, e.g. waiting for a producer) run it to the end of the audit topic and stop it cleanly.
+    Returns the audit_log row count seen after each kill."""
     import random
     import signal
     import time
@@ -64,6 +72,8 @@ def sigkill_loop(cfg: Settings, kills: int, logdir: Path, seed: int = 11, max_pa
         time.sleep(rng.uniform(0.0, max_pause_s))
         sink.stop(grace=0, sig=signal.SIGKILL)
         seen.append(run_query(cfg.db_path, "SELECT count(*) FROM audit_log").rows[0][0])
+    if before_last is not None:
+        before_last()
     sink = Child(["sink"], env, logdir / "sink-final.log")
     sink.wait_healthy(cfg.sink_http_port)
     deadline = time.monotonic() + 300
