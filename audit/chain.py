@@ -7,12 +7,14 @@ deleting, changing or re-ordering a record breaks every link after it.
 
 This module is the definition. The sink and ``verify`` hash whole Arrow columns with :func:`chain_arrow`,
 which runs the same loop natively (``native/``, the ``driftlog_native`` extension, built by ``make`` where
-Rust's cargo is installed) and falls back to :func:`chain_run` without it.
+Rust's cargo is installed) and falls back to :func:`chain_run` without it (or with ``DRIFTLOG_NATIVE=0``
+in the environment).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,6 +25,8 @@ from audit.store import RawRecord
 
 
 def _native() -> Callable[..., bytes] | None:
+    if os.environ.get("DRIFTLOG_NATIVE", "1") == "0":  # the Python chain on purpose (tests, comparisons)
+        return None
     try:
         from driftlog_native import chain_links
     except ImportError:  # not built (no cargo): the pure-Python loop, several times slower
@@ -84,18 +88,24 @@ def chain_run(
 def chain_arrow(
     prev: bytes, topic: bytes, partition: int, offsets: pa.Array, timestamps: pa.Array, keys: pa.Array, values: pa.Array
 ) -> bytes:
-    """:func:`chain_run` over Arrow columns (int64, int64, binary, binary), the links concatenated (``LINK``
-    bytes each); natively when the extension is built."""
-    if _native_links is None:
+    """:func:`chain_run` over Arrow columns of equal length (int64, int64, binary, binary; only keys may be
+    null), the links concatenated (``LINK`` bytes each); natively when the extension is built."""
+    n = len(offsets)
+    if not len(timestamps) == len(keys) == len(values) == n:
+        raise ValueError(f"columns of different lengths: {[len(c) for c in (offsets, timestamps, keys, values)]}")
+    for name, column in (("offsets", offsets), ("timestamps", timestamps)):
+        if column.type != pa.int64() or column.null_count:
+            raise ValueError(f"{name}: expected int64 without nulls, got {column.type} with {column.null_count} nulls")
+    if values.null_count:
+        raise ValueError(f"{values.null_count} null values (an audit record's value is bytes)")
+    if _native_links is None or n == 0:
         return b"".join(chain_run(prev, topic, partition, offsets.to_pylist(), timestamps.to_pylist(),
                                   keys.to_pylist(), values.to_pylist()))  # fmt: skip
     columns = (_int64s(offsets), _int64s(timestamps), _binaries(keys), _binaries(values))
-    return bytes(_native_links(prev, topic, partition, len(offsets), *columns))
+    return bytes(_native_links(prev, topic, partition, n, *columns))
 
 
 def _int64s(array: pa.Array) -> tuple[Any, int]:
-    if array.type != pa.int64() or array.null_count:
-        raise ValueError(f"expected int64 values without nulls, got {array.type} with {array.null_count} nulls")
     return _bytes(array.buffers()[1]), array.offset
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from aiokafka import AIOKafkaProducer
+
 from audit.checkpoint import public_key_path
 from audit.query import run_query
 from audit.verify import verify
@@ -49,15 +51,14 @@ def main() -> int:
     with bench_settings(checkpoint_interval_s=0.5) as cfg:
         asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions))
         records = audit_records(args.records)
-        live = threading.Thread(target=paced, args=(cfg.kafka_bootstrap_servers, cfg.audit_topic, records,
-                                                    args.live_rate))  # fmt: skip
+        live = Paced(cfg.kafka_bootstrap_servers, cfg.audit_topic, records, args.live_rate)
         if args.live_rate > 0:
             live.start()
         else:
             asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.audit_topic, records))
         started = time.monotonic()
         seen = sigkill_loop(cfg, args.kills, Path(tempfile.mkdtemp()), seed=args.seed, max_pause_s=args.max_pause,
-                            before_last=live.join if args.live_rate > 0 else None)  # fmt: skip
+                            before_last=live.finish if args.live_rate > 0 else None)  # fmt: skip
         total, distinct = run_query(
             cfg.db_path, 'SELECT count(*), count(DISTINCT ("partition", "offset")) FROM audit_log'
         ).rows[0]
@@ -73,13 +74,38 @@ def main() -> int:
         return 0 if report.ok and total == distinct == args.records else 1
 
 
-def paced(bootstrap: str, topic: str, records: list[bytes], rate: float) -> None:
-    """Produce ``records`` at about ``rate`` per second (slices of a tenth of a second)."""
-    step = max(1, int(rate / 10))
-    started = time.monotonic()
-    for i in range(0, len(records), step):
-        asyncio.run(produce(bootstrap, topic, records[i : i + step]))
-        time.sleep(max(0.0, started + (i + step) / rate - time.monotonic()))
+class Paced(threading.Thread):
+    """Produces ``records`` at about ``rate`` per second (a slice every tenth of a second) with one
+    producer, on a thread of its own; :meth:`finish` waits for it and raises what made it fail."""
+
+    def __init__(self, bootstrap: str, topic: str, records: list[bytes], rate: float) -> None:
+        super().__init__(name="paced-producer")
+        self.bootstrap, self.topic, self.records, self.rate = bootstrap, topic, records, rate
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            asyncio.run(self._produce())
+        except BaseException as exc:
+            self.error = exc
+
+    async def _produce(self) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", linger_ms=5)
+        await producer.start()
+        try:
+            step, started = max(1, int(self.rate / 10)), time.monotonic()
+            for i in range(0, len(self.records), step):
+                for value in self.records[i : i + step]:
+                    await producer.send(self.topic, value)
+                await asyncio.sleep(max(0.0, started + (i + step) / self.rate - time.monotonic()))
+            await producer.flush()
+        finally:
+            await producer.stop()
+
+    def finish(self) -> None:
+        self.join()
+        if self.error is not None:
+            raise RuntimeError("producing the live stream failed") from self.error
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 # Type stubs for the native core (src/lib.rs), packed into the wheel by maturin.
-from collections.abc import Buffer
+from typing_extensions import Buffer
 
 def chain_links(
     prev: bytes,

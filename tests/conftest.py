@@ -94,16 +94,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def require_native() -> None:
+    """Skip a native-only test where the extension is not built, or fail under ``DRIFTLOG_REQUIRE_NATIVE=1``."""
+    import audit.chain
+
+    if not audit.chain.NATIVE:
+        if os.environ.get("DRIFTLOG_REQUIRE_NATIVE") == "1":
+            pytest.fail("DRIFTLOG_REQUIRE_NATIVE=1 but driftlog_native is not built (make builds it with cargo)")
+        pytest.skip("driftlog_native is not built (no cargo) or DRIFTLOG_NATIVE=0: only the Python chain is tested")
+
+
 @pytest.fixture(params=["native", "python"])
 def chain_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test with the native hash chain (driftlog_native) and again with the Python one. Without the
-    native build its case is skipped, unless ``DRIFTLOG_REQUIRE_NATIVE=1`` (CI), where that fails."""
+    """Run a test with the native hash chain (driftlog_native) and again with the Python one (in this
+    process and, through ``DRIFTLOG_NATIVE=0``, in the worker processes verify starts)."""
     import audit.chain
 
     if request.param == "python":
         monkeypatch.setattr(audit.chain, "_native_links", None)
-    elif not audit.chain.NATIVE:
-        if os.environ.get("DRIFTLOG_REQUIRE_NATIVE") == "1":
-            pytest.fail("DRIFTLOG_REQUIRE_NATIVE=1 but driftlog_native is not built (make builds it with cargo)")
-        pytest.skip("driftlog_native is not built (no cargo): only the Python chain is tested")
+        monkeypatch.setenv("DRIFTLOG_NATIVE", "0")
+    else:
+        require_native()
     return str(request.param)

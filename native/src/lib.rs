@@ -32,7 +32,11 @@ struct Int64s<'a> {
 
 impl<'a> Int64s<'a> {
     fn new(data: &'a [u8], at: usize, n: usize, name: &str) -> Result<Self, String> {
-        if data.len() < (at + n) * 8 {
+        if at
+            .checked_add(n)
+            .and_then(|end| end.checked_mul(8))
+            .is_none_or(|need| data.len() < need)
+        {
             return Err(format!(
                 "{name}: data buffer holds fewer than {n} int64 values after offset {at}"
             ));
@@ -68,13 +72,17 @@ impl<'a> Binaries<'a> {
         n: usize,
         name: &'static str,
     ) -> Result<Self, String> {
-        if offsets.len() < (at + n + 1) * 4 {
+        let need = at
+            .checked_add(n)
+            .and_then(|end| end.checked_add(1))
+            .and_then(|count| count.checked_mul(4));
+        if need.is_none_or(|need| offsets.len() < need) {
             return Err(format!(
                 "{name}: offsets buffer holds fewer than {} offsets",
                 at + n + 1
             ));
         }
-        if validity.is_some_and(|v| v.len() * 8 < at + n) {
+        if validity.is_some_and(|v| v.len().saturating_mul(8) < at + n) {
             return Err(format!(
                 "{name}: validity bitmap shorter than {} bits",
                 at + n
@@ -163,7 +171,7 @@ fn links(
         values,
     } = records;
     let (n, topic_len) = (*n, length(topic)?);
-    let mut out = Vec::with_capacity(n * LINK);
+    let mut out = Vec::with_capacity(n.checked_mul(LINK).ok_or("too many records")?);
     for i in 0..n {
         let mut h = Sha256::new();
         h.update(prev);
@@ -179,7 +187,9 @@ fn links(
                 h.update(key);
             }
         }
-        let value = values.get(i)?.unwrap_or_default(); // (a null value hashes as an empty one)
+        let value = values
+            .get(i)?
+            .ok_or_else(|| format!("values: null at row {i}"))?;
         h.update(length(value)?);
         h.update(value);
         prev = h.finalize().into();
@@ -196,7 +206,8 @@ type Binary = (PyBuffer<u8>, PyBuffer<u8>, Option<PyBuffer<u8>>, usize);
 /// The hash-chain links after `prev` (32 bytes) of `n` consecutive records of one partition, concatenated
 /// (32 bytes each). `offsets` and `timestamps` are (data buffer, array offset) of Arrow int64 arrays without
 /// nulls; `keys` and `values` are (offsets buffer, data buffer, validity buffer or None, array offset) of
-/// Arrow binary arrays. Hashing runs without the GIL.
+/// Arrow binary arrays (values without nulls). Hashing runs without the GIL. Malformed input raises
+/// ValueError.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 fn chain_links<'py>(

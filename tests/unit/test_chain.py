@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from audit import chain
 from audit.chain import chain_arrow, chain_run, genesis, link
 from audit.store import RawRecord
+from tests.conftest import require_native
 
 # One record's link, pinned: any implementation must give these bytes.
 VECTOR = RawRecord("audit", 3, 41, 1_767_225_600_000, b"job:j", b'{"v":1}')
@@ -53,6 +54,12 @@ def test_the_pinned_vector(chain_impl: str) -> None:
     assert chain_arrow(genesis("audit", 3), b"audit", 3, *cols) == VECTOR_LINK
 
 
+def test_the_native_core_is_built_where_required() -> None:
+    """Under ``DRIFTLOG_REQUIRE_NATIVE=1`` (CI) the property below must run natively, not on the fallback."""
+    require_native()
+    assert chain.NATIVE
+
+
 @settings(max_examples=200, deadline=None)
 @given(rows=records, cut=st.integers(0, 59), partition=st.integers(-(2**31), 2**31 - 1))
 def test_arrow_columns_chain_like_the_definition(rows: list[tuple[int, int, bytes | None, bytes]], cut: int,
@@ -70,8 +77,7 @@ def test_arrow_columns_chain_like_the_definition(rows: list[tuple[int, int, byte
 
 
 def test_native_refuses_malformed_buffers() -> None:
-    if not chain.NATIVE:
-        pytest.skip("driftlog_native is not built")
+    require_native()
     cols = columns([(1, 2, b"k", b"v"), (2, 3, None, b"w")])
     with pytest.raises(ValueError, match="32 bytes"):
         chain_arrow(b"short", b"audit", 0, *cols)
@@ -83,8 +89,27 @@ def test_native_refuses_malformed_buffers() -> None:
     bad_offsets = (memoryview(pa.array([0, 99, 100], pa.int32()).buffers()[1]).cast("B"), binary[1], None, 0)
     with pytest.raises(ValueError, match="outside the data buffer"):
         native(genesis("a", 0), b"a", 0, 2, fixed, fixed, binary, bad_offsets)
+    with pytest.raises(ValueError, match="fewer than"):  # sizes that overflow are refused, not wrapped
+        native(genesis("a", 0), b"a", 0, 2**62, fixed, fixed, binary, binary)
+    with_null = chain._binaries(pa.array([b"v", None], pa.binary()))
+    with pytest.raises(ValueError, match="values: null at row 1"):
+        native(genesis("a", 0), b"a", 0, 2, fixed, fixed, binary, with_null)
 
 
+@pytest.mark.usefixtures("chain_impl")
+def test_columns_must_agree_and_values_must_not_be_null() -> None:
+    cols = columns([(1, 2, b"k", b"v"), (2, 3, None, b"w")])
+    with pytest.raises(ValueError, match="different lengths"):
+        chain_arrow(genesis("a", 0), b"a", 0, cols[0], cols[1], cols[2].slice(0, 1), cols[3].slice(0, 1))
+    with pytest.raises(ValueError, match="null values"):
+        chain_arrow(genesis("a", 0), b"a", 0, *cols[:3], pa.array([b"v", None], pa.binary()))
+    empty = [c.slice(0, 0) for c in cols]
+    assert chain_arrow(genesis("a", 0), b"a", 0, *empty) == b""
+    zero_length = [pa.array([], t) for t in (pa.int64(), pa.int64(), pa.binary(), pa.binary())]
+    assert chain_arrow(genesis("a", 0), b"a", 0, *zero_length) == b""
+
+
+@pytest.mark.usefixtures("chain_impl")
 def test_other_integer_and_binary_layouts_are_refused_or_converted() -> None:
     cols = columns([(1, 2, b"k", b"v")])
     with pytest.raises(ValueError, match="int64"):
