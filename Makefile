@@ -14,17 +14,18 @@ NATIVE := $(VENV)/.native-built
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $(VENV)
 
-# The audit hash chain in Rust (driftlog_native). Without cargo, or if the build fails, driftlog uses the same
-# chain in Python: identical results, a slower sink and verify (README, "Native core"). The stamp is only
-# made by a successful build, so a later run tries again; DRIFTLOG_REQUIRE_NATIVE=1 (CI) makes a failure fatal.
-$(NATIVE): $(VENV) native/Cargo.toml native/Cargo.lock native/pyproject.toml native/driftlog_native.pyi native/src/lib.rs
+# The native core in Rust (driftlog_native: the audit hash chain, a classification fast path). Without cargo,
+# or if the build fails, driftlog runs the definitions instead (Python chain, SQL classification): the same
+# results, a slower sink and verify (README, "Native core"). The stamp is only made by a successful build, so
+# a later run tries again; DRIFTLOG_REQUIRE_NATIVE=1 (CI) makes a failure fatal.
+$(NATIVE): $(VENV) native/Cargo.toml native/Cargo.lock native/pyproject.toml native/driftlog_native.pyi $(wildcard native/src/*.rs)
 	@if ! command -v cargo >/dev/null 2>&1; then \
-		echo "note: cargo not found, so the native core is not built: the audit chain runs in Python (slower)"; \
+		echo "note: cargo not found, so the native core is not built: driftlog runs slower without it"; \
 		test "$$DRIFTLOG_REQUIRE_NATIVE" != 1; \
 	elif echo "building the native core (native/, Rust) into $(VENV)" && $(BIN)/pip install --quiet ./native; then \
 		touch $@; \
 	else \
-		echo "warning: building the native core failed (see above): the audit chain runs in Python (slower)"; \
+		echo "warning: building the native core failed (see above): driftlog runs slower without it"; \
 		test "$$DRIFTLOG_REQUIRE_NATIVE" != 1; \
 	fi
 

@@ -6,35 +6,22 @@ of a partition starts from ``genesis(topic, partition)``. Replaying the same top
 deleting, changing or re-ordering a record breaks every link after it.
 
 This module is the definition. The sink and ``verify`` hash whole Arrow columns with :func:`chain_arrow`,
-which runs the same loop natively (``native/``, the ``driftlog_native`` extension, built by ``make`` where
-Rust's cargo is installed) and falls back to :func:`chain_run` without it (or with ``DRIFTLOG_NATIVE=0``
-in the environment).
+which runs the same loop natively where the native core is built (audit/native.py) and falls back to
+:func:`chain_run` without it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import pyarrow as pa
 
+from audit import native
 from audit.store import RawRecord
 
-
-def _native() -> Callable[..., bytes] | None:
-    if os.environ.get("DRIFTLOG_NATIVE", "1") == "0":  # the Python chain on purpose (tests, comparisons)
-        return None
-    try:
-        from driftlog_native import chain_links
-    except ImportError:  # not built (no cargo): the pure-Python loop, several times slower
-        return None
-    return chain_links
-
-
-_native_links = _native()
+_native_links = None if native.core is None else native.core.chain_links
 NATIVE = _native_links is not None
 LINK = 32  # bytes per link
 
@@ -101,21 +88,5 @@ def chain_arrow(
     if _native_links is None or n == 0:
         return b"".join(chain_run(prev, topic, partition, offsets.to_pylist(), timestamps.to_pylist(),
                                   keys.to_pylist(), values.to_pylist()))  # fmt: skip
-    columns = (_int64s(offsets), _int64s(timestamps), _binaries(keys), _binaries(values))
+    columns = (native.int64s(offsets), native.int64s(timestamps), native.binaries(keys), native.binaries(values))
     return bytes(_native_links(prev, topic, partition, n, *columns))
-
-
-def _int64s(array: pa.Array) -> tuple[Any, int]:
-    return _bytes(array.buffers()[1]), array.offset
-
-
-def _binaries(array: pa.Array) -> tuple[Any, Any, Any, int]:
-    if array.type != pa.binary():
-        array = array.cast(pa.binary())
-    validity, offsets, data = array.buffers()
-    return _bytes(offsets), _bytes(data), _bytes(validity) if array.null_count else None, array.offset
-
-
-def _bytes(buffer: pa.Buffer | None) -> memoryview:
-    """A buffer's bytes as unsigned chars (pyarrow exports signed ones), without a copy."""
-    return memoryview(b"") if buffer is None else memoryview(buffer).cast("B")

@@ -1,8 +1,13 @@
 """The record type and id of raw audit-topic bytes: the one definition that the store writes and that
 ``driftlog verify`` checks again, as SQL that DuckDB runs vectorised (bench/bench_duckdb_ceiling.py and
-the sink benchmarks measured it ahead of decoding the same fields with msgspec in Python). The sink runs
-it while it prepares a batch, beside the commit of the previous one, not inside the writing transaction
-(:class:`Classifier`): DuckDB's insert is the sink's slowest stage.
+the sink benchmarks measured it ahead of decoding the same fields with msgspec in Python). The sink
+classifies while it prepares a batch, beside the commit of the previous one, not inside the writing
+transaction (:class:`Classifier`): DuckDB's insert is the sink's slowest stage.
+
+Where the native core is built (audit/native.py) the sink first asks its fast path, which answers only for
+values that are certainly well-formed records (strict JSON, ``v`` the integer 1, string ``type`` and ``id``,
+each field once) and leaves every other value to this SQL. ``verify`` always checks with the SQL, so it
+checks the fast path's answers too.
 
 A value is a well-formed audit record when it is UTF-8 JSON with ``v`` 1, ``type`` one of
 :data:`~audit.records.RECORD_TYPES`, an ``id`` and an object ``body`` (as DuckDB's ``json_transform``
@@ -14,10 +19,15 @@ from __future__ import annotations
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from audit import native
 from audit.records import RECORD_TYPES
 
 INVALID = "invalid"
+_native_classify = None if native.core is None else native.core.classify_values
+_DEFER = 255  # the fast path's type code for "ask the SQL"
+_TYPE_NAMES = pa.array([*RECORD_TYPES, *[""] * (256 - len(RECORD_TYPES))], pa.string())  # by type code
 
 
 def classify_sql(source: str) -> str:
@@ -36,8 +46,9 @@ def classify_sql(source: str) -> str:
 
 
 class Classifier:
-    """Classifies batches of raw values in a private in-memory DuckDB (one thread, no file or network
-    access), so that the caller's thread does the work, not a writer's."""
+    """Classifies batches of raw values: the native fast path where built, and the SQL in a private
+    in-memory DuckDB (one thread, no file or network access) for every value it leaves, so that the
+    caller's thread does the work, not a writer's."""
 
     def __init__(self) -> None:
         self.con = duckdb.connect(config={"enable_external_access": False, "threads": 1})
@@ -45,6 +56,21 @@ class Classifier:
 
     def classify(self, values: pa.Array) -> tuple[pa.Array, pa.Array]:
         """(record_type, record_id) of each value, in order."""
+        if _native_classify is None or not len(values):
+            return self._sql(values)
+        n = len(values)
+        codes, offsets, data = _native_classify(native.binaries(values), n, list(RECORD_TYPES))
+        code = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(codes)])
+        types = _TYPE_NAMES.take(code)
+        ids = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        deferred = pc.equal(code, _DEFER)
+        if pc.any(deferred).as_py():
+            sql_types, sql_ids = self._sql(values.filter(deferred))
+            types = pc.replace_with_mask(types, deferred, sql_types)
+            ids = pc.replace_with_mask(ids, deferred, sql_ids)
+        return types, ids
+
+    def _sql(self, values: pa.Array) -> tuple[pa.Array, pa.Array]:
         self.con.register("raw_values", pa.Table.from_arrays([values], names=["value"]))
         try:
             out = self.con.sql(self.query).to_arrow_table()

@@ -1,4 +1,4 @@
-# Type stubs for the native core (src/lib.rs), packed into the wheel by maturin.
+# Type stubs for the native core (src/), packed into the wheel by maturin.
 from typing_extensions import Buffer
 
 def chain_links(
@@ -11,3 +11,6 @@ def chain_links(
     keys: tuple[Buffer, Buffer, Buffer | None, int],
     values: tuple[Buffer, Buffer, Buffer | None, int],
 ) -> bytes: ...
+def classify_values(
+    values: tuple[Buffer, Buffer, Buffer | None, int], n: int, types: list[str]
+) -> tuple[bytes, bytes, bytes]: ...

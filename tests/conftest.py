@@ -106,12 +106,15 @@ def require_native() -> None:
 
 @pytest.fixture(params=["native", "python"])
 def chain_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test with the native hash chain (driftlog_native) and again with the Python one (in this
-    process and, through ``DRIFTLOG_NATIVE=0``, in the worker processes verify starts)."""
+    """Run a test with the native core (driftlog_native: hash chain, classification fast path) and again
+    with the definitions, the Python chain and the SQL classification (in this process and, through
+    ``DRIFTLOG_NATIVE=0``, in the worker processes verify starts)."""
     import audit.chain
+    import audit.classify
 
     if request.param == "python":
         monkeypatch.setattr(audit.chain, "_native_links", None)
+        monkeypatch.setattr(audit.classify, "_native_classify", None)
         monkeypatch.setenv("DRIFTLOG_NATIVE", "0")
     else:
         require_native()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit import chain
+from audit import chain, native
 from audit.chain import chain_arrow, chain_run, genesis, link
 from audit.store import RawRecord
 from tests.conftest import require_native
@@ -81,19 +81,19 @@ def test_native_refuses_malformed_buffers() -> None:
     cols = columns([(1, 2, b"k", b"v"), (2, 3, None, b"w")])
     with pytest.raises(ValueError, match="32 bytes"):
         chain_arrow(b"short", b"audit", 0, *cols)
-    native = chain._native_links
-    assert native is not None
-    fixed, binary = chain._int64s(cols[0]), chain._binaries(cols[3])
+    links = chain._native_links
+    assert links is not None
+    fixed, binary = native.int64s(cols[0]), native.binaries(cols[3])
     with pytest.raises(ValueError, match="fewer than 3 int64"):
-        native(genesis("a", 0), b"a", 0, 3, fixed, fixed, binary, binary)
+        links(genesis("a", 0), b"a", 0, 3, fixed, fixed, binary, binary)
     bad_offsets = (memoryview(pa.array([0, 99, 100], pa.int32()).buffers()[1]).cast("B"), binary[1], None, 0)
     with pytest.raises(ValueError, match="outside the data buffer"):
-        native(genesis("a", 0), b"a", 0, 2, fixed, fixed, binary, bad_offsets)
+        links(genesis("a", 0), b"a", 0, 2, fixed, fixed, binary, bad_offsets)
     with pytest.raises(ValueError, match="fewer than"):  # sizes that overflow are refused, not wrapped
-        native(genesis("a", 0), b"a", 0, 2**62, fixed, fixed, binary, binary)
-    with_null = chain._binaries(pa.array([b"v", None], pa.binary()))
+        links(genesis("a", 0), b"a", 0, 2**62, fixed, fixed, binary, binary)
+    with_null = native.binaries(pa.array([b"v", None], pa.binary()))
     with pytest.raises(ValueError, match="values: null at row 1"):
-        native(genesis("a", 0), b"a", 0, 2, fixed, fixed, binary, with_null)
+        links(genesis("a", 0), b"a", 0, 2, fixed, fixed, binary, with_null)
 
 
 @pytest.mark.usefixtures("chain_impl")

@@ -8,8 +8,13 @@ import duckdb
 import orjson
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from audit import classify as classify_module
 from audit.classify import Classifier, classify_sql
+from audit.records import RECORD_TYPES, AuditRecord
+from tests.conftest import require_native
 
 
 def classify(values: list[bytes]) -> list[tuple[str, str]]:
@@ -60,7 +65,7 @@ def test_fields_are_read_as_json_transform_casts_them() -> None:
     assert classify(LENIENT) == [("finding", "5"), ("finding", "a")]
 
 
-def test_every_record_the_worker_emits_keeps_its_own_type_and_id() -> None:
+def worker_records() -> list[AuditRecord]:
     from streams.synthetic import envelope
     from streams.testing import run_messages
     from tests.unit.test_pipeline import DECISION
@@ -68,12 +73,97 @@ def test_every_record_the_worker_emits_keeps_its_own_type_and_id() -> None:
     bad = [{"kind": "step", "job": "x", "step": i, "start": 0.0, "duration": -1.0} for i in range(2)]
     out = run_messages([b"{oops", envelope(bad, "s")], decisions=[orjson.dumps(DECISION)])
     assert {r.type for r in out.audit} == {"dead_letter", "decision"}
-    assert classify([r.encode() for r in out.audit]) == [(r.type, r.id) for r in out.audit]
+    return out.audit
 
 
+def test_every_record_the_worker_emits_keeps_its_own_type_and_id() -> None:
+    records = worker_records()
+    assert classify([r.encode() for r in records]) == [(r.type, r.id) for r in records]
+
+
+@pytest.mark.usefixtures("chain_impl")
 def test_the_sink_classifier_gives_the_same_classes_in_order() -> None:
     values = [value for value, _ in CASES] * 3 + LENIENT
     classifier = Classifier()
     types, ids = classifier.classify(pa.array(values, pa.binary()))
     classifier.close()
     assert list(zip(types.to_pylist(), ids.to_pylist(), strict=True)) == classify(values)
+
+
+# --- the native fast path never answers differently from the SQL -----------------------------------------
+
+FIELD_VALUES = {
+    "v": ["1", "1.0", "1e0", '"1"', "true", "2", "-1", "null", "100000000000000000000", "01"],
+    "type": [*(f'"{t}"' for t in RECORD_TYPES), '"gossip"', "5", "null", '"fin\\u0064ing"', '["finding"]', '""'],
+    "id": ['"a"', '""', '"x\\ud800y"', '"\\ud83d\\ude00"', '"é"', "5", "null", '{"a": 1}', '"\\u00e9"', '"\\""'],
+    "body": [
+        "{}",
+        '{"a": [1, 2.5e3, null]}',
+        "[]",
+        '"{"',
+        "null",
+        '" {}"',
+        '{"n": 1e400}',
+        '{"s": "\\ud800"}',
+        '{"k": 1, "k": 2}',
+        '{"a": NaN}',
+        "{,}",
+    ],
+}
+fields = st.lists(
+    st.one_of(
+        st.sampled_from(sorted(FIELD_VALUES)).flatmap(
+            lambda k: st.tuples(st.just(k), st.sampled_from(FIELD_VALUES[k]))
+        ),
+        st.tuples(st.sampled_from(["source", "extra", "V", "Type"]), st.sampled_from(['{"t": 1}', "0", '"s"'])),
+    ),
+    max_size=7,
+)
+documents = st.builds(
+    lambda pairs, space, trailing, tail, order: (
+        "{"
+        + ("," + space).join(f'"{k}"{space}:{space}{v}' for k, v in (pairs if order else pairs[::-1]))
+        + ("," if trailing else "")
+        + "}"
+        + tail
+    ).encode(),
+    st.lists(
+        st.sampled_from([("v", "1"), ("type", '"finding"'), ("id", '"f"'), ("body", "{}")]),
+        min_size=4,
+        max_size=4,
+        unique=True,
+    ).flatmap(lambda base: fields.map(lambda extra: base + extra)),
+    st.sampled_from(["", " ", "\n\t"]),
+    st.booleans(),
+    st.sampled_from(["", " ", " x", "\x00"]),
+    st.booleans(),
+)
+corrupted = st.tuples(documents, st.integers(0, 400), st.sampled_from([b"\xff", b"\xc3", b"\x00", b"\\"])).map(
+    lambda d: d[0][: d[1]] + d[2] + d[0][d[1] :]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.one_of(documents, corrupted), min_size=1, max_size=40))
+def test_the_fast_path_answers_only_where_the_sql_agrees(values: list[bytes]) -> None:
+    require_native()
+    assert classify_module._native_classify is not None
+    array = pa.array(values, pa.binary())
+    codes, _, _ = classify_module._native_classify(classify_module.native.binaries(array), len(values),
+                                                   list(RECORD_TYPES))  # fmt: skip
+    fast = Classifier().classify(array)
+    sql = classify(values)
+    assert list(zip(fast[0].to_pylist(), fast[1].to_pylist(), strict=True)) == sql
+    answered = [v for v, c in zip(values, codes, strict=True) if c != 255]
+    assert all(classify([v])[0][0] != "invalid" for v in answered)  # (the fast path answers only records)
+
+
+def test_the_fast_path_answers_every_well_formed_record() -> None:
+    """So the sink's classification runs natively, not through the SQL, for what the worker writes."""
+    require_native()
+    assert classify_module._native_classify is not None
+    values = [r.encode() for r in worker_records()] + [value for value, expected in CASES if expected]
+    array = pa.array(values, pa.binary())
+    codes, _, _ = classify_module._native_classify(classify_module.native.binaries(array), len(values),
+                                                   list(RECORD_TYPES))  # fmt: skip
+    assert 255 not in codes
