@@ -43,7 +43,12 @@ fn escapes_a_surrogate(text: &str) -> bool {
 /// (index of the record type in `types`, id) of a certainly well-formed record; None: ask the SQL.
 fn classify<'a>(value: &'a [u8], types: &[String]) -> Option<(u8, Cow<'a, str>)> {
     let text = std::str::from_utf8(value).ok()?;
-    if escapes_a_surrogate(text) {
+    // (serde would also fill the struct from an array [v, type, id, body]; the SQL wants an object)
+    if !text
+        .trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{')
+        || escapes_a_surrogate(text)
+    {
         return None;
     }
     let head: Head = serde_json::from_str(text).ok()?;

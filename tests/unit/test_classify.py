@@ -49,6 +49,7 @@ CASES = [
     (doc(v=1, type="finding", id="x", body=None), None),
     (doc(v=1, type="finding", id="x", body="{not an object"), None),  # a string that starts like one
     (doc(v=1, type="finding", id="x", body=" {}"), None),
+    (b'[1, "finding", "f-1", {}]', None),  # the fields by position: not a record
     (doc(v=1, type="finding", id="x"), None),
     (b'{"v": 1, "type": "finding", "id": "x", "body": {"s": "\xff"}}', None),  # bad UTF-8 inside the body
 ]
@@ -119,7 +120,7 @@ fields = st.lists(
     ),
     max_size=7,
 )
-documents = st.builds(
+objects = st.builds(
     lambda pairs, space, trailing, tail, order: (
         "{"
         + ("," + space).join(f'"{k}"{space}:{space}{v}' for k, v in (pairs if order else pairs[::-1]))
@@ -138,6 +139,9 @@ documents = st.builds(
     st.sampled_from(["", " ", " x", "\x00"]),
     st.booleans(),
 )
+arrays = st.lists(st.sampled_from(["1", '"finding"', '"decision"', '"f-1"', '""', "{}", '{"a": 1}', "[]"]),
+                  min_size=3, max_size=5).map(lambda items: ("[" + ", ".join(items) + "]").encode())  # fmt: skip
+documents = st.one_of(objects, arrays)
 corrupted = st.tuples(documents, st.integers(0, 400), st.sampled_from([b"\xff", b"\xc3", b"\x00", b"\\"])).map(
     lambda d: d[0][: d[1]] + d[2] + d[0][d[1] :]
 )
