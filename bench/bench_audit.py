@@ -1,6 +1,7 @@
 """Audit store throughput: sink writes with hash chaining (batch commits), and `verify`.
 
     .venv/bin/python bench/bench_audit.py [--records 1966080] [--batch 122880] [--fetch 16384] [--repeats 3]
+                                          [--compare-classification]
 
 Goals (issue 4): sink >= 400k audit rows/s with hashing, verify >= 300k rows/s. The records are
 finding-shaped audit records (~300 bytes) spread over 4 partitions, written through DuckDBStore, the
@@ -10,7 +11,8 @@ the INSERT; rows and offsets in one transaction). The time includes closing the 
 checkpoint). The default is 16 transactions, so that the figure is the sustained rate: preparing the first
 batch and committing the last do not overlap anything, which weighs on a run of only a few batches.
 The chain runs natively when driftlog_native is built (``make``); the first line also times the Python
-chain, which driftlog falls back to without it.
+chain, which driftlog falls back to without it. ``--compare-classification`` also writes, interleaved, with
+the native classification fast path off (every value classified by the SQL definition).
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from operator import itemgetter
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import audit.classify
 from audit.chain import NATIVE, chain_arrow, chain_run, genesis
 from audit.checkpoint import Signer, append_line, public_key_path
 from audit.duckdb_store import ROW_GROUP, DuckDBStore, Prepared
@@ -64,12 +68,25 @@ def fetched(records: list[RawRecord]) -> list[Run]:
     return [run._replace(values=[bytes(bytearray(v)) for v in run.values]) for run in in_order]
 
 
+def timed_write(chunks: list[list[Run]], batch: int, n: int) -> tuple[Path, float, float, Any]:
+    """Write ``chunks`` into a fresh store file: (its directory, rows/s, CPU µs per row, the heads)."""
+    work = Path(tempfile.mkdtemp(prefix="driftlog-bench-audit-"))
+    store = DuckDBStore(work / "a.duckdb")
+    started, cpu = time.perf_counter(), time.process_time()
+    pipelined_write(store, chunks, batch)
+    heads = store.heads()
+    store.close()
+    return work, n / (time.perf_counter() - started), (time.process_time() - cpu) / n * 1e6, heads
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=16 * ROW_GROUP)
     parser.add_argument("--batch", type=int, default=ROW_GROUP, help="records per transaction")
     parser.add_argument("--fetch", type=int, default=16_384, help="records per fetched chunk")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--compare-classification", action="store_true",
+                        help="also write with the native classification fast path off, interleaved")  # fmt: skip
     args = parser.parse_args()
     values = audit_records(args.records)
     raws = [RawRecord("audit", i % 4, i // 4, 1_767_225_600_000 + i, b"job:j", v) for i, v in enumerate(values)]
@@ -90,15 +107,15 @@ def main() -> None:
     chain_arrow(genesis("audit", 0), b"audit", 0, *columns)
     arrow_rate = len(raws) / (time.perf_counter() - started)
 
-    write_rates, verify_rates = [], []
+    write_rates, verify_rates, cpu, sql_only = [], [], [], []
     for _ in range(args.repeats):
-        work = Path(tempfile.mkdtemp(prefix="driftlog-bench-audit-"))
-        store = DuckDBStore(work / "a.duckdb")
-        started = time.perf_counter()
-        pipelined_write(store, chunks, args.batch)
-        heads = store.heads()
-        store.close()
-        write_rates.append(len(raws) / (time.perf_counter() - started))
+        if args.compare_classification:  # interleaved with the run below, so that the ratio is fair
+            fast_path, audit.classify._native_classify = audit.classify._native_classify, None
+            sql_only.append(timed_write(chunks, args.batch, len(raws))[1:])
+            audit.classify._native_classify = fast_path
+        work, rate, cpu_per_row, heads = timed_write(chunks, args.batch, len(raws))
+        write_rates.append(rate)
+        cpu.append(cpu_per_row)
         signer = Signer.load_or_create(work / "k.pem")
         append_line(work / "c.jsonl", signer.checkpoint(1, heads))
         report = verify(work / "a.duckdb", work / "c.jsonl", public_key_path(work / "k.pem"))
@@ -114,7 +131,12 @@ def main() -> None:
         f"{arrow_rate:,.0f} rows/s over Arrow columns ({'native' if NATIVE else 'native core not built'})"
     )
     print(f"  sink write (hash; classify, rows + offsets per transaction; close):  {write:>10,.0f} rows/s"
-          f"  ({write / 400_000:.2f}x the 400k goal; runs {[f'{r:,.0f}' for r in write_rates]})")  # fmt: skip
+          f"  ({write / 400_000:.2f}x the 400k goal; runs {[f'{r:,.0f}' for r in write_rates]}); "
+          f"{statistics.median(cpu):.2f} CPU µs/row")  # fmt: skip
+    if sql_only:
+        rate, per_row = statistics.median(r for r, _, _ in sql_only), statistics.median(c for _, c, _ in sql_only)
+        print(f"  sink write, every value classified by the SQL (no fast path):      {rate:>10,.0f} rows/s"
+              f"  (runs {[f'{r:,.0f}' for r, _, _ in sql_only]}); {per_row:.2f} CPU µs/row")  # fmt: skip
     print(f"  verify (chains, offsets, checkpoint, classes and views):           {check:>10,.0f} rows/s"
           f"  ({check / 300_000:.2f}x the 300k goal; runs {[f'{r:,.0f}' for r in verify_rates]})")  # fmt: skip
 
