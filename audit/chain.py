@@ -21,8 +21,6 @@ import pyarrow as pa
 from audit import native
 from audit.store import RawRecord
 
-_native_links = None if native.core is None else native.core.chain_links
-NATIVE = _native_links is not None
 LINK = 32  # bytes per link
 
 _HEADER = struct.Struct(">iqqi")
@@ -85,8 +83,8 @@ def chain_arrow(
             raise ValueError(f"{name}: expected int64 without nulls, got {column.type} with {column.null_count} nulls")
     if values.null_count:
         raise ValueError(f"{values.null_count} null values (an audit record's value is bytes)")
-    if _native_links is None or n == 0:
+    if native.core is None or n == 0:
         return b"".join(chain_run(prev, topic, partition, offsets.to_pylist(), timestamps.to_pylist(),
                                   keys.to_pylist(), values.to_pylist()))  # fmt: skip
     columns = (native.int64s(offsets), native.int64s(timestamps), native.binaries(keys), native.binaries(values))
-    return bytes(_native_links(prev, topic, partition, n, *columns))
+    return bytes(native.core.chain_links(prev, topic, partition, n, *columns))

@@ -25,7 +25,6 @@ from audit import native
 from audit.records import RECORD_TYPES
 
 INVALID = "invalid"
-_native_classify = None if native.core is None else native.core.classify_values
 _DEFER = 255  # the fast path's type code for "ask the SQL"
 _TYPE_NAMES = pa.array([*RECORD_TYPES, *[""] * (256 - len(RECORD_TYPES))], pa.string())  # by type code
 
@@ -46,20 +45,21 @@ def classify_sql(source: str) -> str:
 
 
 class Classifier:
-    """Classifies batches of raw values: the native fast path where built, and the SQL in a private
-    in-memory DuckDB (one thread, no file or network access) for every value it leaves, so that the
-    caller's thread does the work, not a writer's."""
+    """Classifies batches of raw values: the native fast path where built (unless ``fast_path`` is off),
+    and the SQL in a private in-memory DuckDB (one thread, no file or network access) for every value it
+    leaves, so that the caller's thread does the work, not a writer's."""
 
-    def __init__(self) -> None:
+    def __init__(self, fast_path: bool = True) -> None:
+        self.fast_path = fast_path
         self.con = duckdb.connect(config={"enable_external_access": False, "threads": 1})
         self.query = f"SELECT record_type, record_id FROM ({classify_sql('raw_values')})"
 
     def classify(self, values: pa.Array) -> tuple[pa.Array, pa.Array]:
         """(record_type, record_id) of each value, in order."""
-        if _native_classify is None or not len(values):
+        if native.core is None or not self.fast_path or not len(values):
             return self._sql(values)
         n = len(values)
-        codes, offsets, data = _native_classify(native.binaries(values), n, list(RECORD_TYPES))
+        codes, offsets, data = native.core.classify_values(native.binaries(values), n, list(RECORD_TYPES))
         code = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(codes)])
         types = _TYPE_NAMES.take(code)
         ids = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])

@@ -89,7 +89,7 @@ class DuckDBStore:
     that the closing checkpoint rewrote (0.3-0.5 s, against 0.02 s). Queries served through this
     connection's cursors (the sink's SQL endpoint) run on that one thread too."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, classifier: Classifier | None = None) -> None:
         self.path = path
         try:
             self.con = duckdb.connect(str(path), config={"enable_external_access": False})
@@ -105,7 +105,7 @@ class DuckDBStore:
         self._heads = {(t, p): bytes(h) for t, p, _, h in rows}
         self._pending_next, self._pending_heads = dict(self._next), dict(self._heads)  # as prepared
         self._aux = self.con.cursor()
-        self._classifier = Classifier()
+        self._classifier = classifier or Classifier()
 
     def next_offsets(self) -> dict[tuple[str, int], int]:
         return dict(self._next)

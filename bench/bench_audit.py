@@ -32,9 +32,10 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import audit.classify
-from audit.chain import NATIVE, chain_arrow, chain_run, genesis
+from audit import native
+from audit.chain import chain_arrow, chain_run, genesis
 from audit.checkpoint import Signer, append_line, public_key_path
+from audit.classify import Classifier
 from audit.duckdb_store import ROW_GROUP, DuckDBStore, Prepared
 from audit.store import RawRecord, Run, runs
 from audit.verify import verify
@@ -68,10 +69,10 @@ def fetched(records: list[RawRecord]) -> list[Run]:
     return [run._replace(values=[bytes(bytearray(v)) for v in run.values]) for run in in_order]
 
 
-def timed_write(chunks: list[list[Run]], batch: int, n: int) -> tuple[Path, float, float, Any]:
+def timed_write(chunks: list[list[Run]], batch: int, n: int, fast_path: bool = True) -> tuple[Path, float, float, Any]:
     """Write ``chunks`` into a fresh store file: (its directory, rows/s, CPU µs per row, the heads)."""
     work = Path(tempfile.mkdtemp(prefix="driftlog-bench-audit-"))
-    store = DuckDBStore(work / "a.duckdb")
+    store = DuckDBStore(work / "a.duckdb", Classifier(fast_path=fast_path))
     started, cpu = time.perf_counter(), time.process_time()
     pipelined_write(store, chunks, batch)
     heads = store.heads()
@@ -110,9 +111,7 @@ def main() -> None:
     write_rates, verify_rates, cpu, sql_only = [], [], [], []
     for _ in range(args.repeats):
         if args.compare_classification:  # interleaved with the run below, so that the ratio is fair
-            fast_path, audit.classify._native_classify = audit.classify._native_classify, None
-            sql_only.append(timed_write(chunks, args.batch, len(raws))[1:])
-            audit.classify._native_classify = fast_path
+            sql_only.append(timed_write(chunks, args.batch, len(raws), fast_path=False)[1:])
         work, rate, cpu_per_row, heads = timed_write(chunks, args.batch, len(raws))
         write_rates.append(rate)
         cpu.append(cpu_per_row)
@@ -128,7 +127,7 @@ def main() -> None:
           f"prepared in chunks of {args.fetch:,}")  # fmt: skip
     print(
         f"  median of {args.repeats} runs; chain hashing alone: {python_rate:,.0f} rows/s in Python, "
-        f"{arrow_rate:,.0f} rows/s over Arrow columns ({'native' if NATIVE else 'native core not built'})"
+        f"{arrow_rate:,.0f} rows/s over Arrow columns ({'native' if native.core else 'native core not built'})"
     )
     print(f"  sink write (hash; classify, rows + offsets per transaction; close):  {write:>10,.0f} rows/s"
           f"  ({write / 400_000:.2f}x the 400k goal; runs {[f'{r:,.0f}' for r in write_rates]}); "

@@ -96,9 +96,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def require_native() -> None:
     """Skip a native-only test where the extension is not built, or fail under ``DRIFTLOG_REQUIRE_NATIVE=1``."""
-    import audit.chain
+    import audit.native
 
-    if not audit.chain.NATIVE:
+    if audit.native.core is None:
         if os.environ.get("DRIFTLOG_REQUIRE_NATIVE") == "1":
             pytest.fail("DRIFTLOG_REQUIRE_NATIVE=1 but driftlog_native is not built (make builds it with cargo)")
         pytest.skip("driftlog_native is not built (no cargo) or DRIFTLOG_NATIVE=0: only the Python chain is tested")
@@ -109,12 +109,10 @@ def chain_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     """Run a test with the native core (driftlog_native: hash chain, classification fast path) and again
     with the definitions, the Python chain and the SQL classification (in this process and, through
     ``DRIFTLOG_NATIVE=0``, in the worker processes verify starts)."""
-    import audit.chain
-    import audit.classify
+    import audit.native
 
     if request.param == "python":
-        monkeypatch.setattr(audit.chain, "_native_links", None)
-        monkeypatch.setattr(audit.classify, "_native_classify", None)
+        monkeypatch.setattr(audit.native, "core", None)
         monkeypatch.setenv("DRIFTLOG_NATIVE", "0")
     else:
         require_native()

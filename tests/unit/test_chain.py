@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit import chain, native
+from audit import native
 from audit.chain import chain_arrow, chain_run, genesis, link
 from audit.store import RawRecord
 from tests.conftest import require_native
@@ -57,7 +57,7 @@ def test_the_pinned_vector(chain_impl: str) -> None:
 def test_the_native_core_is_built_where_required() -> None:
     """Under ``DRIFTLOG_REQUIRE_NATIVE=1`` (CI) the property below must run natively, not on the fallback."""
     require_native()
-    assert chain.NATIVE
+    assert native.core is not None
 
 
 @settings(max_examples=200, deadline=None)
@@ -81,8 +81,8 @@ def test_native_refuses_malformed_buffers() -> None:
     cols = columns([(1, 2, b"k", b"v"), (2, 3, None, b"w")])
     with pytest.raises(ValueError, match="32 bytes"):
         chain_arrow(b"short", b"audit", 0, *cols)
-    links = chain._native_links
-    assert links is not None
+    assert native.core is not None
+    links = native.core.chain_links
     fixed, binary = native.int64s(cols[0]), native.binaries(cols[3])
     with pytest.raises(ValueError, match="fewer than 3 int64"):
         links(genesis("a", 0), b"a", 0, 3, fixed, fixed, binary, binary)
