@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,8 +14,9 @@ import orjson
 from audit.records import AuditRecord, SourcePosition
 from streams.contract.admission import Admission
 from streams.contract.decision import decode_decision
-from streams.contract.envelope import Reject, SampleBatch, decode_telemetry
+from streams.contract.envelope import Reject, decode_telemetry
 from streams.engine.engine import Engine, EngineOutput
+from streams.engine.timeline import Chunk, Timeline
 
 MAX_LISTED = 1000  # sample positions listed per dead-letter reason (the count is always exact)
 
@@ -62,7 +64,7 @@ class DeadLetter:
                 "original_sha256": digest,
                 "original_bytes": len(self.original),
             }
-            rid = _rid("dl", self.source.topic, self.source.partition, self.source.offset, reason)
+            rid = _rid("dl", digest, reason)  # what was refused and why; where it was read is provenance
             records.append(AuditRecord("dead_letter", rid, self.source, body, key=self.source.topic))
         return records
 
@@ -87,53 +89,98 @@ class Output:
 
 @dataclass
 class Processor:
-    """Turns telemetry and decision messages into audit records, in input order, deterministically."""
+    """Turns telemetry and decision messages into audit records, deterministically: messages are admitted
+    (duplicates and late samples of their source refused), merged by event time (:mod:`timeline`), and the
+    epochs the watermark has passed go through the engine. Records depend on the input's content, not on how
+    it was batched into messages nor on how the topics interleaved. ``channel`` names the input a message
+    came from (a topic partition, a file); channels declared up front hold the watermark back until they
+    deliver, so that one read later (e.g. the decisions topic) never sees its data declared late."""
 
     engine: Engine = field(default_factory=Engine)
     admission: Admission = field(default_factory=Admission)
+    epoch_s: float = 1.0
+    timeline: Timeline = field(init=False)
 
-    def telemetry(self, raw: bytes, source: SourcePosition) -> Output:
+    def __post_init__(self) -> None:
+        self.timeline = Timeline(lateness=self.admission.allowed_lateness, epoch_s=self.epoch_s)
+
+    def declare(self, sources: Iterable[SourcePosition]) -> None:
+        """The inputs (topic partitions, files) to wait for; ``offset`` is ignored."""
+        self.timeline.declare(channel(s) for s in sources)
+
+    def telemetry(self, raw: bytes, source: SourcePosition, caught_up: Iterable[str] = ()) -> Output:
         out = Output()
         decoded = decode_telemetry(raw)
         rejects = list(decoded.rejects)
-        batches: list[SampleBatch] = []
         if decoded.total:
             why = self.admission.duplicate_message(decoded.source, decoded.seq)
             if why is not None:
                 out.reject(raw, source, [Reject("duplicate", why)])
                 return out
             masks = self.admission.late_mask(decoded.source, decoded.batches)
+            kept = []
             for batch, late in zip(decoded.batches, masks, strict=True):
-                kept = batch
                 if late.any():
-                    detail = f"{batch.kind} sample older than the allowed lateness"
+                    detail = f"{batch.kind} sample older than the allowed lateness behind its source's newest"
                     rejects.extend(Reject("late", detail, int(i)) for i in batch.index[late])
-                    kept = SampleBatch(batch.kind, batch.index[~late], {k: v[~late] for k, v in batch.columns.items()})
-                batches.append(kept)
-                out.samples_by_kind[kept.kind] += len(kept)
+                kept.append(batch.select(~late) if late.any() else batch)
+            behind = self.timeline.add_samples(channel(source), kept)
+            for batch, late in zip(kept, behind, strict=True):
+                if late.any():
+                    detail = f"{batch.kind} sample older than the watermark (already analysed)"
+                    rejects.extend(Reject("late", detail, int(i)) for i in batch.index[late])
+                out.samples_by_kind[batch.kind] += int((~late).sum())
         out.reject(raw, source, sorted(rejects, key=lambda r: r.index or 0))
-        _records(self.engine.process(batches), source, out)
+        self._release(source, out, caught_up)
         return out
 
-    def flush(self, source: SourcePosition) -> Output:
-        """Analyse what the engine still holds back (end of a file or replay); ``source``: the last input."""
-        out = Output()
-        _records(self.engine.flush(), source, out)
-        return out
-
-    def decision(self, raw: bytes, source: SourcePosition) -> Output:
+    def decision(self, raw: bytes, source: SourcePosition, caught_up: Iterable[str] = ()) -> Output:
         out = Output()
         decision, reject = decode_decision(raw)
         if decision is not None and self.admission.duplicate_decision(decision["id"]):
             reject = Reject("duplicate", f"decision {decision['id']!r} was already recorded")
             decision = None
-        if decision is None:
+        if decision is not None and not self.timeline.add_decision(channel(source), decision):
+            reject = Reject("late", "decision older than the watermark (the steps it could affect were analysed)")
+            decision = None
+        if not self.engine.owns_control:  # every engine reads the decisions; one records them
+            out = Output()
+        elif decision is None:
             out.reject(raw, source, [reject] if reject is not None else [])
+        else:
+            out.samples_by_kind["decision"] += 1
+            out.audit.append(_decision_record(decision, source))
+        if decision is None:
             return out
-        out.samples_by_kind["decision"] += 1
-        out.audit.append(_decision_record(decision, source))
-        _records(self.engine.decision(decision), source, out)
+        self._release(source, out, caught_up)
         return out
+
+    def advance(self, source: SourcePosition, caught_up: Iterable[str]) -> Output:
+        """Release what the watermark allows now that ``caught_up`` channels have nothing more to read."""
+        out = Output()
+        self._release(source, out, caught_up)
+        return out
+
+    def flush(self, source: SourcePosition) -> Output:
+        """The end of the input (a file, a replayed range): release every epoch, close every job."""
+        out = Output()
+        for end, chunks in self.timeline.drain():
+            self._epoch(end, chunks, source, out)
+        _records(self.engine.close(), source, out)
+        return out
+
+    def _release(self, source: SourcePosition, out: Output, caught_up: Iterable[str]) -> None:
+        for end, chunks in self.timeline.release(caught_up):
+            self._epoch(end, chunks, source, out)
+
+    def _epoch(self, end: float, chunks: list[Chunk], source: SourcePosition, out: Output) -> None:
+        for chunk in chunks:
+            _records(self.engine.process(chunk), source, out)
+        _records(self.engine.advance(end), source, out)
+
+
+def channel(source: SourcePosition) -> str:
+    return f"{source.topic}/{source.partition}"
 
 
 def _records(result: EngineOutput, source: SourcePosition, out: Output) -> None:

@@ -20,20 +20,17 @@ def run_messages(
     processor: Processor | None = None,
 ) -> Output:
     """Feed telemetry ``messages`` (offsets 0, 1, ... of topic ``telemetry``), then ``decisions`` (of topic
-    ``decisions``) through one processor; return everything it emitted."""
+    ``decisions``) through one processor, then flush it; return everything it emitted."""
     processor = processor or Processor(Engine(config or EngineConfig()))
-    total = Output()
-    for offset, raw in enumerate(messages):
-        total.extend(processor.telemetry(raw, SourcePosition("telemetry", 0, offset)))
-    for offset, raw in enumerate(decisions):
-        total.extend(processor.decision(raw, SourcePosition("decisions", 0, offset)))
-    return total
+    items = [("telemetry", m) for m in messages] + [("decisions", d) for d in decisions]
+    return run_stream(items, processor)
 
 
 def run_stream(items: Iterable[tuple[str, bytes]], processor: Processor | None = None) -> Output:
-    """Feed ``(topic kind 'telemetry' | 'decisions', value)`` pairs in the given (event-time) order through
-    one processor, then flush it; return everything it emitted."""
+    """Feed ``(topic kind 'telemetry' | 'decisions', value)`` pairs in the given order through one processor
+    (both topics declared as its inputs), then flush it; return everything it emitted."""
     processor = processor or Processor()
+    processor.declare([SourcePosition("telemetry", 0, 0), SourcePosition("decisions", 0, 0)])
     total = Output()
     offsets = {"telemetry": 0, "decisions": 0}
     for kind, raw in items:

@@ -43,6 +43,10 @@ class SampleBatch:
     def __len__(self) -> int:
         return len(self.index)
 
+    def select(self, rows: npt.NDArray[Any]) -> SampleBatch:
+        """The rows picked by a mask or index array (or a slice), as a batch of the same kind."""
+        return SampleBatch(self.kind, self.index[rows], {k: v[rows] for k, v in self.columns.items()})
+
     def rows(self) -> list[dict[str, Any]]:
         """Row dicts (for low-volume kinds and tests; the hot path stays columnar)."""
         names = list(self.columns)

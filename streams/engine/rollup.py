@@ -36,34 +36,63 @@ class Rollup:
 
 @dataclass
 class StepWindow:
-    """Collects ``size`` steps of one job, then yields its roll-ups: ``step_s``; ``accel_s_per_output`` and
-    its ratio to the job's first window (its healthy baseline, as the ratio is read); ``cost_per_output``
-    when a price per accelerator-hour is set; ``energy_j`` and ``energy_j_per_output`` when power samples
-    came in; ``wasted_accel_s`` of re-runs and retries (entity ``cause:retry_rerun``)."""
+    """Collects ``size`` steps of one job into a window; once event time passes the window's end
+    (:meth:`due`) or the job ends (:meth:`flush`, which also emits a partial window), yields its roll-ups:
+    ``step_s``; ``accel_s_per_output`` and its ratio to the job's first window (its healthy baseline, as the
+    ratio is read); ``cost_per_output`` when a price per accelerator-hour is set; ``energy_j`` and
+    ``energy_j_per_output`` when power samples came in (the power held over the window's span, so a sample
+    read after the window's last step still counts for the time before it); ``wasted_accel_s`` of re-runs and
+    retries (entity ``cause:retry_rerun``)."""
 
     job: str
     size: int = 50
     price_per_accel_hour: float = 0.0
     _rows: list[tuple[float, float, float, float]] = field(default_factory=list)  # start, duration, out, accel
+    _full: list[tuple[list[tuple[float, float, float, float]], float]] = field(default_factory=list)  # rows, waste
     _baseline: float | None = None
-    _energy_j: float = 0.0
+    _power: list[tuple[float, float, float]] = field(default_factory=list)  # (from, to, watts) not yet counted
     _rerun_accel_s: float = 0.0
 
-    def add_energy(self, joules: float) -> None:
-        self._energy_j += joules
+    def add_energy(self, t0: float, t1: float, watts: float) -> None:
+        """A power reading of ``watts`` held from ``t0`` to ``t1``."""
+        self._power.append((t0, t1, watts))
 
     def add_rerun(self, accel_s: float) -> None:
         """Accelerator-seconds spent on work that had to be redone (a re-run step, a retried attempt)."""
         self._rerun_accel_s += accel_s  # 0 adds nothing: no roll-up row
 
-    def add(self, start: float, duration: float, output_units: float, accelerators: float) -> list[Rollup]:
+    def add(self, start: float, duration: float, output_units: float, accelerators: float) -> None:
         self._rows.append((start, duration, output_units, accelerators))
-        if len(self._rows) < self.size:
-            return []
-        rows, self._rows = self._rows, []
-        first, last = rows[0], rows[-1]
+        if len(self._rows) >= self.size:
+            self._full.append((self._rows, self._rerun_accel_s))
+            self._rows, self._rerun_accel_s = [], 0.0
+
+    def due(self, time: float) -> list[Rollup]:
+        """The roll-ups of the full windows that ended before event time ``time`` (all input up to ``time`` is in)."""
+        out: list[Rollup] = []
+        while self._full and _end(self._full[0][0]) < time:
+            rows, waste = self._full.pop(0)
+            out.extend(self._rollups(rows, waste))
+        return out
+
+    def flush(self) -> list[Rollup]:
+        """The end of the job: every window, the partial one included."""
+        out = self.due(float("inf"))
+        if self._rows:
+            rows, waste, self._rows, self._rerun_accel_s = self._rows, self._rerun_accel_s, [], 0.0
+            out.extend(self._rollups(rows, waste))
+        return out
+
+    def _energy(self, start: float, end: float) -> float:
+        """Joules over [start, end]; readings wholly before ``end`` are used up."""
+        joules = sum(w * max(0.0, min(t1, end) - max(t0, start)) for t0, t1, w in self._power)
+        self._power = [p for p in self._power if p[1] > end]
+        return joules
+
+    def _rollups(self, rows: list[tuple[float, float, float, float]], rerun_accel_s: float) -> list[Rollup]:
+        first = rows[0]
         entity = f"job:{self.job}"
-        window = (first[0], last[0] + last[1])
+        window = (first[0], _end(rows))
         durations = tuple(r[1] for r in rows)
         out = [Rollup(self.job, entity, "step_s", *window, durations, sum(durations))]
         outputs = sum(r[2] for r in rows)
@@ -79,12 +108,17 @@ class StepWindow:
                 price = self.price_per_accel_hour / 3600
                 cost = tuple(v * price for v in per_output)
                 out.append(Rollup(self.job, entity, "cost_per_output", *window, cost, accel_s * price))
-        if self._energy_j > 0:
-            energy, self._energy_j = self._energy_j, 0.0
+        energy = self._energy(*window)
+        if energy > 0:
             out.append(Rollup(self.job, entity, "energy_j", *window, (energy,), energy))
             if outputs > 0:
                 out.append(Rollup(self.job, entity, "energy_j_per_output", *window, (energy / outputs,), energy))
-        if self._rerun_accel_s > 0:
-            waste, self._rerun_accel_s = self._rerun_accel_s, 0.0
-            out.append(Rollup(self.job, "cause:retry_rerun", "wasted_accel_s", *window, (waste,), waste))
+        if rerun_accel_s > 0:
+            waste = (rerun_accel_s,)
+            out.append(Rollup(self.job, "cause:retry_rerun", "wasted_accel_s", *window, waste, rerun_accel_s))
         return out
+
+
+def _end(rows: list[tuple[float, float, float, float]]) -> float:
+    last = rows[-1]
+    return last[0] + last[1]

@@ -142,6 +142,8 @@ class JobDerivations:
                 out.rollups.extend(self._waste_rollups())
         self._attribute(out, final)
         self._regressions(out)
+        if final and self._waste:  # the end of the job: its partial window too
+            out.rollups.extend(self._waste_rollups())
 
     def _attribute(self, out: Derived, final: bool) -> None:
         for finding in list(self._unattributed):

@@ -10,7 +10,7 @@ per episode; the detector re-arms after ``window`` collectives in a row without 
 Lateness propagates: a slow rank delays its tensor-parallel peers and, through the pipeline, every stage
 of its data-parallel replica, so all of them arrive late at their own collectives. Only the *root* gets
 a finding: the rank whose own compute in that step exceeds its position's peers (same pipeline stage and
-tensor index, other replicas) the most (``root_of``); the other persistently late ranks are listed as the
+tensor index, other replicas) the most (``compute``); the other persistently late ranks are listed as the
 affected set in its evidence.
 
 A collective ``(group, seq)`` is complete when a span of a later ``seq`` of the same group arrives (the
@@ -20,12 +20,12 @@ next step's), so the decision depends on input order only and a replay gives the
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
+from streams.engine.compute import RankCompute
 from streams.engine.findings import Finding
 
 
@@ -56,7 +56,7 @@ class CollectiveLateness:
     window: int = 10
     persistence: int = 6
     placement: dict[int, str] = field(default_factory=dict)  # rank -> node element id, when known
-    root_of: Callable[[int], int | None] | None = None  # the rank that slowed a step (None: the late rank itself)
+    compute: RankCompute | None = None  # names the rank that slowed a step (None: the late rank itself)
     _open: dict[str, _Open] = field(default_factory=dict)
     _late: dict[int, deque[bool]] = field(default_factory=dict)
     _episodes: dict[int, _Episode] = field(default_factory=dict)
@@ -123,7 +123,7 @@ class CollectiveLateness:
                     self._alarmed.discard(rank)
             if is_late and rank not in self._alarmed and sum(history) >= self.persistence:
                 self._alarmed.add(rank)
-                root = rank if self.root_of is None else self.root_of(c.step)
+                root = rank if self.compute is None else self.compute.root(c.step)
                 if root == rank:  # a rank late because another slowed it gets no finding
                     findings.append(self._finding(rank, float(max(c.ends))))
         return findings

@@ -1,0 +1,52 @@
+"""Each rank's own compute per step (the last few steps), to name the rank that slowed a step: the one whose
+compute most exceeds the median of its position's peers (same pipeline stage and tensor index)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+KEEP_STEPS = 8
+MIN_EXCESS = 1.05
+
+
+@dataclass
+class RankCompute:
+    _per_step: dict[int, dict[int, float]] = field(default_factory=dict)  # step -> rank -> seconds
+    _position: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (pp, tp)
+
+    def add(self, c: dict[str, Any]) -> None:
+        """Op span columns of one job."""
+        mask = c["op_class"] == "compute"
+        if not mask.any():
+            return
+        steps, ranks = c["step"][mask], c["rank"][mask]
+        key = steps * (int(ranks.max()) + 1) + ranks
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        sums = np.bincount(inverse.ravel(), c["duration"][mask])
+        idx = np.flatnonzero(mask)[first]
+        for step, rank, pp, tp, total in zip(c["step"][idx].tolist(), c["rank"][idx].tolist(),
+                                             c["pp"][idx].tolist(), c["tp"][idx].tolist(), sums.tolist(),
+                                             strict=True):  # fmt: skip
+            per_rank = self._per_step.get(step)
+            if per_rank is None:
+                per_rank = self._per_step[step] = {}
+                for old in [s for s in self._per_step if s < step - KEEP_STEPS]:
+                    del self._per_step[old]
+            per_rank[rank] = per_rank.get(rank, 0.0) + total
+            self._position[rank] = (pp, tp)
+
+    def root(self, step: int) -> int | None:
+        """The rank whose compute in ``step`` most exceeds the median of its position's peers (> 5%)."""
+        per_rank = self._per_step.get(step)
+        if not per_rank:
+            return None
+        by_position: dict[tuple[int, int], list[float]] = {}
+        for rank, total in per_rank.items():
+            by_position.setdefault(self._position[rank], []).append(total)
+        medians = {p: float(np.median(v)) for p, v in by_position.items()}
+        excess = {r: t / medians[self._position[r]] for r, t in per_rank.items() if medians[self._position[r]] > 0}
+        top = max(sorted(excess), key=excess.__getitem__, default=None)
+        return top if top is not None and excess[top] > MIN_EXCESS else None

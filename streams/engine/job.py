@@ -1,0 +1,211 @@
+"""The state of one job (a key of the engine): its steps, operator graph, detectors and roll-ups.
+
+A job's state changes only through events: its own samples, and what every key receives (decisions, and
+the fabric's topology and power samples that belong to no job). It holds no reference to another key's
+state, so it can be snapshotted, restored and moved on its own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from streams.engine import elements
+from streams.engine.compute import RankCompute
+from streams.engine.detectors.rerun import Reruns, lost_share
+from streams.engine.detectors.step_time import StepObs, StepTimeDrift
+from streams.engine.detectors.straggler import CollectiveLateness
+from streams.engine.detectors.sync_loss import SyncLoss
+from streams.engine.findings import Finding
+from streams.engine.opgraph import OperatorGraph
+from streams.engine.options import EngineConfig
+from streams.engine.output import EngineOutput
+from streams.engine.rollup import StepWindow
+from streams.engine.services import Services, restart_causes
+from streams.engine.steps import JobSteps, StepReport
+from streams.engine.structural import Derived, JobDerivations
+
+MAX_POWER_GAP_S = 60.0
+
+Relation = tuple[str, str, str]  # (relation, src, dst) of a topology sample
+
+
+@dataclass
+class JobState:
+    job: str
+    config: EngineConfig
+    last_time: float = -math.inf  # newest event time of the job's own samples
+    stale_steps: int = 0
+    _last_step: int = -1
+    window: StepWindow = field(init=False)
+    steps: JobSteps = field(init=False)
+    graph: OperatorGraph = field(init=False)
+    derived: JobDerivations = field(init=False)
+    stragglers: CollectiveLateness = field(init=False)
+    sync: SyncLoss = field(init=False)
+    reruns: Reruns = field(init=False)
+    step_time: StepTimeDrift = field(init=False)
+    services: Services = field(default_factory=Services)
+    _ranks_seen: set[int] = field(default_factory=set)
+    _rank_device: dict[int, str] = field(default_factory=dict)
+    _device_node: dict[str, str] = field(default_factory=dict)
+    _power: dict[str, tuple[float, float]] = field(default_factory=dict)  # entity -> (time, watts) last seen
+
+    def __post_init__(self) -> None:
+        job, cfg = self.job, self.config
+        self.window = StepWindow(job, cfg.rollup_steps, cfg.price_per_accel_hour)
+        self.steps = JobSteps(job)
+        self.graph = OperatorGraph(job)
+        self.derived = JobDerivations(job, self.graph, window=cfg.rollup_steps)
+        self.stragglers = CollectiveLateness(job, compute=RankCompute())
+        self.sync = SyncLoss(job)
+        self.reruns = Reruns(job)
+        self.step_time = StepTimeDrift(job, warmup=cfg.step_drift_warmup, threshold=cfg.step_drift_threshold)
+
+    # -- what every key receives -------------------------------------------------------------------
+
+    def shared_topology(self, relations: list[Relation], at: float, out: EngineOutput) -> None:
+        """Relations of no job (device → node, node → switch): part of every job's graph."""
+        self.graph.add_relations(relations)
+        self._place(relations)
+        out.snapshots.extend(self.graph.snapshot(at))
+
+    def shared_power(self, rows: Iterable[tuple[str, float, float]]) -> None:
+        """``power_w`` samples of no job, (entity, time, watts): counted when the job's graph holds the entity."""
+        self._energy((e, t, w) for e, t, w in rows if self.graph.graph.has_node(e))
+
+    def decision(self, decision: dict[str, Any], out: EngineOutput) -> None:
+        """Every decision: kept for naming causes; one for this job (or touching its operator graph) joins
+        the graph, and a regression check waits for the steps after it."""
+        self.services.decision(decision)
+        targets = tuple(decision["targets"])
+        if decision.get("job"):
+            if decision["job"] != self.job:
+                return
+        elif not any(self.graph.graph.has_node(t) for t in targets):
+            return
+        at = float(decision["time"])
+        self.graph.add_decision(decision["id"], decision["controller"], targets)
+        self.derived.on_decision(decision["id"], at, targets)
+        out.snapshots.extend(self.graph.snapshot(at))
+
+    # -- the job's own samples ---------------------------------------------------------------------
+
+    def topology(self, relations: list[Relation], at: float, out: EngineOutput) -> None:
+        self.last_time = max(self.last_time, at)
+        self.graph.add_relations(relations)
+        self._place(relations)
+        out.snapshots.extend(self.graph.snapshot(at))
+
+    def ops(self, c: dict[str, Any], out: EngineOutput) -> None:
+        """Op span columns of this job, in canonical order."""
+        self.last_time = max(self.last_time, float(c["start"].max()))
+        self.stragglers.compute.add(c)  # type: ignore[union-attr]
+        if self._add_ranks(c):
+            out.snapshots.extend(self.graph.snapshot(float(c["start"].min())))
+        lost = self.sync.update(c["rank"], c["step"], c["dp"], float(c["start"].max()))
+        if lost is not None:
+            self._findings([lost], out)
+        self._on_reports(self.steps.add(c["step"], c), out)
+        # communication collectives (all-reduce, ...): sync barriers are judged on the step's dependency graph
+        rows = (c["seq"] >= 0) & (c["group"] != "") & (c["op_class"] == "comm")
+        if rows.any():
+            found = self.stragglers.update(
+                c["group"][rows], c["seq"][rows], c["step"][rows], c["rank"][rows], c["start"][rows],
+                c["duration"][rows],
+            )  # fmt: skip
+            self._findings(found, out)
+
+    def step_summaries(self, c: dict[str, Any], out: EngineOutput) -> None:
+        rows = zip(c["step"].tolist(), c["start"].tolist(), c["duration"].tolist(), c["output_units"].tolist(),
+                   c["accelerators"].tolist(), c["attempts"].tolist(), c["status"].tolist(), strict=True)  # fmt: skip
+        for step, start, duration, output_units, accelerators, attempts, status in rows:
+            self.last_time = max(self.last_time, start)
+            stale = step <= self._last_step
+            rerun = self.reruns.update(step, stale, status, attempts, start, duration * accelerators)
+            if rerun is not None:
+                self._findings([rerun], out)
+                out.attributions.extend(restart_causes(rerun, self.services.decisions))
+            self.window.add_rerun(duration * accelerators * lost_share(stale, status, attempts))
+            if stale:
+                self.stale_steps += 1  # a re-run (after a restart) or a re-sent summary
+                continue
+            self._last_step = step
+            self.window.add(start, duration, output_units, accelerators)
+            finding = self.step_time.update(StepObs(self.job, step, start, duration))
+            if finding is not None:
+                self._findings([finding], out)
+
+    def metrics(self, c: dict[str, Any], out: EngineOutput) -> None:
+        """Service metrics go to the serving detectors (:mod:`services`); the job's ``power_w`` samples to
+        its energy: a sample's value holds until the entity's next sample (gaps over ``MAX_POWER_GAP_S``
+        are not counted)."""
+        self.last_time = max(self.last_time, float(c["time"].max()))
+        rows = zip(c["entity"].tolist(), c["name"].tolist(), c["value"].tolist(), c["time"].tolist(), strict=True)
+        findings, attributions = self.services.metrics(rows)
+        out.findings.extend(findings)
+        out.attributions.extend(attributions)
+        p = c["name"] == "power_w"
+        self._energy(zip(c["entity"][p].tolist(), c["time"][p].tolist(), c["value"][p].tolist(), strict=True))
+
+    def close(self, out: EngineOutput) -> None:
+        """The end of the job's input (end of a file or replay, or idle past the eviction period): analyse
+        every step still waiting for later ones."""
+        self._on_reports(self.steps.flush(), out, final=True)
+        out.rollups.extend(self.window.flush())
+
+    def due(self, time: float, out: EngineOutput) -> None:
+        """Event time reached ``time``: the windows that ended by then."""
+        out.rollups.extend(self.window.due(time))
+
+    # -- internals -----------------------------------------------------------------------------------
+
+    def _energy(self, rows: Iterable[tuple[str, float, float]]) -> None:
+        for entity, t, watts in rows:
+            last = self._power.get(entity)
+            self._power[entity] = (t, watts)
+            if last is not None and 0 < t - last[0] <= MAX_POWER_GAP_S:
+                self.window.add_energy(last[0], t, last[1])
+
+    def _place(self, relations: list[Relation]) -> None:
+        """Remember where ranks run (rank → device → node), to name the node of a straggler."""
+        for relation, src, dst in relations:
+            if relation != "placed_on":
+                continue
+            rank = elements.parse_of_job(src, "rank")
+            if rank is not None and rank[0] == self.job:
+                self._rank_device[rank[1]] = dst
+            elif src.startswith("device:") and dst.startswith("node:"):
+                self._device_node[src] = dst
+        for r, device in self._rank_device.items():
+            node = self._device_node.get(device)
+            if node is not None:
+                self.stragglers.placement[r] = node
+
+    def _add_ranks(self, c: dict[str, Any]) -> bool:
+        """Ranks not seen before join the job's operator graph; whether there were any."""
+        seen = self._ranks_seen
+        new = ~np.isin(c["rank"], np.fromiter(seen, np.int64, len(seen)))
+        if not new.any():
+            return False
+        idx = np.flatnonzero(new)
+        positions = {int(r): (int(d), int(p), int(t)) for r, d, p, t in zip(
+            c["rank"][idx], c["dp"][idx], c["pp"][idx], c["tp"][idx], strict=True)}  # fmt: skip
+        seen.update(positions)
+        self.graph.add_ranks(positions)
+        return True
+
+    def _on_reports(self, reports: list[StepReport], out: EngineOutput, final: bool = False) -> None:
+        derived = Derived()
+        self.derived.on_reports(reports, derived, final)
+        out.add(derived)
+        out.reports.extend(reports)
+
+    def _findings(self, findings: list[Finding], out: EngineOutput) -> None:
+        for f in findings:
+            self.derived.on_finding(f)
+        out.findings.extend(findings)

@@ -1,0 +1,179 @@
+"""Event time: telemetry samples and control decisions merged by event time behind a watermark.
+
+The engine sees its input as a sequence of **epochs** of ``epoch_s`` seconds of event time, on a fixed grid
+(epoch ``k`` holds the event times ``[k·epoch_s, (k+1)·epoch_s)``). Inside an epoch the samples of each kind
+are in a canonical order (sorted by every column, event time first) and each decision comes before the
+samples at or after its time. So what the engine is given depends on the input's content only: not on how
+samples were batched into messages, nor on how the telemetry and decision topics interleaved.
+
+An epoch is released once the **watermark** passes its end. Each input channel (a topic partition, a file)
+has its own newest event time; the watermark is the oldest of them less ``lateness``, so a channel that is
+behind holds everything back instead of seeing its data declared late. A channel the driver knows to be
+caught up (nothing more to read right now) does not hold the watermark back. A sample or decision older
+than the released frontier is **late**: the caller dead-letters it (reason ``late``), nothing is dropped
+silently. At the end of the input :meth:`Timeline.drain` releases everything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from streams.contract.envelope import SampleBatch
+from streams.contract.schema import EVENT_TIME
+
+KIND_ORDER = ("topology", "op", "step", "metric")  # within a chunk: placements first, then what they place
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """What the engine processes at once: samples in canonical order (one batch per kind, ``KIND_ORDER``),
+    or one decision."""
+
+    batches: tuple[SampleBatch, ...] = ()
+    decision: dict[str, Any] | None = None
+
+
+@dataclass
+class _Epoch:
+    parts: dict[str, list[SampleBatch]] = field(default_factory=dict)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Timeline:
+    lateness: float = 10.0
+    epoch_s: float = 1.0
+    _newest: dict[str, float] = field(default_factory=dict)  # channel -> newest event time seen
+    _epochs: dict[int, _Epoch] = field(default_factory=dict)
+    _released: int | None = None  # epochs below this index were released
+
+    def declare(self, channels: Iterable[str]) -> None:
+        """Channels that exist before they deliver anything (they hold the watermark back until they do)."""
+        for c in channels:
+            self._newest.setdefault(c, -math.inf)
+
+    def forget(self, channel: str) -> None:
+        """A channel this driver no longer reads (a partition revoked): it stops holding the watermark."""
+        self._newest.pop(channel, None)
+
+    def newest(self, channel: str) -> float:
+        """The newest event time a channel delivered (-inf: nothing yet)."""
+        return self._newest.get(channel, -math.inf)
+
+    @property
+    def frontier(self) -> float:
+        """Event times below this were released: anything older that arrives now is late."""
+        return -math.inf if self._released is None else self._released * self.epoch_s
+
+    def watermark(self, caught_up: Iterable[str] = ()) -> float:
+        idle = set(caught_up)
+        waiting = [t for c, t in self._newest.items() if c not in idle]
+        if not waiting:  # every channel is caught up: they hold nothing back beyond what they delivered
+            waiting = [t for t in self._newest.values() if t > -math.inf]
+        return min(waiting, default=-math.inf) - self.lateness
+
+    def add_samples(self, channel: str, batches: list[SampleBatch]) -> list[npt.NDArray[np.bool_]]:
+        """Buffer a message's sample batches; per batch, which samples were late (not buffered)."""
+        frontier = self.frontier
+        masks = []
+        newest = self._newest.get(channel, -math.inf)
+        for batch in batches:
+            times = np.asarray(batch.columns[EVENT_TIME[batch.kind]], np.float64)
+            late = times < frontier
+            masks.append(late)
+            keep = ~late
+            if not keep.any():
+                continue
+            newest = max(newest, float(times[keep].max()))
+            epochs = np.floor(times[keep] / self.epoch_s).astype(np.int64)
+            kept = batch.select(keep)
+            for k in np.unique(epochs).tolist():
+                part = kept.select(epochs == k)
+                self._epochs.setdefault(k, _Epoch()).parts.setdefault(batch.kind, []).append(part)
+        self._newest[channel] = newest
+        return masks
+
+    def add_decision(self, channel: str, decision: dict[str, Any]) -> bool:
+        """Buffer a decision; False if it is late (not buffered)."""
+        t = float(decision["time"])
+        if t < self.frontier:
+            return False
+        self._newest[channel] = max(self._newest.get(channel, -math.inf), t)
+        self._epochs.setdefault(math.floor(t / self.epoch_s), _Epoch()).decisions.append(decision)
+        return True
+
+    def release(self, caught_up: Iterable[str] = ()) -> Iterator[tuple[float, list[Chunk]]]:
+        """The epochs the watermark has passed, oldest first: (epoch end, its chunks)."""
+        watermark = self.watermark(caught_up)
+        if watermark == -math.inf:
+            return
+        limit = math.floor(watermark / self.epoch_s)  # epochs below this index are complete
+        yield from self._take(limit)
+
+    def drain(self) -> Iterator[tuple[float, list[Chunk]]]:
+        """Everything buffered (the end of the input)."""
+        yield from self._take(max(self._epochs, default=-1) + 1)
+
+    @property
+    def buffered(self) -> int:
+        return sum(len(p) for e in self._epochs.values() for parts in e.parts.values() for p in parts)
+
+    def _take(self, limit: int) -> Iterator[tuple[float, list[Chunk]]]:
+        for k in sorted(k for k in self._epochs if k < limit):
+            epoch = self._epochs.pop(k)
+            self._released = k + 1
+            yield (k + 1) * self.epoch_s, _chunks(epoch)
+        if self._released is None or limit > self._released:
+            self._released = limit
+
+
+def _chunks(epoch: _Epoch) -> list[Chunk]:
+    batches = {kind: canonical(kind, parts) for kind, parts in epoch.parts.items()}
+    times = {kind: np.asarray(b.columns[EVENT_TIME[kind]], np.float64) for kind, b in batches.items()}
+    cut = dict.fromkeys(batches, 0)
+    chunks = []
+    for d in sorted(epoch.decisions, key=lambda d: (float(d["time"]), str(d["id"]))):
+        before = _slices(batches, times, cut, float(d["time"]))
+        if before:
+            chunks.append(Chunk(before))
+        chunks.append(Chunk(decision=d))
+    rest = _slices(batches, times, cut, math.inf)
+    if rest:
+        chunks.append(Chunk(rest))
+    return chunks
+
+
+def _slices(
+    batches: dict[str, SampleBatch], times: dict[str, npt.NDArray[np.float64]], cut: dict[str, int], until: float
+) -> tuple[SampleBatch, ...]:
+    """Per kind (in ``KIND_ORDER``), the rows from ``cut`` up to event time ``until`` (exclusive)."""
+    out = []
+    for kind in (k for k in KIND_ORDER if k in batches):
+        end = int(np.searchsorted(times[kind], until, side="left")) if until != math.inf else len(times[kind])
+        start, cut[kind] = cut[kind], end
+        if end > start:
+            out.append(batches[kind].select(slice(start, end)))  # type: ignore[arg-type]
+    return tuple(out)
+
+
+def canonical(kind: str, parts: list[SampleBatch]) -> SampleBatch:
+    """One batch of ``parts``, its rows sorted by event time, then by every other column: the same rows in
+    the same order however they were split into messages. ``index`` (a position in a message) is dropped."""
+    names = sorted(parts[0].columns)
+    cols = {n: np.concatenate([p.columns[n] for p in parts]) for n in names}
+    keys: list[npt.NDArray[Any]] = []
+    for n in reversed(names):  # np.lexsort: the last key is the primary one
+        v = cols[n]
+        if v.dtype.kind in {"O", "U"}:
+            keys.append(np.unique(v.astype(str), return_inverse=True)[1].ravel())
+        else:
+            keys.append(np.nan_to_num(v, nan=-np.inf) if v.dtype.kind == "f" else v)
+    keys.append(np.asarray(cols[EVENT_TIME[kind]], np.float64))
+    order = np.lexsort(keys)
+    return SampleBatch(kind, np.arange(len(order), dtype=np.int64), {k: v[order] for k, v in cols.items()})
