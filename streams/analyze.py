@@ -3,12 +3,14 @@
 Each file is an input channel. A line (JSONL) or row (Parquet) is either a whole Kafka value — a telemetry
 envelope or a decision, as ``driftlog simulate --out`` writes them — or one sample or decision row (its
 ``kind`` column), which are batched into envelopes per file. Files are read side by side, always from the
-one whose event time is furthest behind, so the watermark advances and memory stays bounded however the
-files are listed. Provenance of a record: topic = the file's path, offset = its line (or row) number.
+one whose next message is oldest in event time, so the watermark advances and memory stays bounded however
+the files are listed (a file split in two keeps its sources in order). Provenance of a record: topic = the file's path, offset = its line (or row) number.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +20,7 @@ import orjson
 
 from audit.records import AuditRecord, SourcePosition
 from audit.store import AuditStore, RawRecord
-from streams.contract.schema import DECISION_SCHEMA, SAMPLE_KINDS, TELEMETRY_SCHEMA
+from streams.contract.schema import DECISION_SCHEMA, EVENT_TIME, SAMPLE_KINDS, TELEMETRY_SCHEMA
 from streams.errors import ConfigError
 from streams.pipeline import Output, Processor, channel
 from streams.produce import Report, rows_of
@@ -32,6 +34,7 @@ class Message:
     kind: str  # telemetry | decisions
     value: bytes
     source: SourcePosition
+    time: float  # its oldest event time: files are merged by it
 
 
 def messages_of(path: Path, report: Report) -> Iterator[Message]:
@@ -44,16 +47,16 @@ def messages_of(path: Path, report: Report) -> Iterator[Message]:
         nonlocal seq, rows
         doc = {"schema": TELEMETRY_SCHEMA, "source": f"file:{path.name}", "seq": seq, "samples": rows}
         seq, rows = seq + 1, []
-        return Message("telemetry", orjson.dumps(doc), SourcePosition(str(path), 0, position))
+        return Message("telemetry", orjson.dumps(doc), SourcePosition(str(path), 0, position), oldest(doc))
 
     for position, row in enumerate(rows_of(path, report), 1):
         schema = row.get("schema")
         if schema == TELEMETRY_SCHEMA:
-            yield Message("telemetry", orjson.dumps(row), SourcePosition(str(path), 0, position))
+            yield Message("telemetry", orjson.dumps(row), SourcePosition(str(path), 0, position), oldest(row))
         elif schema == DECISION_SCHEMA or row.get("kind") == "decision":
             row.pop("kind", None)
             row["schema"] = DECISION_SCHEMA
-            yield Message("decisions", orjson.dumps(row), SourcePosition(str(path), 0, position))
+            yield Message("decisions", orjson.dumps(row), SourcePosition(str(path), 0, position), _time(row))
         elif row.get("kind") in SAMPLE_KINDS:
             rows.append(row)
             if len(rows) >= ROWS_PER_MESSAGE:
@@ -62,6 +65,28 @@ def messages_of(path: Path, report: Report) -> Iterator[Message]:
             report.skip(f"{path}:{position}: neither an envelope, a decision nor a sample (kind {row.get('kind')!r})")
     if rows:
         yield batch()
+
+
+def _time(value: Any) -> float:
+    try:
+        return float(value.get("time", math.inf))
+    except (TypeError, ValueError):
+        return math.inf
+
+
+def oldest(doc: dict[str, Any]) -> float:
+    """The oldest event time of a telemetry envelope (inf when it has none that reads as a number: the
+    processor judges the message itself)."""
+    best = math.inf
+    try:
+        for sample in doc.get("samples") or ():
+            best = min(best, float(sample[EVENT_TIME[sample["kind"]]]))
+        for batch in doc.get("columns") or ():
+            value = batch["data"][EVENT_TIME[batch["kind"]]]
+            best = min(best, min(value) if isinstance(value, list) else float(value))
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return best
+    return best
 
 
 def analyze_files(
@@ -73,26 +98,26 @@ def analyze_files(
             raise ConfigError(f"{path}: no such file")
     processor = processor or Processor()
     report = Report()
-    readers = {str(p): messages_of(p, report) for p in paths}
-    processor.declare(SourcePosition(name, 0, 0) for name in readers)
-    total_bytes = sum(p.stat().st_size for p in paths) or 1
+    readers = [messages_of(p, report) for p in paths]
+    processor.declare(SourcePosition(str(p), 0, 0) for p in paths)
+    total = sum(p.stat().st_size for p in paths) or 1
     out = Output()
     last = SourcePosition(str(paths[0]), 0, 0) if paths else SourcePosition("", 0, 0)
-    done_bytes = 0
-    while readers:
-        # the file furthest behind in event time goes next (a file not yet read first)
-        name = min(readers, key=lambda n: (processor.timeline.newest(channel(SourcePosition(n, 0, 0))), n))
-        message = next(readers[name], None)
-        if message is None:
-            del readers[name]
-            processor.timeline.forget(channel(SourcePosition(name, 0, 0)))
-            done_bytes += Path(name).stat().st_size
-            if progress is not None:
-                progress(done_bytes, total_bytes)
-            continue
+    # a k-way merge: always the file whose next message is oldest in event time (ties: the file listed first)
+    heap: list[tuple[float, int, Message]] = []
+    for i, reader in enumerate(readers):
+        _push(heap, i, reader)
+    done = 0
+    while heap:
+        _, i, message = heapq.heappop(heap)
         last = message.source
         handle = processor.telemetry if message.kind == "telemetry" else processor.decision
         out.extend(handle(message.value, message.source))
+        if not _push(heap, i, readers[i]):
+            processor.timeline.forget(channel(message.source))
+            done += paths[i].stat().st_size
+        if progress is not None:
+            progress(done, total)
     out.extend(processor.flush(last))
     if report.unreadable_count:
         raise ConfigError(
@@ -100,6 +125,14 @@ def analyze_files(
             "fix or remove them and run again"
         )
     return out
+
+
+def _push(heap: list[tuple[float, int, Message]], i: int, reader: Iterator[Message]) -> bool:
+    message = next(reader, None)
+    if message is None:
+        return False
+    heapq.heappush(heap, (message.time, i, message))
+    return True
 
 
 def store_records(records: list[AuditRecord], store: AuditStore, topic: str) -> int:

@@ -79,10 +79,17 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field("warning", description="Log level.")
     log_format: Literal["json", "text"] = Field("json", description="Log line format.")
     allowed_lateness_s: float = Field(
-        300.0,
+        30.0,
         ge=0,
         le=86_400,
-        description="Samples older than this (s) behind their source's newest are dead-lettered as late.",
+        description="Event-time lateness allowed (s): the watermark trails the input furthest behind by this "
+        "much; older samples (behind their source's newest, or behind the watermark) are dead-lettered as late.",
+    )
+    job_idle_s: float = Field(
+        600.0,
+        gt=0,
+        description="A job with no samples for this long in event time (s) is closed (its last steps and "
+        "windows emitted) and evicted.",
     )
     step_drift_warmup: int = Field(
         20, ge=3, description="Steps per job the step-time detector uses to learn the healthy baseline."

@@ -12,10 +12,11 @@ from typing import Any
 import orjson
 
 from audit.records import AuditRecord, SourcePosition
+from streams.config import Settings
 from streams.contract.admission import Admission
 from streams.contract.decision import decode_decision
 from streams.contract.envelope import Reject, decode_telemetry
-from streams.engine.engine import Engine, EngineOutput
+from streams.engine.engine import Engine, EngineConfig, EngineOutput
 from streams.engine.timeline import Chunk, Timeline
 
 MAX_LISTED = 1000  # sample positions listed per dead-letter reason (the count is always exact)
@@ -177,6 +178,17 @@ class Processor:
         for chunk in chunks:
             _records(self.engine.process(chunk), source, out)
         _records(self.engine.advance(end), source, out)
+
+
+def build_processor(settings: Settings, **engine: Any) -> Processor:
+    """The processor the settings describe (the worker, replay and analyze all build it here)."""
+    config = EngineConfig(
+        step_drift_warmup=settings.step_drift_warmup,
+        step_drift_threshold=settings.step_drift_threshold,
+        price_per_accel_hour=settings.price_per_accel_hour,
+        job_idle_s=settings.job_idle_s,
+    )
+    return Processor(Engine(config, **engine), Admission(allowed_lateness=settings.allowed_lateness_s))
 
 
 def channel(source: SourcePosition) -> str:

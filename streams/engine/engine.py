@@ -4,10 +4,10 @@ Keys are jobs (:class:`JobState`) and the control plane (:class:`ControlPlane`).
 as chunks in event-time order (:mod:`timeline`), sends each sample to the key it belongs to, and sends
 what every key needs to all of them: decisions, and topology and power samples of no job. Keys share no
 state, so the engine's state is the sum of theirs: :meth:`snapshot` / :meth:`restore` save and resume it,
-and engines that split the jobs between them (each fed every shared event) emit, together, what one engine
-emits (``shard``: each keeps its share of the jobs; every engine reads all input, the samples of another
-engine's jobs feed only its control plane). Only the engine that ``owns_control`` emits the control plane's findings (its state is kept
-everywhere, so ownership can move).
+and engines that split the jobs between them emit, together, what one engine emits (``shard``: each keeps
+its share of the jobs; the samples of another engine's jobs feed only its control plane). Only the engine
+that ``owns_control`` emits the control plane's findings (its state is kept everywhere, so ownership can
+move).
 
 A job is created by its first own sample (never by a decision) and closed, then evicted, when event time
 passes its newest sample by ``job_idle_s``, or at the end of the input: its steps still waiting for later

@@ -21,7 +21,7 @@ from streams.testing import run_stream
 from streams.variants import Item, decisions_first, decisions_last, merged, per_rank
 
 STEPS = 60
-RANKS = {"training-sync-loss": 32}
+RANKS = {"training-sync-loss": 32, "control-storm": 32, "control-storm-healthy": 32}
 Records = dict[tuple[str, str], bytes]
 
 
