@@ -4,7 +4,8 @@ Each file is an input channel. A line (JSONL) or row (Parquet) is either a whole
 envelope or a decision, as ``driftlog simulate --out`` writes them — or one sample or decision row (its
 ``kind`` column), which are batched into envelopes per file. Files are read side by side, always from the
 one whose next message is oldest in event time, so the watermark advances and memory stays bounded however
-the files are listed (a file split in two keeps its sources in order). Provenance of a record: topic = the file's path, offset = its line (or row) number.
+the files are listed (a file split in two keeps its sources in order). Provenance of a record: topic = the
+file's path, offset = its line (or row) number.
 """
 
 from __future__ import annotations
