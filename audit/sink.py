@@ -18,6 +18,7 @@ skipping it (it would be consumed again from the stored offsets on restart).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import time
@@ -70,6 +71,7 @@ class AuditSink:
             bootstrap_servers=settings.kafka_bootstrap_servers,
             group_id=settings.sink_group,
             enable_auto_commit=False,
+            isolation_level="read_committed",  # the worker writes in transactions (streams/durable.py)
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=8 * 1024 * 1024,
         )
@@ -81,6 +83,7 @@ class AuditSink:
         self.stopping = asyncio.Event()
         self.failed: BaseException | None = None
         self.last_commit: float | None = None
+        self.reported: dict[TopicPartition, int] = {}  # positions last committed to Kafka (monitoring)
         self.rows_written = 0
         self.http_port = 0
         self.partitions_checked = 0.0
@@ -181,7 +184,18 @@ class AuditSink:
             await self.commit_next()  # (waits for the running commit first)
         elif not runs and self.pending is not None:
             await self.finish_pending()  # idle: let the last batch become visible and checkpointed
+        elif not runs and not filling.rows and not self.sealed:
+            await self._commit_positions()
         await self.checkpoint()
+
+    async def _commit_positions(self) -> None:
+        """Idle and everything stored: report the consumer's positions as committed (monitoring only). They
+        can be past the last stored record by the markers of the worker's transactions, which hold none."""
+        positions = {tp: await self.consumer.position(tp) for tp in self.consumer.assignment()}
+        if positions and positions != self.reported:
+            with contextlib.suppress(KafkaError):
+                await self.consumer.commit(positions)
+                self.reported = positions
 
     def _seal_due(self, lag: int) -> bool:
         """The filling batch is closed once it holds ``sink_batch_max`` records (a DuckDB row group by
@@ -216,7 +230,7 @@ class AuditSink:
         """Export the consumer lag per partition; returns the records behind in all of them."""
         total = 0
         for tp in self.consumer.assignment():
-            highwater = self.consumer.highwater(tp)
+            highwater = self.consumer.last_stable_offset(tp)  # read_committed: open transactions are not lag
             if highwater is None:
                 continue
             lag = max(0, highwater - await self.consumer.position(tp))

@@ -85,6 +85,19 @@ class Settings(BaseSettings):
         description="Event-time lateness allowed (s): the watermark trails the input furthest behind by this "
         "much; older samples (behind their source's newest, or behind the watermark) are dead-lettered as late.",
     )
+    state_topic: str = Field(
+        "driftlog.worker-state",
+        description="Compacted topic of the worker's state snapshots (written in the transactions of its output).",
+    )
+    state_interval_s: float = Field(
+        2.0, gt=0, le=3600, description="Seconds between worker transactions (audit records + state snapshot)."
+    )
+    idle_flush_s: float = Field(
+        30.0,
+        gt=0,
+        description="When every input of the worker has been caught up this long (wall clock), it ends its "
+        "input as a file's end does: every epoch released, every job closed.",
+    )
     job_idle_s: float = Field(
         600.0,
         gt=0,

@@ -6,6 +6,7 @@ import asyncio
 import shutil
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +30,8 @@ Echo = Callable[[str], None]
 
 
 def namespaced(settings: Settings, prefix: str, db_path: Path) -> Settings:
-    """Fresh topic names and groups (so a run never sees an earlier run's data), free loopback ports."""
+    """Fresh topic names and groups (so a run never sees an earlier run's data), free loopback ports, and a
+    short idle flush (a demo's or test's input ends: its last steps should not wait 30 s)."""
     return settings.model_copy(
         update={
             "telemetry_topic": f"{prefix}.telemetry",
@@ -37,6 +39,8 @@ def namespaced(settings: Settings, prefix: str, db_path: Path) -> Settings:
             "audit_topic": f"{prefix}.audit",
             "dead_letter_topic": f"{prefix}.dead-letter",
             "checkpoint_topic": f"{prefix}.checkpoints",
+            "state_topic": f"{prefix}.worker-state",
+            "idle_flush_s": 2.0,
             "worker_group": f"{prefix}-worker",
             "sink_group": f"{prefix}-sink",
             "db_path": db_path,
@@ -72,15 +76,25 @@ def start_services(cfg: Settings, logs: Path) -> list[Child]:
     return children
 
 
+def input_ended(port: int) -> bool:
+    """Whether the worker has ended its input (idle past DRIFTLOG_IDLE_FLUSH_S) and committed what followed."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+            return bool(orjson.loads(response.read()).get("input_ended"))
+    except (OSError, ValueError):
+        return False
+
+
 async def wait_drained(settings: Settings, children: list[Child], timeout: float, echo: Echo) -> None:
-    """Wait until the worker has consumed all telemetry and, after that, the sink all audit records."""
+    """Wait until the worker has consumed all telemetry and ended its input (idle flush), and after that the
+    sink has stored all audit records."""
     bootstrap = settings.kafka_bootstrap_servers
     deadline = time.monotonic() + timeout
     while True:
         for child in children:
             child.check_alive()
         worker_lag = sum((await group_lag(bootstrap, settings.worker_group, [settings.telemetry_topic])).values())
-        if worker_lag == 0:
+        if worker_lag == 0 and await asyncio.to_thread(input_ended, settings.worker_http_port):
             sink_lag = sum((await group_lag(bootstrap, settings.sink_group, [settings.audit_topic])).values())
             if sink_lag == 0:
                 return

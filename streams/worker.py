@@ -1,16 +1,22 @@
-"""The Faust worker: thin agents around :class:`streams.pipeline.Processor`.
+"""The Faust worker: thin agents around :class:`streams.pipeline.Processor` (via :mod:`worker_state`).
 
-Delivery: at-least-once into the audit topic. Faust acks a message when the agent moves past it and,
-before it commits offsets, flushes the producer; so an audit record is on the broker before the input
-offset it came from is committed. Record ids are content-derived, so a re-delivered input yields the same
-records again (the sink keeps the first). Nothing in the agent may raise on bad input (Faust would ack
-and skip the message): the processor turns every input problem into a dead letter.
+Delivery: an exactly-once *effect* into the audit and dead-letter topics (:mod:`durable`). The agents
+consume with manual acknowledgement; every ``DRIFTLOG_STATE_INTERVAL_S`` (or ``COMMIT_EVERY_MESSAGES``
+messages) one Kafka transaction writes the records produced since the last one together with a snapshot of
+the worker's state and the input offsets it covers; only then are the input messages acknowledged, so
+Faust's committed offsets trail the snapshots. A restarted worker (after SIGKILL too) fences the old one,
+loads the newest snapshot and skips the input it covers: the sink (``read_committed``) sees every record
+once. Nothing in the agent may raise on bad input (Faust would ack and skip the message): the processor
+turns every input problem into a dead letter.
+
+One worker per consumer group: its snapshot holds the state of every job it has seen (several workers
+splitting the partitions, with state moving on rebalance, is not done yet).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import faust
@@ -19,13 +25,14 @@ from mode import Service
 from audit.records import SourcePosition
 from streams import ops
 from streams.config import Settings
-from streams.contract.admission import Admission
 from streams.contract.envelope import Reject
-from streams.engine.engine import Engine, EngineConfig
+from streams.durable import Transactions
 from streams.logs import config_dict
-from streams.pipeline import Output, Processor
+from streams.pipeline import Output, build_processor
+from streams.worker_state import WorkerState
 
 log = logging.getLogger("driftlog.worker")
+COMMIT_EVERY_MESSAGES = 2000  # a transaction at least this often (besides every DRIFTLOG_STATE_INTERVAL_S)
 
 
 def broker_urls(bootstrap: str) -> list[str]:
@@ -42,6 +49,7 @@ class OpsService(Service):
         self.runner: Any = None
         self.port = 0
         self.processed: dict[tuple[str, int], int] = {}
+        self.worker_state: Any = None  # the WorkerState once its snapshot is loaded
 
     async def on_start(self) -> None:
         self.runner, self.port = await ops.start_http(
@@ -59,8 +67,15 @@ class OpsService(Service):
         consumer = app.consumer if app.producer is not None else None
         assigned = sorted(f"{tp.topic}/{tp.partition}" for tp in consumer.assignment()) if consumer else []
         joined = app.rebalancing_count > 0 and not app.rebalancing
-        details = {"role": "worker", "assigned": assigned, "rebalancing": app.rebalancing}
-        return (joined and not app.should_stop, details)
+        details = {"role": "worker", "assigned": assigned, "rebalancing": app.rebalancing,
+                   "state_loaded": self.worker_state is not None,
+                   "snapshot": self.worker_state.seq if self.worker_state is not None else None,
+                   "input_ended": self.worker_state is not None and self.worker_state.flushed and not self.worker_state.dirty}  # fmt: skip
+        return (joined and self.worker_state is not None and not app.should_stop, details)
+
+    def highwater(self, topic: str, partition: int) -> int | None:
+        consumer = self.app.consumer if self.app.producer is not None else None
+        return consumer.highwater(_tp(topic, partition)) if consumer is not None else None
 
     def observe(self, topic: str, partition: int, offset: int) -> None:
         """Record progress and refresh the lag gauge (highwater minus the next offset to process)."""
@@ -74,6 +89,17 @@ def _tp(topic: str, partition: int) -> Any:
     from faust.types import TP
 
     return TP(topic, partition)
+
+
+def publish_metrics(out: Output) -> None:
+    for dl in out.dead_letters:
+        for reason, n in dl.counts().items():
+            ops.DEAD_LETTERS.labels(reason).inc(n)
+    for kind, n in out.samples_by_kind.items():
+        ops.SAMPLES.labels(kind).inc(n)
+    for record in out.audit:
+        if record.type == "finding":
+            ops.FINDINGS.labels(record.body["kind"]).inc()
 
 
 def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
@@ -92,58 +118,70 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
         producer_acks=-1,
         broker_commit_every=1000,
         broker_commit_interval=1.0,
+        # a restarted worker rejoins once the dead member's session expired: keep that short (the broker's
+        # group.min.session.timeout.ms is 6 s by default)
+        broker_session_timeout=6.0,
+        broker_heartbeat_interval=1.0,
     )
     telemetry = app.topic(settings.telemetry_topic, value_serializer="raw", key_serializer="raw")
     decisions = app.topic(settings.decisions_topic, value_serializer="raw", key_serializer="raw")
-    audit = app.topic(settings.audit_topic, value_serializer="raw", key_serializer="raw")
-    dead = app.topic(settings.dead_letter_topic, value_serializer="raw", key_serializer="raw")
-    processor = Processor(
-        Engine(
-            EngineConfig(
-                settings.step_drift_warmup,
-                settings.step_drift_threshold,
-                price_per_accel_hour=settings.price_per_accel_hour,
-            )
-        ),
-        Admission(allowed_lateness=settings.allowed_lateness_s),
-    )
     ops_service = OpsService(app, settings)
+    transactions = Transactions(
+        settings.kafka_bootstrap_servers, settings.worker_group, settings.state_topic, settings.audit_topic,
+        settings.dead_letter_topic,
+    )  # fmt: skip
+    state = WorkerState(build_processor(settings), transactions, ops_service.highwater, settings.idle_flush_s)
+    ready = asyncio.Event()
 
-    async def publish(out: Output) -> None:
-        for record in out.audit:
-            await audit.send(key=record.key.encode(), value=record.encode())
-        for dl in out.dead_letters:
-            await dead.send(key=dl.source.topic.encode(), value=dl.original, headers=dl.headers())
-            for reason, n in dl.counts().items():
-                ops.DEAD_LETTERS.labels(reason).inc(n)
-        for kind, n in out.samples_by_kind.items():
-            ops.SAMPLES.labels(kind).inc(n)
-        for record in out.audit:
-            if record.type == "finding":
-                ops.FINDINGS.labels(record.body["kind"]).inc()
-
-    async def consume(stream: Any, handle: Callable[[bytes, SourcePosition], Output]) -> None:
-        async for event in stream.events():
+    async def consume(stream: Any, kind: str) -> None:
+        await ready.wait()
+        manual = stream.noack()
+        async for event in manual.events():
             msg = event.message
+            if state.covered(msg.topic, msg.partition, msg.offset):
+                await manual.ack(event)
+                continue
             position = SourcePosition(msg.topic, msg.partition, msg.offset)
             value = msg.value if isinstance(msg.value, bytes) else b""
             try:
-                out = handle(value, position)
+                out = state.handle(kind, value, position)
             except Exception as exc:  # a bug must not make Faust ack and silently skip the message
                 log.exception("processing failed on a message; dead-lettered", extra=position.as_dict())
                 out = Output()
                 out.reject(value, position, [Reject("internal_error", repr(exc))])
-            await publish(out)
+                state.outputs.append(out)
+            state.acks.append((manual, event))
+            publish_metrics(out)
             ops.MESSAGES.labels(msg.topic).inc()
             ops_service.observe(msg.topic, msg.partition, msg.offset)
+            if len(state.acks) >= COMMIT_EVERY_MESSAGES:
+                await state.commit()
 
     @app.agent(telemetry)
     async def on_telemetry(stream: Any) -> None:
-        await consume(stream, processor.telemetry)
+        await consume(stream, "telemetry")
 
     @app.agent(decisions)
     async def on_decisions(stream: Any) -> None:
-        await consume(stream, processor.decision)
+        await consume(stream, "decisions")
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def on_start() -> None:
+        """Fence an earlier instance, load the newest committed snapshot, then let the agents consume."""
+        await state.start(settings.kafka_bootstrap_servers, settings.state_topic, settings.worker_group,
+                          [settings.telemetry_topic, settings.decisions_topic])  # fmt: skip
+        ops_service.worker_state = state
+        ready.set()
+        log.info("worker state ready", extra={"snapshot": state.seq, "offsets": len(state.offsets)})
+
+    @app.timer(interval=settings.state_interval_s)  # type: ignore[untyped-decorator]
+    async def commit() -> None:
+        if not ready.is_set():
+            return
+        out = state.tick()
+        if out is not None:
+            publish_metrics(out)
+        await state.commit()
 
     return app, ops_service
 

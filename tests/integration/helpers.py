@@ -23,7 +23,9 @@ def http_json(port: int, path: str) -> tuple[int, Any]:
 
 
 async def read_all(bootstrap: str, topic: str, expected: int, timeout_ms: int = 10_000) -> list[Any]:
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", isolation_level="read_committed"
+    )
     await consumer.start()
     got: list[Any] = []
     try:

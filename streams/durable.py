@@ -1,0 +1,139 @@
+"""Durable worker state with an exactly-once effect: Kafka's consume-transform-produce, done by hand.
+
+The worker's whole processing state (engine, admission, timeline) is snapshotted together with the input
+offsets it covers (Flink's aligned checkpoint), and written in the **same Kafka transaction** as the audit
+records and dead letters produced since the previous snapshot (Kafka Streams' changelog + transactions).
+The sink reads ``read_committed``, so it sees the records of a transaction exactly when the state that
+produced them is durable. After a crash, the new worker fences the old one (same ``transactional_id``: its
+open transaction is aborted), loads the newest committed snapshot and skips input below the snapshot's
+offsets: the records it then produces are those the dead worker produced in its aborted transaction, with
+the same ids and bodies, because the engine is a function of its input. Faust's own committed offsets only
+trail the snapshots (messages are acknowledged after the transaction that covers them commits), so they are
+monitoring, never the source of truth.
+
+A snapshot is pickled, zlib-compressed and split into parts of at most ``PART_BYTES`` (under Kafka's default
+message size limit), keyed ``<group>/<part>`` on a compacted topic of one partition; a part carries the
+snapshot's sequence number and part count, so a reader takes the newest complete sequence.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from streams.pipeline import DeadLetter, Output, Processor
+
+log = logging.getLogger("driftlog.durable")
+
+PART_BYTES = 900_000
+_HEADER = struct.Struct(">QII")  # sequence, part, parts
+Offsets = dict[tuple[str, int], int]  # (topic, partition) -> next offset to process
+
+
+@dataclass
+class Snapshot:
+    seq: int
+    processor: Processor
+    offsets: Offsets
+
+    def encode(self) -> list[bytes]:
+        body = zlib.compress(pickle.dumps((self.processor, self.offsets), protocol=pickle.HIGHEST_PROTOCOL), 1)
+        chunks = [body[i : i + PART_BYTES] for i in range(0, len(body), PART_BYTES)] or [b""]
+        return [_HEADER.pack(self.seq, i, len(chunks)) + c for i, c in enumerate(chunks)]
+
+    @staticmethod
+    def decode(seq: int, parts: dict[int, bytes]) -> Snapshot:
+        processor, offsets = pickle.loads(zlib.decompress(b"".join(parts[i] for i in sorted(parts))))
+        if not isinstance(processor, Processor):
+            raise TypeError("the state topic holds something that is not a driftlog worker snapshot")
+        return Snapshot(seq, processor, offsets)
+
+
+async def ensure_state_topic(bootstrap: str, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
+    await admin.start()
+    try:
+        if topic not in set(await admin.list_topics()):
+            await admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"cleanup.policy": "compact"})])
+    finally:
+        await admin.close()
+
+
+async def load_snapshot(bootstrap: str, topic: str, group: str) -> Snapshot | None:
+    """The newest complete snapshot of ``group`` (committed transactions only), or None."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False,
+        max_partition_fetch_bytes=4 * PART_BYTES,
+    )  # fmt: skip
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        found: dict[int, dict[int, bytes]] = {}
+        counts: dict[int, int] = {}
+        prefix = f"{group}/".encode()
+        while await consumer.position(tp) < end:
+            batch = await consumer.getmany(tp, timeout_ms=1000)
+            for record in batch.get(tp, []):
+                if record.key is None or not record.key.startswith(prefix) or record.value is None:
+                    continue
+                seq, part, parts = _HEADER.unpack_from(record.value)
+                found.setdefault(seq, {})[part] = record.value[_HEADER.size :]
+                counts[seq] = parts
+        complete = [s for s, parts in found.items() if len(parts) == counts[s]]
+        if not complete:
+            return None
+        seq = max(complete)
+        return Snapshot.decode(seq, found[seq])
+    finally:
+        await consumer.stop()
+
+
+@dataclass
+class Transactions:
+    """The worker's transactional producer: :meth:`commit` writes what was produced since the last commit
+    and the snapshot that covers it, atomically."""
+
+    bootstrap: str
+    group: str
+    state_topic: str
+    audit_topic: str
+    dead_letter_topic: str
+    producer: AIOKafkaProducer | None = None
+
+    async def start(self) -> None:
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, transactional_id=f"{self.group}/worker", enable_idempotence=True,
+            acks="all", max_request_size=8 * 1024 * 1024, linger_ms=5,
+        )  # fmt: skip
+        await self.producer.start()  # fences an earlier instance and aborts its open transaction
+
+    async def stop(self) -> None:
+        if self.producer is not None:
+            await self.producer.stop()
+
+    async def commit(self, parts: list[bytes], outputs: list[Output]) -> None:
+        """The outputs and the encoded snapshot (:meth:`Snapshot.encode`) that covers them, atomically."""
+        producer = self.producer
+        assert producer is not None, "start() first"
+        async with producer.transaction():
+            for out in outputs:
+                for record in out.audit:
+                    await producer.send(self.audit_topic, record.encode(), key=record.key.encode())
+                for dl in out.dead_letters:
+                    await _send_dead_letter(producer, self.dead_letter_topic, dl)
+            for i, part in enumerate(parts):
+                await producer.send(self.state_topic, part, key=f"{self.group}/{i}".encode(), partition=0)
+
+
+async def _send_dead_letter(producer: AIOKafkaProducer, topic: str, dl: DeadLetter) -> Any:
+    return await producer.send(topic, dl.original, key=dl.source.topic.encode(), headers=dl.headers())
