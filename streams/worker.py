@@ -67,10 +67,12 @@ class OpsService(Service):
         consumer = app.consumer if app.producer is not None else None
         assigned = sorted(f"{tp.topic}/{tp.partition}" for tp in consumer.assignment()) if consumer else []
         joined = app.rebalancing_count > 0 and not app.rebalancing
-        details = {"role": "worker", "assigned": assigned, "rebalancing": app.rebalancing,
-                   "state_loaded": self.worker_state is not None,
-                   "snapshot": self.worker_state.seq if self.worker_state is not None else None,
-                   "input_ended": self.worker_state is not None and self.worker_state.flushed and not self.worker_state.dirty}  # fmt: skip
+        state = self.worker_state
+        details = {
+            "role": "worker", "assigned": assigned, "rebalancing": app.rebalancing,
+            "state_loaded": state is not None, "snapshot": state.seq if state is not None else None,
+            "input_ended": state is not None and state.flushed and not state.dirty,
+        }  # fmt: skip
         return (joined and self.worker_state is not None and not app.should_stop, details)
 
     def highwater(self, topic: str, partition: int) -> int | None:
