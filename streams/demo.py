@@ -85,7 +85,9 @@ def input_ended(port: int) -> bool:
         return False
 
 
-async def wait_drained(settings: Settings, children: list[Child], timeout: float, echo: Echo) -> None:
+async def wait_drained(
+    settings: Settings, children: list[Child], timeout: float, echo: Echo, worker: bool = True
+) -> None:
     """Wait until the worker has consumed all telemetry and ended its input (idle flush), and after that the
     sink has stored all audit records."""
     bootstrap = settings.kafka_bootstrap_servers
@@ -93,8 +95,10 @@ async def wait_drained(settings: Settings, children: list[Child], timeout: float
     while True:
         for child in children:
             child.check_alive()
-        worker_lag = sum((await group_lag(bootstrap, settings.worker_group, [settings.telemetry_topic])).values())
-        if worker_lag == 0 and await asyncio.to_thread(input_ended, settings.worker_http_port):
+        worker_lag = 0
+        if worker:
+            worker_lag = sum((await group_lag(bootstrap, settings.worker_group, [settings.telemetry_topic])).values())
+        if not worker or (worker_lag == 0 and await asyncio.to_thread(input_ended, settings.worker_http_port)):
             sink_lag = sum((await group_lag(bootstrap, settings.sink_group, [settings.audit_topic])).values())
             if sink_lag == 0:
                 return

@@ -82,3 +82,55 @@ def sigkill_loop(
     if sink.stop() != 0:
         raise RuntimeError(f"the sink did not stop cleanly:\n{sink.tail()}")
     return seen
+
+
+def worker_kill_loop(
+    cfg: Settings, kills: int, logdir: Path, seed: int = 12, max_pause_s: float = 3.0
+) -> list[float]:
+    """With a sink running throughout: start the worker, SIGKILL it at a random moment after it is healthy,
+    ``kills`` times; then run it until its input has ended and is committed, and stop it cleanly. Returns the
+    seconds each restarted worker took from start to healthy."""
+    import random
+    import signal
+    import time
+
+    from streams.demo import input_ended
+    from streams.supervise import Child
+
+    rng = random.Random(seed)
+    env = to_env(cfg)
+    to_healthy = []
+    for k in range(kills):
+        started = time.monotonic()
+        worker = Child(["worker"], env, logdir / f"worker{k}.log")
+        worker.wait_healthy(cfg.worker_http_port, timeout=120)
+        to_healthy.append(time.monotonic() - started)
+        time.sleep(rng.uniform(0.0, max_pause_s))
+        worker.stop(grace=0, sig=signal.SIGKILL)
+    worker = Child(["worker"], env, logdir / "worker-final.log")
+    worker.wait_healthy(cfg.worker_http_port, timeout=120)
+    deadline = time.monotonic() + 600
+    while not input_ended(cfg.worker_http_port):
+        worker.check_alive()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the worker did not end its input:\n{worker.tail()}")
+        time.sleep(0.5)
+    if worker.stop() != 0:
+        raise RuntimeError(f"the worker did not stop cleanly:\n{worker.tail()}")
+    return to_healthy
+
+
+def stored_records(db: Path) -> dict[tuple[str, str], bytes]:
+    """(type, id) -> canonical body of every record in an audit DB (one per id; a second, different body for
+    an id raises)."""
+    import orjson
+
+    from audit.query import run_query
+
+    found: dict[tuple[str, str], bytes] = {}
+    for (value,) in run_query(db, "SELECT decode(value) FROM audit_log ORDER BY partition, \"offset\"").rows:
+        doc = orjson.loads(value)
+        body = orjson.dumps(doc["body"], option=orjson.OPT_SORT_KEYS)
+        if found.setdefault((doc["type"], doc["id"]), body) != body:
+            raise AssertionError(f"{doc['type']} {doc['id']} stored twice with different bodies")
+    return found
