@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,19 @@ def with_overrides(settings: Settings, pairs: tuple[str, ...]) -> Settings:
         return Settings.model_validate({**settings.model_dump(), **update})
     except ValueError as exc:
         raise ConfigError(f"--set: {str(exc).splitlines()[-1] if str(exc) else exc}") from exc
+
+
+def parse_time(text: str, option: str) -> float:
+    """Seconds since the epoch from ISO-8601 (``2026-11-23T21:00:00Z``; no zone: UTC) or a number."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ConfigError(f"{option} {text!r}: give an ISO-8601 time (2026-11-23T21:00:00Z) or epoch seconds") from exc
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
 
 
 class ProgressLine:
