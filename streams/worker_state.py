@@ -24,6 +24,7 @@ from streams.kafka.admin import partitions
 from streams.pipeline import Output, Processor
 
 Highwater = Callable[[str, int], int | None]
+SNAPSHOT_SHARE = 0.2  # at most this share of the time goes to encoding snapshots
 
 
 @dataclass
@@ -40,6 +41,8 @@ class WorkerState:
     idle_since: float | None = None
     flushed: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    encode_s: float = 0.0  # how long the last snapshot took to encode
+    committed_at: float = 0.0  # monotonic time of the last commit
 
     channels: list[str] = field(default_factory=list)
 
@@ -105,15 +108,19 @@ class WorkerState:
         (topic, partition), offset = max(self.offsets.items(), default=(("", 0), 0))
         return SourcePosition(topic, partition, max(0, offset - 1))
 
-    async def commit(self) -> int:
+    async def commit(self, force: bool = False) -> int:
         """Write the outputs since the last commit with a snapshot covering them, in one transaction; then
-        acknowledge the input they came from. Returns the records written."""
+        acknowledge the input they came from. Returns the records written. Unless ``force``d, a commit waits
+        at least ``SNAPSHOT_SHARE`` times as long as the last snapshot took to encode, so that a large state
+        (the event-time buffer) cannot take over the worker."""
         async with self.lock:
-            if not self.dirty:
+            if not self.dirty or (not force and time.monotonic() - self.committed_at < self.encode_s / SNAPSHOT_SHARE):
                 return 0
             self.seq += 1
             snapshot = Snapshot(self.seq, self.processor, dict(self.offsets))
+            started = time.monotonic()
             parts = snapshot.encode()  # before any await: nothing may change the state while it is copied
+            self.encode_s, self.committed_at = time.monotonic() - started, time.monotonic()
             outputs, acks, self.outputs, self.acks, self.dirty = self.outputs, self.acks, [], [], False
             await self.transactions.commit(parts, outputs)
             for stream, event in acks:
