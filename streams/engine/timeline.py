@@ -166,14 +166,16 @@ def canonical(kind: str, parts: list[SampleBatch]) -> SampleBatch:
     """One batch of ``parts``, its rows sorted by event time, then by every other column: the same rows in
     the same order however they were split into messages. ``index`` (a position in a message) is dropped."""
     names = sorted(parts[0].columns)
-    cols = {n: np.concatenate([p.columns[n] for p in parts]) for n in names}
+    cols = {n: np.concatenate([p.columns[n] for p in parts]) for n in names} if len(parts) > 1 else parts[0].columns
+    if len(cols[names[0]]) <= 1:  # nothing to order
+        return SampleBatch(kind, np.arange(len(cols[names[0]]), dtype=np.int64), dict(cols))
     keys: list[npt.NDArray[Any]] = []
     for n in reversed(names):  # np.lexsort: the last key is the primary one
         v = cols[n]
         if v.dtype.kind in {"O", "U"}:
             keys.append(np.unique(v.astype(str), return_inverse=True)[1].ravel())
         else:
-            keys.append(np.nan_to_num(v, nan=-np.inf) if v.dtype.kind == "f" else v)
+            keys.append(np.nan_to_num(v, nan=-np.inf) if v.dtype.kind == "f" and np.isnan(v).any() else v)
     keys.append(np.asarray(cols[EVENT_TIME[kind]], np.float64))
     order = np.lexsort(keys)
     return SampleBatch(kind, np.arange(len(order), dtype=np.int64), {k: v[order] for k, v in cols.items()})
