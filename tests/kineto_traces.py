@@ -19,7 +19,13 @@ BASE_NS = 1_767_225_600_000_000_000  # 2026-01-01 in ns
 
 
 def rank_trace(
-    rank: int, world: int, steps: range, straggler: int | None = None, p2p: bool = False, seed: int = 1
+    rank: int,
+    world: int,
+    steps: range,
+    straggler: int | None = None,
+    p2p: bool = False,
+    seed: int = 1,
+    kernels: int = 2,
 ) -> dict[str, Any]:
     rng = random.Random(seed * 1000 + rank)
     events: list[dict[str, Any]] = []
@@ -32,7 +38,9 @@ def rank_trace(
         annotation_end = t0 + 400.0  # the CPU step ends long before the GPU work it launched
         events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1,
                        "ts": t0, "dur": annotation_end - t0, "args": {}})  # fmt: skip
-        work = [("sm90_gemm_fwd", 30_000.0), ("sm90_gemm_bwd", 60_000.0)]
+        half = max(1, kernels // 2)  # forward kernels take a third of the compute, backward two thirds
+        work = [(f"sm90_gemm_fwd_{i}", 30_000.0 / half) for i in range(half)]
+        work += [(f"sm90_gemm_bwd_{i}", 60_000.0 / (kernels - half or 1)) for i in range(kernels - half or 1)]
         slow = 1.5 if rank == straggler else 1.0
         for name, base in work:
             correlation += 1
@@ -41,8 +49,8 @@ def rank_trace(
             dur = base * slow * (1 + rng.uniform(0, 0.01))
             events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": gpu, "dur": dur,
                            "args": {"correlation": correlation, "device": 0, "stream": 7}})  # fmt: skip
-            cpu += 10.0
-            gpu += dur + 2.0
+            cpu += 10.0 / half
+            gpu += dur + 2.0 / half
         if p2p:
             peer = rank ^ 1
             op = "send" if rank % 2 == 0 else "recv"
@@ -102,7 +110,7 @@ def write_job(directory: Path, world: int, steps: range, gz_every: int = 2, **op
     paths = []
     for rank in range(world):
         data = orjson.dumps(rank_trace(rank, world, steps, **options))
-        if gz_every and rank % gz_every == 1:
+        if gz_every and rank % gz_every == gz_every - 1:
             path = directory / f"host-{rank}.{rank}.pt.trace.json.gz"
             path.write_bytes(gzip.compress(data))
         else:

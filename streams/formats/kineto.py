@@ -105,15 +105,41 @@ def load(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _complete(events: list[Any]) -> list[dict[str, Any]]:
-    """The complete ('X') events with numeric ts and dur."""
-    out = []
-    for e in events:
-        if type(e) is dict and e.get("ph") == "X":
+@dataclass
+class _Events:
+    """A trace's complete ('X') events with numeric ts and dur, split by what they are, in one pass."""
+
+    annotations: list[dict[str, Any]] = field(default_factory=list)  # ProfilerStep#N
+    gpu: list[dict[str, Any]] = field(default_factory=list)
+    cpu: list[dict[str, Any]] = field(default_factory=list)
+    launches: dict[Any, dict[str, Any]] = field(default_factory=dict)  # correlation -> runtime event
+    comms: list[dict[str, Any]] = field(default_factory=list)  # record_param_comms ops
+
+    @classmethod
+    def of(cls, events: list[Any]) -> _Events:
+        out = cls()
+        for e in events:
+            if type(e) is not dict or e.get("ph") != "X":
+                continue
             ts, dur = e.get("ts"), e.get("dur")
-            if isinstance(ts, int | float) and isinstance(dur, int | float) and dur >= 0:
-                out.append(e)
-    return out
+            if not (isinstance(ts, int | float) and isinstance(dur, int | float) and dur >= 0):
+                continue
+            cat = e.get("cat")
+            if cat in GPU_CATS:
+                out.gpu.append(e)
+            elif cat in LAUNCH_CATS:
+                args = e.get("args")
+                if type(args) is dict and "correlation" in args:
+                    out.launches[args["correlation"]] = e
+            elif cat in CPU_CATS:
+                name = e.get("name")
+                if type(name) is str and name.startswith("ProfilerStep#") and STEP_NAME.match(name):
+                    out.annotations.append(e)
+                else:
+                    out.cpu.append(e)
+                    if name == "record_param_comms":
+                        out.comms.append(e)
+        return out
 
 
 def _args(e: dict[str, Any] | None) -> dict[str, Any]:
@@ -137,10 +163,9 @@ def _group_ranks(text: Any) -> list[int] | None:
 class _Enclosing:
     """``record_param_comms`` ops per thread, to find the one a kernel launch happened in."""
 
-    def __init__(self, events: list[dict[str, Any]]) -> None:
+    def __init__(self, comms: list[dict[str, Any]]) -> None:
         self._by_tid: dict[Any, tuple[list[float], list[dict[str, Any]]]] = {}
-        comms = sorted((e for e in events if e.get("name") == "record_param_comms"), key=lambda e: e["ts"])
-        for e in comms:
+        for e in sorted(comms, key=lambda e: e["ts"]):
             starts, items = self._by_tid.setdefault(e.get("tid"), ([], []))
             starts.append(e["ts"])
             items.append(e)
@@ -167,41 +192,41 @@ def parse(path: Path, doc: dict[str, Any] | None = None) -> RankTrace:
             groups[f"pg{pg['pg_name']}"] = [int(r) for r in pg["ranks"] if isinstance(r, int)]
     trace = RankTrace(path, rank, world, groups)
     base_s = float(doc.get("baseTimeNanoseconds") or 0) / 1e9
-    events = _complete(doc["traceEvents"])
-    annotations = sorted(
-        (e for e in events if e.get("cat") in STEP_CATS and STEP_NAME.match(str(e.get("name")))),
-        key=lambda e: e["ts"],
-    )
+    events = _Events.of(doc["traceEvents"])
+    annotations = sorted(events.annotations, key=lambda e: e["ts"])
     if not annotations:
         raise FormatError(f"{path}: no ProfilerStep# annotations: profile with a torch.profiler.schedule and "
                           "call prof.step() once per training step")  # fmt: skip
     starts = [e["ts"] for e in annotations]
+    ends = [e["ts"] + e["dur"] for e in annotations]
     numbers = [int(STEP_NAME.match(e["name"]).group(1)) for e in annotations]  # type: ignore[union-attr]
     for e, step in zip(annotations, numbers, strict=True):
         trace.steps[step] = (base_s + e["ts"] / 1e6, base_s + (e["ts"] + e["dur"]) / 1e6)
 
     def step_of(ts: float) -> int | None:
         i = bisect.bisect_right(starts, ts) - 1
-        return numbers[i] if i >= 0 and ts <= annotations[i]["ts"] + annotations[i]["dur"] else None
+        return numbers[i] if i >= 0 and ts <= ends[i] else None
 
-    gpu = [e for e in events if e.get("cat") in GPU_CATS]
-    if gpu:
-        launches = {}
-        for e in events:
-            if e.get("cat") in LAUNCH_CATS and "correlation" in _args(e):
-                launches[_args(e)["correlation"]] = e
-        enclosing = _Enclosing(events)
-        candidates = []
-        for e in gpu:
+    # (event, the time it was launched, its communication arguments or None when it is not communication)
+    candidates: list[tuple[dict[str, Any], float, dict[str, Any] | None, str]] = []
+    if events.gpu:
+        enclosing = _Enclosing(events.comms)
+        for e in events.gpu:
             args = _args(e)
-            launch = launches.get(args.get("correlation"))
+            launch = events.launches.get(args.get("correlation"))
+            comm = "Collective name" in args or NCCL_KERNEL.match(str(e.get("name"))) is not None
             if launch is None:
-                candidates.append((e, e["ts"], args, GPU_CATS[e["cat"]]))
-                continue
-            meta = {**enclosing.args_at(launch.get("tid"), launch["ts"]), **args}
-            candidates.append((e, launch["ts"], meta, GPU_CATS[e["cat"]]))
+                candidates.append((e, e["ts"], args if comm else None, GPU_CATS[e["cat"]]))
+            elif comm:
+                merged = {**enclosing.args_at(launch.get("tid"), launch["ts"]), **args}
+                candidates.append((e, launch["ts"], merged, GPU_CATS[e["cat"]]))
+            else:
+                candidates.append((e, launch["ts"], None, GPU_CATS[e["cat"]]))
     else:
-        candidates = [(e, e["ts"], _args(e), "compute") for e in _under_steps(events, annotations)]
+        for e in _under_steps(events.cpu, annotations):
+            args = _args(e)
+            comm = "Collective name" in args or NCCL_KERNEL.match(str(e.get("name"))) is not None
+            candidates.append((e, e["ts"], args if comm else None, "compute"))
     candidates.sort(key=lambda c: c[0]["ts"])
     order: Counter[tuple[int, str, int]] = Counter()
     for e, anchor, meta, op_class in candidates:
@@ -211,24 +236,26 @@ def parse(path: Path, doc: dict[str, Any] | None = None) -> RankTrace:
             continue
         step = found
         span = Span(base_s + e["ts"] / 1e6, e["dur"] / 1e6, str(e.get("name") or "?")[:256], op_class)
-        _classify(span, meta, step, rank, order)
+        if meta is not None:
+            _classify(span, meta, step, order)
         trace.spans.setdefault(step, []).append(span)
     return trace
 
 
-def _under_steps(events: list[dict[str, Any]], annotations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _under_steps(cpu: list[dict[str, Any]], annotations: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """CPU ops directly under a step annotation, on its thread (nested ops are part of their parent)."""
+    by_thread: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for e in sorted(cpu, key=lambda e: (e["ts"], -e["dur"])):
+        by_thread.setdefault((e.get("pid"), e.get("tid")), []).append(e)
     out = []
     for a in annotations:
+        ops = by_thread.get((a.get("pid"), a.get("tid")), [])
         end = a["ts"] + a["dur"]
-        inside = sorted(
-            (e for e in events if e is not a and e.get("cat") in CPU_CATS and e.get("tid") == a.get("tid")
-             and e.get("pid") == a.get("pid") and a["ts"] <= e["ts"] and e["ts"] + e["dur"] <= end),
-            key=lambda e: (e["ts"], -e["dur"]),
-        )  # fmt: skip
         covered = -1.0
-        for e in inside:
-            if e["ts"] >= covered:
+        for e in ops[bisect.bisect_left(ops, a["ts"], key=lambda e: e["ts"]) :]:
+            if e["ts"] > end:
+                break
+            if e["ts"] >= covered and e["ts"] + e["dur"] <= end:
                 out.append(e)
                 covered = e["ts"] + e["dur"]
     return out
@@ -243,7 +270,7 @@ def _collective(name: str, meta: dict[str, Any]) -> str | None:
     return m.group(1).lower() if m else None
 
 
-def _classify(span: Span, meta: dict[str, Any], step: int, rank: int, order: Counter[tuple[int, str, int]]) -> None:
+def _classify(span: Span, meta: dict[str, Any], step: int, order: Counter[tuple[int, str, int]]) -> None:
     collective = _collective(span.op, meta)
     if collective is None:
         return

@@ -41,28 +41,25 @@ MAX_SAMPLES_PER_MESSAGE = 50_000
 MAX_TEXT = 256
 
 
-def decode(raw: bytes, encoding: Encoding = "auto") -> dict[str, Any]:
-    """The request as OTLP/JSON-shaped dicts (lowerCamelCase keys), from either encoding."""
+# One data point: (attributes of its resource and its own, metric name, unit, time in ns, [(suffix, value)])
+Point = tuple[dict[str, Any], str, str, float | None, list[tuple[str, float | None]]]
+
+
+def points(raw: bytes, encoding: Encoding = "auto") -> Iterator[Point]:
+    """The data points of one request, from either encoding. Raises :class:`FormatError` at once."""
     if encoding == "auto":
         encoding = "otlp_json" if raw.lstrip()[:1] == b"{" else "otlp_proto"
-    if encoding == "otlp_json":
-        try:
-            doc = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise FormatError(f"not an OTLP/JSON metrics message: {exc}") from None
-        if type(doc) is not dict:
-            raise FormatError("not an OTLP/JSON metrics message: not a JSON object")
-        return doc
-    from google.protobuf.json_format import MessageToDict
-    from google.protobuf.message import DecodeError
-    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+    if encoding == "otlp_proto":
+        from streams.formats.otlp_proto import proto_points
 
+        return proto_points(raw)
     try:
-        request = ExportMetricsServiceRequest.FromString(raw)
-    except DecodeError as exc:
-        raise FormatError(f"not an OTLP protobuf metrics message: {exc}") from None
-    as_dict: dict[str, Any] = MessageToDict(request)
-    return as_dict
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise FormatError(f"not an OTLP/JSON metrics message: {exc}") from None
+    if type(doc) is not dict:
+        raise FormatError("not an OTLP/JSON metrics message: not a JSON object")
+    return _json_points(doc)
 
 
 def _value(any_value: Any) -> Any:
@@ -136,8 +133,7 @@ def _point_values(kind: str, point: dict[str, Any]) -> Iterator[tuple[str, float
 KINDS = ("gauge", "sum", "histogram", "exponentialHistogram", "summary")
 
 
-def samples(request: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """``metric`` sample rows of one request (non-finite values and points without a time left out)."""
+def _json_points(request: dict[str, Any]) -> Iterator[Point]:
     for rm in request.get("resourceMetrics") or []:
         resource = attributes((rm.get("resource") or {}).get("attributes"))
         for sm in rm.get("scopeMetrics") or []:
@@ -145,19 +141,25 @@ def samples(request: dict[str, Any]) -> Iterator[dict[str, Any]]:
                 kind = next((k for k in KINDS if k in metric), None)
                 if kind is None or not isinstance(metric.get("name"), str):
                     continue
-                unit = str(metric.get("unit") or "")[:32]
+                unit = str(metric.get("unit") or "")
                 for point in (metric[kind] or {}).get("dataPoints") or []:
-                    time = _number(point.get("timeUnixNano"))
-                    if time is None or time <= 0:
-                        continue
                     attrs = {**resource, **attributes(point.get("attributes"))}
-                    entity, used = entity_of(attrs)
-                    name = series_name(metric["name"], attrs, used)
-                    job = str(attrs.get(JOB_KEY) or "")
-                    for suffix, value in _point_values(kind, point):
-                        if value is not None:
-                            yield {"entity": entity[:MAX_TEXT], "name": (name + suffix)[:MAX_TEXT], "value": value,
-                                   "time": time / 1e9, "unit": unit, "job": job}  # fmt: skip
+                    values = list(_point_values(kind, point))
+                    yield attrs, metric["name"], unit, _number(point.get("timeUnixNano")), values
+
+
+def samples(request_points: Iterator[Point]) -> Iterator[dict[str, Any]]:
+    """``metric`` sample rows (non-finite values and points without a time left out)."""
+    for attrs, metric, unit, time, values in request_points:
+        if time is None or time <= 0:
+            continue
+        entity, used = entity_of(attrs)
+        name = series_name(metric, attrs, used)
+        job = str(attrs.get(JOB_KEY) or "")
+        for suffix, value in values:
+            if value is not None:
+                yield {"entity": entity[:MAX_TEXT], "name": (name + suffix)[:MAX_TEXT], "value": value,
+                       "time": time / 1e9, "unit": unit[:32], "job": job}  # fmt: skip
 
 
 def envelopes(
@@ -165,7 +167,7 @@ def envelopes(
 ) -> list[bytes]:
     """Telemetry envelopes (columnar ``metric`` batches) of one metrics message; [] when it holds no
     points. Raises :class:`FormatError` when the bytes are not an OTLP metrics request."""
-    rows = list(samples(decode(raw, encoding)))
+    rows = list(samples(points(raw, encoding)))
     out = []
     for i in range(0, len(rows), MAX_SAMPLES_PER_MESSAGE):
         chunk = rows[i : i + MAX_SAMPLES_PER_MESSAGE]

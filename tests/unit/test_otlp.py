@@ -8,7 +8,7 @@ import orjson
 import pytest
 from google.protobuf.json_format import MessageToJson
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as m
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
@@ -18,6 +18,8 @@ from streams.formats.otlp import envelopes
 from streams.testing import run_stream
 
 T_NS = 1_767_225_600_000_000_000
+TAGS = '{"arrayValue":{"values":[{"stringValue":"a"},{"intValue":"2"}]}}'  # an array attribute, as JSON text
+REQUEST_LABELS = f'code="200",http.route="/v1/chat",tags="{TAGS}"'
 
 
 def kv(key: str, value: Any) -> KeyValue:
@@ -32,7 +34,8 @@ def request(points: int = 2) -> ExportMetricsServiceRequest:
         m.NumberDataPoint(time_unix_nano=T_NS + i, as_double=300.0 + i, attributes=[kv("gpu", str(i))])
         for i in range(points)]))  # fmt: skip
     zero = m.Metric(name="queue_depth", gauge=m.Gauge(data_points=[m.NumberDataPoint(time_unix_nano=T_NS, as_int=0)]))
-    route = [kv("http.route", "/v1/chat"), kv("code", 200)]
+    tags = AnyValue(array_value=ArrayValue(values=[AnyValue(string_value="a"), AnyValue(int_value=2)]))
+    route = [kv("http.route", "/v1/chat"), kv("code", 200), KeyValue(key="tags", value=tags)]
     counter_point = m.NumberDataPoint(time_unix_nano=T_NS, as_int=42, attributes=route)
     counter = m.Metric(name="requests", unit="1", sum=m.Sum(is_monotonic=True, data_points=[counter_point]))
     hist_point = m.HistogramDataPoint(
@@ -77,7 +80,7 @@ def test_both_encodings_give_the_documented_samples() -> None:
         ("node:node7", "latency.min", 0.1, t, "s", "llm"),
         ("node:node7", "latency.sum", 2.5, t, "s", "llm"),
         ("node:node7", "queue_depth", 0.0, t, "", "llm"),
-        ("service:router", 'requests{code="200",http.route="/v1/chat"}', 42.0, t, "1", ""),
+        ("service:router", f"requests{{{REQUEST_LABELS}}}", 42.0, t, "1", ""),
         ("service:router", "ttft.count", 4.0, t, "", ""),
         ("service:router", "ttft.q0.99", 0.5, t, "", ""),
         ("service:router", "ttft.sum", 1.0, t, "", ""),
