@@ -196,7 +196,7 @@ def operator_graph(scope: Scope) -> Figure:
     for c in causes:
         if c["cause_kind"] == "decision" and c["decided_by"]:
             hot.setdefault(f"controller:{c['decided_by']}", c["rank"])
-    body = graph_svg(graphs[0]["nodes"], graphs[0]["edges"], hot)
+    body = graph_svg(graphs[0]["nodes"], graphs[0]["edges"] or [], hot)
     return Figure("graph", title, caption, body, queries, _marks(body))
 
 

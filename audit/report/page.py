@@ -13,6 +13,7 @@ from typing import Any
 
 from audit.api import AuditDB
 from audit.queries import named
+from audit.query import Endpoint
 from audit.report.figures import FIGURES, Figure, Scope
 from audit.report.svg import clock
 from streams.errors import QueryError
@@ -38,11 +39,27 @@ class Rendered:
     figures: tuple[Figure, ...]
 
 
+JOBS = """
+SELECT job, sum(n) AS n FROM (
+    SELECT job, count(*) AS n FROM metrics_rollup WHERE job <> '' GROUP BY job
+    UNION ALL SELECT job, 0 FROM graph_snapshots WHERE job <> '' GROUP BY job
+) GROUP BY job ORDER BY n DESC, job
+"""
+EXTENT = """
+SELECT min(t0) AS t0, max(t1) AS t1 FROM (
+    SELECT window_start AS t0, window_end AS t1 FROM metrics_rollup WHERE job = $job
+    UNION ALL SELECT valid_from, valid_from FROM graph_snapshots WHERE job = $job
+    UNION ALL SELECT start_time, end_time FROM findings
+    WHERE len(list_filter(subjects, lambda s: s = 'job:' || $job OR contains(s, ':' || $job || '/'))) > 0
+)
+"""
+
+
 def pick_job(db: AuditDB, job: str | None) -> str:
-    jobs = db.sql("SELECT job, count(*) AS n FROM metrics_rollup WHERE job <> '' GROUP BY job ORDER BY n DESC, job")
-    names = [str(j) for j in jobs.column("job").to_pylist()]
+    """``job`` when the store knows it; by default the job with the most roll-ups (or any with a graph)."""
+    names = [str(j) for j in db.sql(JOBS).column("job").to_pylist()]
     if not names:
-        raise QueryError(f"{db.path} holds no job roll-ups yet: run the worker and sink (or analyze) first")
+        raise QueryError(f"{db.path} holds no job yet: run the worker and sink (or analyze) first")
     if job is None:
         return names[0]
     if job not in names:
@@ -51,10 +68,10 @@ def pick_job(db: AuditDB, job: str | None) -> str:
 
 
 def job_extent(db: AuditDB, job: str) -> tuple[float, float]:
-    row = db.sql(
-        "SELECT min(window_start) AS a, max(window_end) AS b FROM metrics_rollup WHERE job = $job", {"job": job}
-    ).to_pylist()[0]
-    return float(row["a"]), float(row["b"])
+    """Event time from the job's first record to its last (roll-up windows, graph changes, findings)."""
+    row = db.sql(EXTENT, {"job": job}).to_pylist()[0]
+    start = float(row["t0"])
+    return start, max(float(row["t1"]), start + 1.0)
 
 
 def _value(v: Any) -> str:
@@ -103,11 +120,17 @@ def render(
 
 
 def build_report(
-    db_path: Path, out: Path, job: str | None = None, start: float | None = None, end: float | None = None
+    db_path: Path,
+    out: Path,
+    job: str | None = None,
+    start: float | None = None,
+    end: float | None = None,
+    endpoint: Endpoint | None = None,
 ) -> Rendered:
-    """Write the report for ``job`` (default: the job with the most roll-ups) to ``out`` (atomically)."""
+    """Write the report for ``job`` (default: the job with the most roll-ups) to ``out`` (atomically); while a
+    sink holds the file, through its SQL ``endpoint``."""
     began = time.perf_counter()
-    page, figures, chosen = render(AuditDB(db_path), job, start, end)
+    page, figures, chosen = render(AuditDB(db_path, endpoint), job, start, end)
     data = page.encode()
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_bytes(data)

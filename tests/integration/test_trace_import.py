@@ -35,8 +35,13 @@ def test_profiler_traces_reach_the_audit_trail(fresh_settings: Settings, tmp_pat
     children = start_services(cfg, tmp_path / "logs")
     try:
         asyncio.run(wait_drained(cfg, children, 180, print))
+        # the report while the sink holds the DuckDB file: through the sink's SQL endpoint
+        report = subprocess.run([sys.executable, "-m", "streams.cli", "report", "--out", str(tmp_path / "r.html")],
+                                env=to_env(cfg), capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     finally:
         assert [c.stop() for c in children] == [0, 0]
+    assert report.returncode == 0, report.stderr
+    assert "job bert, 7 figures" in report.stdout
     rows = run_query(cfg.db_path, "SELECT kind, subjects FROM findings WHERE kind = 'straggler'").rows
     assert rows and "rank:bert/3" in rows[0][1]
     assert run_query(cfg.db_path, "SELECT count(*) FROM dead_letters").rows == [(0,)]

@@ -81,3 +81,16 @@ def test_every_figure_renders_in_headless_chromium(db: Path, tmp_path: Path) -> 
         assert not f["empty"] and f["width"] > 300 and f["height"] > 50, f
         assert f["drawn"] == f["expected"] > 0, f
     assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_a_job_without_roll_ups_yet_gets_a_page_that_says_so(tmp_path: Path) -> None:
+    from audit.api import write_records
+    from audit.records import AuditRecord, SourcePosition
+
+    graph = {"job": "early", "valid_from": 100.0, "digest": "g", "nodes": [{"id": "rank:early/0"}], "edges": []}
+    write_records([AuditRecord("graph_snapshot", "g0", SourcePosition("telemetry", 0, 0), graph, "early")],
+                  tmp_path / "e.duckdb")  # fmt: skip
+    r = build_report(tmp_path / "e.duckdb", tmp_path / "e.html")
+    marks = {f.key: f.marks for f in r.figures}
+    assert r.job == "early" and marks["graph"] == 1 and marks["step_time"] == 0
+    assert "No step-time roll-ups in the audit trail" in r.path.read_text()
