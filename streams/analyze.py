@@ -1,11 +1,12 @@
 """The engine over files, without Kafka (``driftlog analyze``): the same processor the live worker runs.
 
-Each file is an input channel. A line (JSONL) or row (Parquet) is either a whole Kafka value — a telemetry
-envelope or a decision, as ``driftlog simulate --out`` writes them — or one sample or decision row (its
-``kind`` column), which are batched into envelopes per file. Files are read side by side, always from the
-one whose next message is oldest in event time, so the watermark advances and memory stays bounded however
-the files are listed (a file split in two keeps its sources in order). Provenance of a record: topic = the
-file's path, offset = its line (or row) number.
+Each file is an input channel; PyTorch profiler traces (one per rank) are one together, read step by step
+across ranks (:mod:`streams.formats.kineto`). A line (JSONL) or row (Parquet) is either a whole Kafka value
+— a telemetry envelope or a decision, as ``driftlog simulate --out`` writes them — or one sample or
+decision row (its ``kind`` column), which are batched into envelopes per file. Files are read side by side,
+always from the one whose next message is oldest in event time, so the watermark advances and memory stays
+bounded however the files are listed (a file split in two keeps its sources in order). Provenance of a
+record: topic = the file's path, offset = its line (or row) number.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from audit.records import AuditRecord, SourcePosition
 from audit.store import AuditStore, RawRecord
 from streams.contract.schema import DECISION_SCHEMA, EVENT_TIME, SAMPLE_KINDS, TELEMETRY_SCHEMA
 from streams.errors import ConfigError
+from streams.formats.kineto import is_trace_file, read_trace_files
 from streams.pipeline import Output, Processor, channel
 from streams.produce import Report, rows_of
 
@@ -68,6 +70,14 @@ def messages_of(path: Path, report: Report) -> Iterator[Message]:
         yield batch()
 
 
+def trace_messages(paths: list[Path], job: str | None = None) -> Iterator[Message]:
+    """PyTorch profiler traces (one file per rank) as one input, step by step across ranks
+    (:mod:`streams.formats.kineto`)."""
+    name = str(paths[0])
+    for position, value in enumerate(read_trace_files(paths, job=job), 1):
+        yield Message("telemetry", value, SourcePosition(name, 0, position), oldest(orjson.loads(value)))
+
+
 def _time(value: Any) -> float:
     try:
         return float(value.get("time", math.inf))
@@ -91,15 +101,18 @@ def oldest(doc: dict[str, Any]) -> float:
 
 
 def analyze_files(
-    paths: list[Path], processor: Processor | None = None, progress: Progress | None = None
+    paths: list[Path], processor: Processor | None = None, progress: Progress | None = None, job: str | None = None
 ) -> Output:
-    """Every file through one processor, then flushed: everything it emitted."""
+    """Every file through one processor, then flushed: everything it emitted. ``job``: the job of profiler
+    traces (default: from their file names)."""
     for path in paths:
         if not path.is_file():
             raise ConfigError(f"{path}: no such file")
     processor = processor or Processor()
     report = Report()
-    readers = [messages_of(p, report) for p in paths]
+    traces = [p for p in paths if is_trace_file(p)]
+    paths = [p for p in paths if p not in traces] + traces[:1]  # the profiler traces of all ranks: one input
+    readers = [trace_messages(traces, job) if traces and p == traces[0] else messages_of(p, report) for p in paths]
     processor.declare(SourcePosition(str(p), 0, 0) for p in paths)
     total = sum(p.stat().st_size for p in paths) or 1
     out = Output()

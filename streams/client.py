@@ -148,6 +148,10 @@ class AsyncProducer:
     async def _send(self, topic: str, key: str, value: bytes) -> None:
         await self._kafka.send_and_wait(topic, value, key=key.encode())
 
+    async def send_envelope(self, key: str, value: bytes) -> None:
+        """Send one ready-made telemetry envelope (e.g. from a format reader) as it is."""
+        await self._send(self.telemetry_topic, key, value)
+
     async def flush(self) -> None:
         """Send every buffered sample now."""
         with self.lock:

@@ -31,10 +31,19 @@ def produce(
     source: str | None,
     batch: int,
 ) -> None:
-    """Push JSONL or Parquet files of samples and decisions to the telemetry and decisions topics."""
+    """Push JSONL or Parquet files of samples and decisions to the telemetry and decisions topics.
+
+    PyTorch profiler traces (Chrome-trace .json or .json.gz, one per rank) are recognised and converted:
+    op spans, steps and process groups (job: --set job=ID, else the traces' directory name)."""
     from streams.client import AsyncProducer
+    from streams.formats.kineto import default_job, is_trace_file, read_trace_files
     from streams.produce import Mapping, constant, parse_pairs, produce_files
 
+    first = files[0].name
+    traces = [f for f in files if f.is_file() and is_trace_file(f)]
+    files = tuple(f for f in files if f not in traces)
+    job = dict(parse_pairs(constants, "--set")).get("job") or (default_job(traces) if traces else "")
+    trace_messages = list(read_trace_files(traces, job=job)) if traces else []  # refuses damaged files now
     s = with_broker(settings_of(ctx))
     try:
         factors = {k: float(v) for k, v in parse_pairs(scales, "--scale").items()}
@@ -49,14 +58,20 @@ def produce(
 
     async def run() -> None:
         producer = AsyncProducer(
-            s.kafka_bootstrap_servers, source=source or f"produce:{files[0].name}",
+            s.kafka_bootstrap_servers, source=source or f"produce:{first}",
             telemetry_topic=s.telemetry_topic, decisions_topic=s.decisions_topic, max_samples=batch,
         )  # fmt: skip
         await producer.start()
         try:
+            for message in trace_messages:
+                await producer.send_envelope(job, message)
             report = await produce_files(list(files), producer, mapping, lambda m: click.echo(m, err=True))
         finally:
             await producer.stop()
+        if trace_messages:
+            click.echo(f"sent {len(traces)} profiler traces of job {job} as {len(trace_messages):,} messages")
+        if not files:
+            return
         counts = ", ".join(f"{n:,} {k}" for k, n in sorted(report.samples.items())) or "no samples"
         click.echo(f"sent {counts} and {report.decisions:,} decisions")
         if report.unreadable_count:

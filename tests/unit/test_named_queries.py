@@ -69,6 +69,12 @@ def records() -> list[AuditRecord]:
         rollup("wasted_accel_s", "cause:pipeline_bubble", 0.0, 0.0, 10.0),
         rollup("wasted_accel_s", "cause:retry", DAY, 0.0, 7.0),
         rollup("wasted_accel_s", "cause:retry", 0.0, 0.0, 99.0, job="other"),
+        rollup("step_s", "job:j", 0.0, 1.0, 10.0),
+        rollup("step_s", "job:j", 600.0, 1.2, 12.0),
+        rollup("allocated_accel_s", "job:j", 0.0, 10.0, 100.0),
+        rollup("compute_accel_s", "job:j", 0.0, 5.0, 50.0),
+        rollup("energy_j_per_output", "job:j", 0.0, 4.0, 4.0),
+        rollup("energy_j_per_output", "job:j", 600.0, 6.0, 6.0),
     ]
     out += [AuditRecord("metrics_rollup", f"r{i}", src, r, "k") for i, r in enumerate(rollups)]
     return out
@@ -127,6 +133,38 @@ def test_wasted_by_cause(db: Path) -> None:
         ("1970-01-02", "cause:retry", 7.0),
     ]
     assert len(run(db, "wasted_by_cause", job="%")) == 4
+
+
+def test_step_time(db: Path) -> None:
+    assert run(db, "step_time", job="j") == [(0.0, 600.0, 10, 1.0, 1.0, 1.0, 1.0, 1.0),
+                                             (600.0, 1200.0, 10, 1.2, 1.2, 1.2, 1.2, 1.2)]  # fmt: skip
+    assert run(db, "step_time", job="other") == []
+
+
+def test_blocking_slowdown(db: Path) -> None:
+    [(start, _, allocated, waited, blocking, over_compute)] = run(db, "blocking_slowdown", job="j")
+    assert (start, allocated, waited, over_compute) == (0.0, 100.0, 30.0, 2.0)
+    assert blocking == pytest.approx(100 / 70)
+
+
+def test_wasted_by_window(db: Path) -> None:
+    assert [(r[0], r[2], r[3]) for r in run(db, "wasted_by_window", job="j")] == [
+        (0.0, "pipeline_bubble", 10.0), (0.0, "straggler_wait", 30.0), (600.0, "straggler_wait", 12.0),
+        (DAY, "retry", 7.0)]  # fmt: skip
+
+
+def test_output_economics(db: Path) -> None:
+    rows = run(db, "output_economics", job="j")
+    assert [(r[0], r[2], r[3], r[4], r[5], r[6]) for r in rows] == [
+        (0.0, 2.0, None, 4.0, 1.0, 1.0), (600.0, 2.5, None, 6.0, 1.25, 1.5)]  # fmt: skip
+
+
+def test_ranked_causes(db: Path) -> None:
+    rows = run(db, "ranked_causes", job="j", start=0, end=10_000)
+    assert [(r[0], r[3], r[5], r[9]) for r in rows] == [("straggler", 1, "rank:j/3", None),
+                                                       ("straggler", 2, "D1", "power-manager")]  # fmt: skip
+    assert run(db, "ranked_causes", job="j", start=1001, end=10_000) == []
+    assert run(db, "ranked_causes", job="k", start=0, end=10_000) == []
 
 
 def test_controller_conflicts(db: Path) -> None:

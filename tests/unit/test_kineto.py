@@ -1,0 +1,154 @@
+"""PyTorch profiler (Kineto) traces → envelopes of the event contract."""
+
+from __future__ import annotations
+
+import gzip
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from streams.contract.envelope import decode_telemetry
+from streams.formats.errors import FormatError
+from streams.formats.kineto import is_trace_file, read_trace_files
+from streams.testing import run_stream
+from tests.kineto_traces import rank_trace, write_job
+
+
+def rows(messages: list[bytes]) -> dict[str, list[dict[str, Any]]]:
+    """Every sample by kind (columns expanded)."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for m in messages:
+        for batch in orjson.loads(m)["columns"]:
+            n, data = batch["n"], batch["data"]
+            for i in range(n):
+                out[batch["kind"]].append({k: v[i] if isinstance(v, list) else v for k, v in data.items()})
+    return out
+
+
+def test_every_envelope_passes_the_contract_and_the_engine_takes_it(tmp_path: Path) -> None:
+    paths = write_job(tmp_path / "llm", world=8, steps=range(100, 130), straggler=5)
+    messages = list(read_trace_files(paths))
+    for m in messages:
+        assert not decode_telemetry(m).rejects
+    out = run_stream(("telemetry", m) for m in messages)
+    assert not out.dead_letters
+    got = rows(messages)
+    assert out.samples_by_kind["op"] == len(got["op"]) == 8 * 30 * 3
+    assert {r["job"] for r in got["op"]} == {"llm"}  # the directory's name
+    kinds = {f.body["kind"] for f in out.audit if f.type == "finding"}
+    assert "straggler" in kinds, kinds
+    subjects = {s for f in out.audit if f.type == "finding" and f.body["kind"] == "straggler"
+                for s in f.body["subjects"]}  # fmt: skip
+    assert "rank:llm/5" in subjects
+
+
+def test_collective_members_meet_and_steps_come_from_the_annotations(tmp_path: Path) -> None:
+    paths = write_job(tmp_path / "j", world=4, steps=range(7, 10))
+    got = rows(list(read_trace_files(paths, job="j")))
+    comm = [r for r in got["op"] if r["op_class"] == "comm"]
+    assert {r["op"] for r in comm} == {"allreduce"}
+    by_instance: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for r in comm:
+        by_instance[(r["group"], r["seq"])].add(r["rank"])
+    assert all(v == {0, 1, 2, 3} for v in by_instance.values()) and len(by_instance) == 3  # one per step
+    assert {r["step"] for r in got["op"]} == {7, 8, 9}
+    # kernels run after their step's CPU annotation ended, yet belong to the step that launched them
+    assert all(r["step"] == 7 for r in got["op"] if r["start"] < 1_767_225_600.2)
+    steps = got["step"]
+    assert [s["step"] for s in steps] == [7, 8, 9] and {s["accelerators"] for s in steps} == {4}
+    ends = {r["step"]: max(o["start"] + o["duration"] for o in got["op"] if o["step"] == r["step"]) for r in steps}
+    assert all(abs(s["start"] + s["duration"] - ends[s["step"]]) < 1e-6 for s in steps)
+    members = {r["src"]: r["dst"] for r in got["topology"]}
+    assert members == {f"rank:j/{r}": "comm:j/pg0" for r in range(4)}
+
+
+def test_p2p_becomes_transfers_with_mapped_peers(tmp_path: Path) -> None:
+    paths = write_job(tmp_path / "pp", world=2, steps=range(2), p2p=True)
+    got = rows(list(read_trace_files(paths)))
+    transfers = sorted((r["rank"], r["op"], r["peer"], r["microbatch"], r["step"]) for r in got["op"]
+                       if r["op"] in ("send", "recv"))  # fmt: skip
+    assert transfers == [(0, "send", 1, 0, 0), (0, "send", 1, 0, 1), (1, "recv", 0, 0, 0), (1, "recv", 0, 0, 1)]
+
+
+def test_cpu_only_traces_give_top_level_cpu_ops(tmp_path: Path) -> None:
+    doc = {"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": 1, "dur": 40},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 2, "dur": 30},  # nested
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 50, "dur": 20,
+         "args": {"Collective name": "allreduce", "Process Group Name": "0", "Seq": 12}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 2, "ts": 5, "dur": 5},  # other thread
+    ]}  # fmt: skip
+    path = tmp_path / "cpu.json"
+    path.write_bytes(orjson.dumps(doc))
+    got = rows(list(read_trace_files([path])))
+    assert [(r["op"], r["op_class"], r["group"], r["seq"]) for r in got["op"]] == [
+        ("aten::linear", "compute", "", -1), ("allreduce", "comm", "pg0", 12)]  # fmt: skip
+
+
+def test_detects_traces_by_name_or_content(tmp_path: Path) -> None:
+    plain = tmp_path / "x.json"
+    plain.write_bytes(orjson.dumps(rank_trace(0, 1, range(1))))
+    jsonl = tmp_path / "rows.json"
+    jsonl.write_text('{"kind": "metric", "entity": "device:a", "name": "p", "value": 1, "time": 1}\n')
+    assert is_trace_file(plain) and is_trace_file(tmp_path / "r.pt.trace.json.gz")
+    assert not is_trace_file(jsonl) and not is_trace_file(tmp_path / "a.parquet")
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "says"),
+    [
+        ("cut.pt.trace.json", b'{"traceEvents": [{"ph": "X", ', "damaged JSON"),
+        ("bad.json.gz", b"not gzip at all", "cannot read it"),
+        ("cut.json.gz", gzip.compress(b'{"traceEvents": []}')[:-6], "cannot read it"),
+        ("other.json", b'{"schemaVersion": 1, "events": []}', "no traceEvents"),
+        (
+            "nosteps.json",
+            b'{"traceEvents": [{"ph": "X", "name": "k", "cat": "kernel", "ts": 1, "dur": 1}]}',
+            "no ProfilerStep#",
+        ),
+    ],
+)
+def test_unreadable_files_are_one_line_errors(tmp_path: Path, name: str, content: bytes, says: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(FormatError) as info:
+        list(read_trace_files([path]))
+    assert says in str(info.value) and str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_two_files_of_one_rank_are_refused(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    for p in (a, b):
+        p.write_bytes(orjson.dumps(rank_trace(3, 4, range(1))))
+    with pytest.raises(FormatError, match="both traces of rank 3"):
+        list(read_trace_files([a, b]))
+
+
+def test_produce_refuses_a_damaged_trace_before_connecting(tmp_path: Path) -> None:
+    from tests.unit.test_cli import run
+
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_bytes(b'{"schemaVersion": 1, "traceEvents": [{"ph": "X",')
+    proc = run("produce", str(path), "--kind", "op", env={"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("driftlog: error:") and proc.stderr.strip().count("\n") == 0
+    assert "damaged JSON" in proc.stderr
+
+
+def test_analyze_reads_profiler_traces_and_finds_the_straggler(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from audit.query import run_query
+    from streams.cli import cli
+
+    paths = write_job(tmp_path / "llm", world=8, steps=range(100, 140), straggler=5)
+    db = tmp_path / "traces.duckdb"
+    result = CliRunner().invoke(cli, ["analyze", *map(str, reversed(paths)), "--db", str(db)],
+                                env={"DRIFTLOG_HOME": str(tmp_path / "home")})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    found = run_query(db, "SELECT kind, subjects FROM findings WHERE kind = 'straggler'").rows
+    assert found and found[0][1][0] == "rank:llm/5"
