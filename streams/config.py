@@ -85,6 +85,14 @@ class Settings(BaseSettings):
         description="Event-time lateness allowed (s): the watermark trails the input furthest behind by this "
         "much; older samples (behind their source's newest, or behind the watermark) are dead-lettered as late.",
     )
+    metrics_topic: str = Field(
+        "",
+        description="Topic an OpenTelemetry Collector's Kafka exporter writes metrics to (read as metric "
+        "samples); empty: none.",
+    )
+    metrics_encoding: Literal["auto", "otlp_json", "otlp_proto"] = Field(
+        "auto", description="Encoding of the metrics topic (the exporter's `encoding`); auto: tell by content."
+    )
     state_topic: str = Field(
         "driftlog.worker-state",
         description="Compacted topic of the worker's state snapshots (written in the transactions of its output).",

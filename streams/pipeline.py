@@ -135,6 +135,23 @@ class Processor:
         self._release(source, out, caught_up)
         return out
 
+    def otlp(self, raw: bytes, source: SourcePosition, encoding: str = "auto", caught_up: Iterable[str] = ()) -> Output:
+        """An OpenTelemetry Collector's metrics message (otlp_json or otlp_proto): its data points as
+        ``metric`` samples (:mod:`streams.formats.otlp`); bytes that are no OTLP metrics are dead-lettered."""
+        from streams.formats.errors import FormatError
+        from streams.formats.otlp import envelopes
+
+        try:
+            converted = envelopes(raw, encoding, source=f"otlp:{channel(source)}")  # type: ignore[arg-type]
+        except FormatError as exc:
+            out = Output()
+            out.reject(raw, source, [Reject("malformed_json" if raw[:1] in b"{[" else "unknown_schema", str(exc))])
+            return out
+        out = Output()
+        for envelope in converted:
+            out.extend(self.telemetry(envelope, source, caught_up))
+        return out
+
     def decision(self, raw: bytes, source: SourcePosition, caught_up: Iterable[str] = ()) -> Output:
         out = Output()
         decision, reject = decode_decision(raw)

@@ -104,9 +104,8 @@ def publish_metrics(out: Output) -> None:
             ops.FINDINGS.labels(record.body["kind"]).inc()
 
 
-def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
-    """Create the Faust application, register its agents; also return the ops service to run beside it."""
-    app = faust.App(
+def faust_app(settings: Settings) -> faust.App:
+    return faust.App(
         settings.worker_group,
         broker=broker_urls(settings.kafka_bootstrap_servers),
         value_serializer="raw",
@@ -125,6 +124,37 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
         broker_session_timeout=6.0,
         broker_heartbeat_interval=1.0,
     )
+
+
+async def handle_event(
+    state: WorkerState, ops_service: OpsService, stream: Any, event: Any, kind: str, encoding: str
+) -> None:
+    """One input message: skipped if the restored state covers it, else processed; acknowledged after the
+    transaction that covers it (:meth:`WorkerState.commit`)."""
+    msg = event.message
+    if state.covered(msg.topic, msg.partition, msg.offset):
+        await stream.ack(event)
+        return
+    position = SourcePosition(msg.topic, msg.partition, msg.offset)
+    value = msg.value if isinstance(msg.value, bytes) else b""
+    try:
+        out = state.handle(kind, value, position, encoding)
+    except Exception as exc:  # a bug must not make Faust ack and silently skip the message
+        log.exception("processing failed on a message; dead-lettered", extra=position.as_dict())
+        out = Output()
+        out.reject(value, position, [Reject("internal_error", repr(exc))])
+        state.outputs.append(out)
+    state.acks.append((stream, event))
+    publish_metrics(out)
+    ops.MESSAGES.labels(msg.topic).inc()
+    ops_service.observe(msg.topic, msg.partition, msg.offset)
+    if len(state.acks) >= COMMIT_EVERY_MESSAGES:
+        await state.commit()
+
+
+def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
+    """Create the Faust application, register its agents; also return the ops service to run beside it."""
+    app = faust_app(settings)
     telemetry = app.topic(settings.telemetry_topic, value_serializer="raw", key_serializer="raw")
     decisions = app.topic(settings.decisions_topic, value_serializer="raw", key_serializer="raw")
     ops_service = OpsService(app, settings)
@@ -139,25 +169,7 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
         await ready.wait()
         manual = stream.noack()
         async for event in manual.events():
-            msg = event.message
-            if state.covered(msg.topic, msg.partition, msg.offset):
-                await manual.ack(event)
-                continue
-            position = SourcePosition(msg.topic, msg.partition, msg.offset)
-            value = msg.value if isinstance(msg.value, bytes) else b""
-            try:
-                out = state.handle(kind, value, position)
-            except Exception as exc:  # a bug must not make Faust ack and silently skip the message
-                log.exception("processing failed on a message; dead-lettered", extra=position.as_dict())
-                out = Output()
-                out.reject(value, position, [Reject("internal_error", repr(exc))])
-                state.outputs.append(out)
-            state.acks.append((manual, event))
-            publish_metrics(out)
-            ops.MESSAGES.labels(msg.topic).inc()
-            ops_service.observe(msg.topic, msg.partition, msg.offset)
-            if len(state.acks) >= COMMIT_EVERY_MESSAGES:
-                await state.commit()
+            await handle_event(state, ops_service, manual, event, kind, settings.metrics_encoding)
 
     @app.agent(telemetry)
     async def on_telemetry(stream: Any) -> None:
@@ -167,11 +179,19 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
     async def on_decisions(stream: Any) -> None:
         await consume(stream, "decisions")
 
+    inputs = [settings.telemetry_topic, settings.decisions_topic]
+    if settings.metrics_topic:  # an OpenTelemetry Collector's metrics (streams/formats/otlp.py)
+        metrics = app.topic(settings.metrics_topic, value_serializer="raw", key_serializer="raw")
+        inputs.append(settings.metrics_topic)
+
+        @app.agent(metrics)
+        async def on_metrics(stream: Any) -> None:
+            await consume(stream, "metrics")
+
     @app.task  # type: ignore[untyped-decorator]
     async def on_start() -> None:
         """Fence an earlier instance, load the newest committed snapshot, then let the agents consume."""
-        await state.start(settings.kafka_bootstrap_servers, settings.state_topic, settings.worker_group,
-                          [settings.telemetry_topic, settings.decisions_topic])  # fmt: skip
+        await state.start(settings.kafka_bootstrap_servers, settings.state_topic, settings.worker_group, inputs)
         ops_service.worker_state = state
         ready.set()
         log.info("worker state ready", extra={"snapshot": state.seq, "offsets": len(state.offsets)})

@@ -72,12 +72,16 @@ class WorkerState:
                 out.append(f"{topic}/{partition}")
         return out
 
-    def handle(self, kind: str, value: bytes, position: SourcePosition) -> Output:
+    def handle(self, kind: str, value: bytes, position: SourcePosition, encoding: str = "auto") -> Output:
+        """A message of the ``telemetry``, ``decisions`` or ``metrics`` (OTLP) topic."""
         tp = (position.topic, position.partition)
         self.offsets[tp] = position.offset + 1
         caught_up = self.caught_up()
-        handle = self.processor.telemetry if kind == "telemetry" else self.processor.decision
-        out = handle(value, position, caught_up)
+        if kind == "metrics":
+            out = self.processor.otlp(value, position, encoding, caught_up)
+        else:
+            handle = self.processor.telemetry if kind == "telemetry" else self.processor.decision
+            out = handle(value, position, caught_up)
         self._keep(out)
         self.idle_since, self.flushed = None, False
         return out

@@ -115,3 +115,18 @@ def test_damaged_messages_raise_one_line_errors(raw: bytes, encoding: Any) -> No
     with pytest.raises(FormatError) as info:
         envelopes(raw, encoding)
     assert "OTLP" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_worker_path_reads_both_encodings_and_dead_letters_what_is_not_otlp() -> None:
+    from audit.records import SourcePosition
+    from streams.pipeline import Processor
+
+    processor = Processor()
+    source = SourcePosition("otel-metrics", 0, 0)
+    binary = processor.otlp(request(3).SerializeToString(), source)
+    text = processor.otlp(MessageToJson(request(3)).encode(), SourcePosition("otel-metrics", 0, 1))
+    assert binary.samples_by_kind["metric"] == text.samples_by_kind["metric"] > 0
+    assert not binary.dead_letters and not text.dead_letters
+    bad = processor.otlp(b"{not otlp", SourcePosition("otel-metrics", 0, 2))
+    assert [r.reason for d in bad.dead_letters for r in d.rejects] == ["malformed_json"]
+    assert bad.dead_letters[0].original == b"{not otlp"
