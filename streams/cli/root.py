@@ -31,7 +31,16 @@ def with_broker(settings: config.Settings) -> config.Settings:
     """Settings with a bootstrap address: the configured cluster, else the running local broker."""
     if settings.kafka_bootstrap_servers:
         return settings
-    state = LocalKafka(settings.kafka_home, settings.kafka_version).state()
+    state = LocalKafka(settings.kafka_home, settings.kafka_version, settings.kafka_name).state()
+    if state is None:
+        others = LocalKafka.running(settings.kafka_home, settings.kafka_version)
+        if len(others) > 1:
+            names = ", ".join(b.name for b in others)
+            raise ConfigError(
+                f"local broker {settings.kafka_name!r} is not running and several others are ({names}): "
+                "set DRIFTLOG_KAFKA_NAME to one of them, or KAFKA_BOOTSTRAP_SERVERS"
+            )
+        state = others[0].state() if others else None
     if state is None:
         raise ConfigError("no Kafka configured: set KAFKA_BOOTSTRAP_SERVERS, or run `driftlog kafka start`")
     return settings.model_copy(update={"kafka_bootstrap_servers": state.bootstrap})
