@@ -46,7 +46,7 @@ from audit.store import AuditStore, Run
 from streams import ops
 from streams.config import Settings
 from streams.errors import DriftlogError, OffsetsMismatch, StoreError
-from streams.health import Health, bounded, time_left
+from streams.health import Health, bounded, probe, time_left
 from streams.kafka.admin import partitions
 
 log = logging.getLogger("driftlog.sink")
@@ -117,9 +117,15 @@ class AuditSink:
             self.partitions_checked -= PARTITION_REFRESH_S - PROBE_S  # retry soon
             return
         if set(found) != self.consumer.assignment():
-            await self.check_offsets(found)
+            try:
+                await asyncio.wait_for(self.check_offsets(found), PROBE_S * 3)
+            except (KafkaError, TimeoutError) as exc:
+                self.status.broker_failed(exc)
+                self.partitions_checked -= PARTITION_REFRESH_S - PROBE_S  # retry soon
+                return
             self.consumer.assign(found)
             await self.seek_to_stored(found)
+        self.status.ready = True
 
     async def check_offsets(self, found: list[TopicPartition]) -> None:
         """Refuse stored offsets the topic cannot continue (see :mod:`audit.offsets_guard`)."""
@@ -137,6 +143,9 @@ class AuditSink:
         """Ask the broker for metadata every ``PROBE_S``: what ``/health`` says about it."""
         while not self.stopping.is_set():
             try:
+                unreachable = await probe(self.settings.kafka_bootstrap_servers, PROBE_S / 2)
+                if unreachable is not None:
+                    raise OSError(unreachable)
                 await asyncio.wait_for(self.consumer.topics(), PROBE_S)
                 self.status.broker_ok()
             except (KafkaError, OSError, TimeoutError) as exc:
@@ -172,9 +181,13 @@ class AuditSink:
         watcher: asyncio.Task[None] | None = None
         try:
             await self.consumer.start()
-            await self.producer.start()
-            await self.assign()
             watcher = asyncio.ensure_future(self.watch_broker())
+            await self.producer.start()
+            while not self.status.ready and not self.stopping.is_set():  # the broker may be away at start
+                await self.assign()
+                if not self.status.ready:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.stopping.wait(), PROBE_S)
             if on_ready is not None:
                 on_ready(self.http_port)
             while not self.stopping.is_set():
@@ -183,7 +196,7 @@ class AuditSink:
             await self.flush()
             await self.checkpoint(force=True)
             if self.publisher is not None:
-                await bounded(asyncio.shield(self.publisher), left() / 2, "publishing the last checkpoints")
+                await bounded(asyncio.shield(self.publisher), min(3.0, left() / 2), "publishing the last checkpoints")
         except BaseException as exc:
             self.failed = exc
             self.status.fail(_fault(exc))

@@ -7,7 +7,7 @@ endpoint's answer: 503 with the reasons when
 - the broker has been unreachable for ``broker_timeout_s`` (a short blip is ridden out quietly),
 - records wait (lag > 0) but nothing was committed for ``stall_s``,
 - a fault was recorded (a write failed, stored offsets lie beyond the topic's end, ...),
-- the process is shutting down.
+- the process is still starting (``ready`` not set yet) or shutting down.
 
 The sink uses it; the worker can use it the same way (see ``broker_ok``/``broker_failed``). The clock is
 injectable so that tests do not sleep.
@@ -39,6 +39,7 @@ class Health:
     lag: int = 0
     lag_since: float | None = None  # when records started waiting (since the last commit)
     fault: str | None = None
+    ready: bool = False  # set once the process consumes (partitions assigned): 503 "starting" before
     stopping: bool = False
     details: dict[str, Any] = field(default_factory=dict)  # extra fields shown as they are
 
@@ -83,6 +84,8 @@ class Health:
             out.append(self.fault)
         if self.stopping:
             out.append("shutting down")
+        elif not self.ready:
+            out.append("starting: not consuming yet")
         if self.broker_down_since is not None and now - self.broker_down_since >= self.broker_timeout_s:
             out.append(
                 f"broker unreachable for {now - self.broker_down_since:.0f}s (limit {self.broker_timeout_s:g}s): "
@@ -124,9 +127,31 @@ async def bounded(awaitable: Awaitable[_T], timeout_s: float, what: str) -> _T |
         return await asyncio.wait_for(awaitable, timeout_s)
     except TimeoutError:
         log.warning(f"{what} did not finish within {timeout_s:g}s; going on without it")
-    except Exception as exc:
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # this task is being cancelled: not ours to swallow
+        # aiokafka's consumer.stop() lets the CancelledError of its own fetch tasks escape during an outage
+        log.warning(f"{what} was cancelled inside the client; going on without it")
+    except Exception as exc:  # shutdown goes on whatever a closing client raises
         log.warning(f"{what} failed; going on without it", extra={"error": _one_line(exc)})
     return None
+
+
+async def probe(bootstrap: str, timeout_s: float = 2.0) -> str | None:
+    """None when a TCP connection to one of the bootstrap servers opens within ``timeout_s``, else why not.
+    Cheap and independent of a client's cached connections (use it beside a metadata request)."""
+    errors = []
+    for address in filter(None, (a.strip() for a in bootstrap.split(","))):
+        host, _, port = address.rpartition(":")
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host.strip("[]"), int(port)), timeout_s)
+        except (OSError, ValueError, TimeoutError) as exc:
+            errors.append(f"{address}: {_one_line(exc)}")
+            continue
+        writer.close()
+        return None
+    return "; ".join(errors) or "no bootstrap servers configured"
 
 
 def time_left(budget_s: float) -> Callable[[], float]:

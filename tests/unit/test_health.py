@@ -20,7 +20,16 @@ class Clock:
 
 
 def _health(clock: Clock) -> Health:
-    return Health("sink", broker_timeout_s=30.0, stall_s=60.0, clock=clock)
+    h = Health("sink", broker_timeout_s=30.0, stall_s=60.0, clock=clock)
+    h.ready = True
+    return h
+
+
+def test_not_ready_until_consuming() -> None:
+    h = Health("sink", clock=Clock())
+    assert h.verdict()[1]["reasons"] == ["starting: not consuming yet"]
+    h.ready = True
+    assert h.verdict()[0]
 
 
 def test_a_short_broker_blip_stays_healthy_a_long_outage_does_not() -> None:

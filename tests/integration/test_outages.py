@@ -1,0 +1,176 @@
+"""What production does to the sink: the broker goes away and comes back (a restart of the local broker keeps
+its data and port), SIGTERM while it is away, the audit topic recreated under a DuckDB file.
+
+The outage tests stop and start a broker of their own (never the shared one); the sink runs as a child
+process, as in production, so that exit codes, exit times and what it prints are the real ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from audit.checkpoint import public_key_path
+from audit.query import run_query
+from audit.verify import verify
+from streams.config import Settings, load, to_env
+from streams.demo import namespaced, produce
+from streams.errors import LauncherError
+from streams.kafka.admin import delete_topics, ensure_topics
+from streams.kafka.launcher import LocalKafka
+from streams.supervise import Child
+from tests.integration.test_sink_exactly_once import audit_records
+
+pytestmark = pytest.mark.integration
+OUTAGE_S = 12.0  # longer than the health limit below, short enough for CI
+
+
+@pytest.fixture(scope="module")
+def own_broker() -> Iterator[LocalKafka]:
+    settings = load()
+    broker = LocalKafka(settings.kafka_home, settings.kafka_version, name=f"outage-{os.getpid()}")
+    try:
+        broker.start()
+    except LauncherError as exc:
+        if os.environ.get("DRIFTLOG_REQUIRE_BROKER") == "1":
+            pytest.fail(f"no local broker for the outage tests: {exc}")
+        pytest.skip(f"no local broker for the outage tests: {exc}")
+    try:
+        yield broker
+    finally:
+        broker.wipe()
+
+
+def _settings(bootstrap: str, tmp_path: Path, name: str) -> Settings:
+    base = load(kafka_bootstrap_servers=bootstrap, home=tmp_path / "home", topic_partitions=2)
+    return namespaced(base, f"{name}-{os.urandom(4).hex()}", tmp_path / "audit.duckdb").model_copy(
+        update={"sink_batch_max": 300, "checkpoint_interval_s": 0.5, "health_broker_timeout_s": 3.0}
+    )
+
+
+def health(port: int) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def wait_for(what: str, check: Callable[[], bool], child: Child | None, timeout: float = 90.0) -> float:
+    started = time.monotonic()
+    while not check():
+        if child is not None:
+            child.check_alive()
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"{what}: not within {timeout:.0f}s\n{'' if child is None else child.tail()}")
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
+def sigterm(child: Child) -> tuple[int, float]:
+    started = time.monotonic()
+    code = child.stop(grace=30)
+    return code, time.monotonic() - started
+
+
+def test_the_sink_rides_out_a_broker_outage_and_loses_nothing(own_broker: LocalKafka, tmp_path: Path) -> None:
+    state = own_broker.start()
+    cfg = _settings(state.bootstrap, tmp_path, "outage")
+    first, second = audit_records(6_000), audit_records(9_000)[6_000:]
+    asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions))
+    asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.audit_topic, first))
+    sink = Child(["sink"], to_env(cfg), tmp_path / "sink.log")
+    try:
+        sink.wait_healthy(cfg.sink_http_port)
+        wait_for("some records stored", lambda: health(cfg.sink_http_port)[1]["rows_written"] > 0, sink)
+        assert own_broker.stop()  # mid-stream: records wait in the topic, the sink is writing them
+        down = time.monotonic()
+        wait_for("503 while the broker is away", lambda: health(cfg.sink_http_port)[0] == 503, sink, timeout=20)
+        body = health(cfg.sink_http_port)[1]
+        assert any("broker unreachable" in r for r in body["reasons"]), body
+        time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down)))
+        sink.check_alive()  # it rode the outage out
+        restarted = own_broker.start()
+        assert restarted.port == state.port  # a restart, not a new broker: same address, same data
+        asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.audit_topic, second))
+        n = len(first) + len(second)
+        wait_for("every record stored", lambda: health(cfg.sink_http_port)[1]["rows_written"] >= n, sink, 120)
+        wait_for("200 again", lambda: health(cfg.sink_http_port)[0] == 200, sink, 30)
+        code, took = sigterm(sink)
+    finally:
+        sink.stop(grace=0, sig=signal.SIGKILL)
+    log = sink.log_path.read_text()
+    assert code == 0 and took < 10, (code, took, log[-2000:])
+    assert "Traceback" not in log
+    assert len([line for line in log.splitlines() if "broker" in line]) < 50, "the outage flooded the log"
+    rows = run_query(cfg.db_path, 'SELECT count(*), count(DISTINCT ("partition", "offset")) FROM audit_log').rows
+    assert rows == [(n, n)]
+    report = verify(cfg.db_path, cfg.checkpoint_path, public_key_path(cfg.signing_key_path))
+    assert report.problems == []
+
+
+def test_sigterm_during_an_outage_exits_within_10s_without_a_traceback(own_broker: LocalKafka, tmp_path: Path) -> None:
+    state = own_broker.start()
+    cfg = _settings(state.bootstrap, tmp_path, "term")
+    asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions))
+    asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.audit_topic, audit_records(500)))
+    sink = Child(["sink"], to_env(cfg), tmp_path / "sink.log")
+    try:
+        sink.wait_healthy(cfg.sink_http_port)
+        own_broker.stop()
+        try:
+            wait_for("503 while the broker is away", lambda: health(cfg.sink_http_port)[0] == 503, sink, timeout=20)
+        except AssertionError as exc:
+            raise AssertionError(f"{health(cfg.sink_http_port)}") from exc
+        code, took = sigterm(sink)
+    finally:
+        sink.stop(grace=0, sig=signal.SIGKILL)
+        own_broker.start()
+    log = sink.log_path.read_text()
+    assert code == 0 and took < 10, (code, took, log[-2000:])
+    assert "Traceback" not in log
+
+
+def test_a_recreated_audit_topic_is_refused_not_skipped(kafka_bootstrap: str, tmp_path: Path) -> None:
+    cfg = _settings(kafka_bootstrap, tmp_path, "recreated")
+    asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions))
+    asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.audit_topic, audit_records(200)))
+    sink = Child(["sink"], to_env(cfg), tmp_path / "sink1.log")
+    sink.wait_healthy(cfg.sink_http_port)
+    wait_for("all stored", lambda: health(cfg.sink_http_port)[1]["rows_written"] >= 200, sink)
+    assert sink.stop() == 0
+    asyncio.run(delete_topics(cfg.kafka_bootstrap_servers, [cfg.audit_topic]))
+    time.sleep(1.0)
+    asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions))
+    asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.audit_topic, audit_records(3)))  # fewer than stored
+    sink = Child(["sink"], to_env(cfg), tmp_path / "sink2.log")
+    try:
+        why = "ends before the offsets this DuckDB file already stored"
+        wait_for("503 with the reason", lambda: why in str(_body(cfg.sink_http_port)), sink, timeout=60)
+        status, body = health(cfg.sink_http_port)
+        assert status == 503 and why in body["reasons"][0], body
+        code, _ = sigterm(sink)
+    finally:
+        sink.stop(grace=0, sig=signal.SIGKILL)
+    out = sink.log_path.read_text()
+    errors = [line for line in out.splitlines() if line.startswith("driftlog: error:")]
+    assert code == 1 and len(errors) == 1 and "README" in errors[0], out[-2000:]
+    assert "Traceback" not in out
+    assert run_query(cfg.db_path, "SELECT count(*) FROM audit_log").rows == [(200,)]  # nothing added or skipped
+
+
+def _body(port: int) -> dict[str, Any]:
+    try:
+        return health(port)[1]
+    except (urllib.error.URLError, OSError):
+        return {}
