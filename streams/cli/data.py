@@ -18,7 +18,11 @@ from streams.errors import ConfigError
 @click.option("--set", "constants", multiple=True, metavar="NAME=VALUE", help="Add a constant column.")
 @click.option("--kind", type=click.Choice(["op", "metric", "step", "topology", "decision"]),
               help="Kind of rows that have no kind column.")  # fmt: skip
-@click.option("--source", help="Producer name stamped on the messages (default: produce:<first file>).")
+@click.option(
+    "--source",
+    help="Producer name stamped on the messages (default: produce:<first file>); a file "
+    "sent again needs a new one, else the worker drops it as duplicates (a warning says so).",
+)
 @click.option("--batch", default=5000, show_default=True, help="Samples per Kafka message.")
 @click.pass_context
 def produce(
@@ -32,6 +36,7 @@ def produce(
     batch: int,
 ) -> None:
     """Push JSONL or Parquet files of samples and decisions to the telemetry and decisions topics."""
+    from streams import produce_log
     from streams.client import AsyncProducer
     from streams.produce import Mapping, constant, parse_pairs, produce_files
 
@@ -47,9 +52,14 @@ def produce(
         kind=kind,
     )
 
+    name = source or f"produce:{files[0].name}"
+    before = produce_log.previous(s.home, name)
+    if before is not None:
+        click.echo(produce_log.warning(name, before), err=True)
+
     async def run() -> None:
         producer = AsyncProducer(
-            s.kafka_bootstrap_servers, source=source or f"produce:{files[0].name}",
+            s.kafka_bootstrap_servers, source=name,
             telemetry_topic=s.telemetry_topic, decisions_topic=s.decisions_topic, max_samples=batch,
         )  # fmt: skip
         await producer.start()
@@ -57,12 +67,17 @@ def produce(
             report = await produce_files(list(files), producer, mapping, lambda m: click.echo(m, err=True))
         finally:
             await producer.stop()
+        sent = sum(report.samples.values()) + report.decisions
         counts = ", ".join(f"{n:,} {k}" for k, n in sorted(report.samples.items())) or "no samples"
         click.echo(f"sent {counts} and {report.decisions:,} decisions")
         if report.unreadable_count:
             click.echo(f"skipped {report.unreadable_count:,} unreadable rows, e.g.:", err=True)
             for where in report.unreadable:
                 click.echo(f"  {where}", err=True)
+        if not sent:
+            hint = "" if kind else "; rows without a kind column need --kind"
+            raise ConfigError(f"nothing was sent: {report.unreadable_count:,} rows were skipped{hint}")
+        produce_log.remember(s.home, name, [str(f) for f in files], producer.batcher.seq + report.decisions)
 
     asyncio.run(run())
 
