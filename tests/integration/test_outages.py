@@ -174,3 +174,40 @@ def _body(port: int) -> dict[str, Any]:
         return health(port)[1]
     except (urllib.error.URLError, OSError):
         return {}
+
+
+def test_a_write_that_fails_is_on_health_then_stops_the_sink(fresh_settings: Settings) -> None:
+    from audit.sink import AuditSink
+    from audit.store import MemoryStore
+    from streams.errors import StoreError
+
+    class FullDisk(MemoryStore):
+        def commit(self, prepared: Any) -> None:
+            raise StoreError("writing 5 audit records failed, nothing was stored: No space left on device")
+
+    cfg = fresh_settings.model_copy(update={"sink_http_port": 0, "sink_batch_wait_ms": 20})
+    asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions))
+    asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.audit_topic, audit_records(5)))
+
+    async def main() -> tuple[int, dict[str, Any], BaseException | None]:
+        sink = AuditSink(cfg, FullDisk())
+        sink.fault_hold_s = 2.0
+        task = asyncio.ensure_future(sink.run())
+        while sink.status.fault is None and not task.done():
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+        ok, body = sink.health()
+        code = 200 if ok else 503
+        assert not task.done()  # still answering /health with the fault
+        error = None
+        try:
+            await task
+        except StoreError as exc:
+            error = exc
+        return code, body, error
+
+    code, body, error = asyncio.run(main())
+    assert code == 503 and body["reasons"] == [
+        "writing 5 audit records failed, nothing was stored: No space left on device"
+    ]
+    assert isinstance(error, StoreError)

@@ -238,3 +238,20 @@ def test_the_signing_key_belongs_to_the_deployment(tmp_path: Path) -> None:
     settings = load(db_path=tmp_path / "prod" / "audit.duckdb", home=tmp_path / "cache")
     assert settings.signing_key_path == tmp_path / "prod" / "audit.duckdb.signing.pem"
     assert "rotat" in README[README.index("### Signing key") :][:2000]
+
+
+def test_eval_reports_progress_on_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from streams.cli import cli
+    from streams.sim import evaluate
+
+    ran: list[tuple[str, int]] = []
+    monkeypatch.setattr(evaluate, "run_scenario", lambda name, seed, ranks, steps: ran.append((name, seed)))
+    monkeypatch.setattr(evaluate, "score", lambda runs: [{"runs": len(runs)}])
+    monkeypatch.setattr(evaluate, "table", lambda rows: f"TABLE {rows}")
+    result = CliRunner().invoke(cli, ["eval", "--scenario", "training-fabric", "--seeds", "1,2,3"])
+    assert result.exit_code == 0, result.output
+    assert ran == [("training-fabric", 1), ("training-fabric", 2), ("training-fabric", 3)]
+    assert "[1/3] training-fabric seed 1" in result.stderr and "[3/3] training-fabric seed 3" in result.stderr
+    assert "TABLE [{'runs': 3}]" in result.stdout
