@@ -211,3 +211,51 @@ def test_a_write_that_fails_is_on_health_then_stops_the_sink(fresh_settings: Set
         "writing 5 audit records failed, nothing was stored: No space left on device"
     ]
     assert isinstance(error, StoreError)
+
+
+def test_dead_letters_of_what_the_contract_admits_are_delivered(fresh_settings: Settings) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    from streams.contract.envelope import MAX_MESSAGE_BYTES
+    from streams.kafka.limits import PRODUCER_MAX_REQUEST_BYTES, TOPIC_MAX_BYTES
+
+    cfg = fresh_settings
+    asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, 1))
+    sizes = [1_100_000, 2 * 1024 * 1024, MAX_MESSAGE_BYTES]
+
+    async def main() -> tuple[str, list[int]]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=cfg.kafka_bootstrap_servers)
+        await admin.start()
+        try:
+            described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, cfg.dead_letter_topic)])
+        finally:
+            await admin.close()
+        entries = described[0].to_object()["resources"][0]["config_entries"]
+        limit = next(e["config_value"] for e in entries if e["config_names"] == "max.message.bytes")
+        producer = AIOKafkaProducer(
+            bootstrap_servers=cfg.kafka_bootstrap_servers, max_request_size=PRODUCER_MAX_REQUEST_BYTES
+        )
+        await producer.start()
+        try:
+            for size in sizes:
+                await producer.send_and_wait(cfg.dead_letter_topic, b"x" * size, headers=[("driftlog.reason", b"r")])
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(cfg.dead_letter_topic, bootstrap_servers=cfg.kafka_bootstrap_servers,
+                                    auto_offset_reset="earliest", fetch_max_bytes=16 * 1024 * 1024,
+                                    max_partition_fetch_bytes=16 * 1024 * 1024)  # fmt: skip
+        await consumer.start()
+        got: list[int] = []
+        try:
+            while len(got) < len(sizes):
+                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 30)
+                got += [len(m.value or b"") for msgs in batch.values() for m in msgs]
+        finally:
+            await consumer.stop()
+        return limit, got
+
+    limit, got = asyncio.run(main())
+    assert limit == str(TOPIC_MAX_BYTES)
+    assert got == sizes  # delivered / sent: 3 / 3, the largest the contract admits among them
