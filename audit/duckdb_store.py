@@ -213,6 +213,15 @@ class DuckDBStore:
         """Per partition: (next offset, chain head) as committed."""
         return {tp: (self._next[tp], self._heads[tp]) for tp in self._heads}
 
+    def last_records(self) -> dict[tuple[str, int], RawRecord]:
+        """Per partition, the last record stored (once per start: the sink compares it with the topic)."""
+        rows = self._aux.execute(
+            'SELECT a.topic, a."partition", a."offset", a.kafka_ts_ms, a.key, a.value FROM audit_log a '
+            'JOIN sink_offsets s ON a.topic = s.topic AND a."partition" = s."partition" '
+            'AND a."offset" = s.next_offset - 1'
+        ).fetchall()
+        return {(t, p): RawRecord(t, p, o, ts, k, bytes(v)) for t, p, o, ts, k, v in rows}
+
     def close(self) -> None:
         self._classifier.close()
         self._aux.close()

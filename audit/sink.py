@@ -36,13 +36,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError, OffsetOutOfRangeError
+from aiokafka.errors import KafkaError, KafkaTimeoutError, OffsetOutOfRangeError
 
 from audit import offsets_guard
 from audit.checkpoint import Signer, append_line, last_seq
 from audit.duckdb_store import DuckDBStore
 from audit.sql_service import Limits, require_token_off_loopback, sql_routes
-from audit.store import AuditStore, Run
+from audit.store import AuditStore, RawRecord, Run
 from streams import ops
 from streams.config import Settings
 from streams.errors import DriftlogError, OffsetsMismatch, StoreError
@@ -118,17 +118,25 @@ class AuditSink:
             return
         if set(found) != self.consumer.assignment():
             try:
-                await asyncio.wait_for(self.check_offsets(found), PROBE_S * 3)
+                beginning = await asyncio.wait_for(self.check_offsets(found), PROBE_S * 3)
             except (KafkaError, TimeoutError) as exc:
                 self.status.broker_failed(exc)
                 self.partitions_checked -= PARTITION_REFRESH_S - PROBE_S  # retry soon
                 return
             self.consumer.assign(found)
+            try:
+                await self.check_last_records(found, beginning)
+            except (KafkaError, TimeoutError) as exc:
+                self.consumer.unsubscribe()  # assigned again at the next try
+                self.status.broker_failed(exc)
+                self.partitions_checked -= PARTITION_REFRESH_S - PROBE_S
+                return
             await self.seek_to_stored(found)
         self.status.ready = True
 
-    async def check_offsets(self, found: list[TopicPartition]) -> None:
-        """Refuse stored offsets the topic cannot continue (see :mod:`audit.offsets_guard`)."""
+    async def check_offsets(self, found: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Refuse stored offsets the topic cannot continue (see :mod:`audit.offsets_guard`); returns the
+        topic's first offsets."""
         beginning = await self.consumer.beginning_offsets(found)
         end = await self.consumer.end_offsets(found)
         mismatch = offsets_guard.check(
@@ -136,6 +144,36 @@ class AuditSink:
             {(tp.topic, tp.partition): o for tp, o in beginning.items()},
             {(tp.topic, tp.partition): o for tp, o in end.items()},
         )
+        if mismatch is not None:
+            raise mismatch
+        return dict(beginning)
+
+    async def check_last_records(self, found: list[TopicPartition], beginning: dict[TopicPartition, int]) -> None:
+        """Refuse a topic whose record at each stored last offset is not the one stored (recreated with at
+        least as many records). Reads one record per partition, before seeking to the stored offsets."""
+        stored = {tp: r for tp, r in self.store.last_records().items() if tp[0] == self.settings.audit_topic}
+        checked = [
+            tp for tp in found if (tp.topic, tp.partition) in stored
+            and stored[(tp.topic, tp.partition)].offset >= beginning.get(tp, 0)
+        ]  # fmt: skip
+        if not checked:
+            return
+        for tp in checked:
+            self.consumer.seek(tp, stored[(tp.topic, tp.partition)].offset)
+        got: dict[tuple[str, int], RawRecord | None] = {(tp.topic, tp.partition): None for tp in checked}
+        deadline = time.monotonic() + PROBE_S * 3
+        waiting = set(checked)
+        while waiting and time.monotonic() < deadline:
+            fetched = await self.consumer.getmany(*waiting, timeout_ms=500, max_records=1)
+            for tp, msgs in fetched.items():
+                if msgs and tp in waiting:
+                    m = msgs[0]
+                    got[(tp.topic, tp.partition)] = RawRecord(tp.topic, tp.partition, m.offset, m.timestamp, m.key,
+                                                              b"" if m.value is None else m.value)  # fmt: skip
+                    waiting.discard(tp)
+        if waiting:
+            raise KafkaTimeoutError(f"could not read the last stored records back from {sorted(map(str, waiting))}")
+        mismatch = offsets_guard.compare_last(stored, got)
         if mismatch is not None:
             raise mismatch
 

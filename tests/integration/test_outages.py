@@ -141,7 +141,13 @@ def test_sigterm_during_an_outage_exits_within_10s_without_a_traceback(own_broke
     assert "Traceback" not in log
 
 
-def test_a_recreated_audit_topic_is_refused_not_skipped(kafka_bootstrap: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("again", "why"), [
+    (3, "ends before the offsets this DuckDB file already stored"),  # fewer records than stored
+    (400, "no longer holds the records this DuckDB file stored"),  # more: told by content
+])  # fmt: skip
+def test_a_recreated_audit_topic_is_refused_not_skipped(
+    kafka_bootstrap: str, tmp_path: Path, again: int, why: str
+) -> None:
     cfg = _settings(kafka_bootstrap, tmp_path, "recreated")
     asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions))
     asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.audit_topic, audit_records(200)))
@@ -152,10 +158,9 @@ def test_a_recreated_audit_topic_is_refused_not_skipped(kafka_bootstrap: str, tm
     asyncio.run(delete_topics(cfg.kafka_bootstrap_servers, [cfg.audit_topic]))
     time.sleep(1.0)
     asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions))
-    asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.audit_topic, audit_records(3)))  # fewer than stored
+    asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.audit_topic, audit_records(again)))
     sink = Child(["sink"], to_env(cfg), tmp_path / "sink2.log")
     try:
-        why = "ends before the offsets this DuckDB file already stored"
         wait_for("503 with the reason", lambda: why in str(_body(cfg.sink_http_port)), sink, timeout=60)
         status, body = health(cfg.sink_http_port)
         assert status == 503 and why in body["reasons"][0], body
