@@ -60,7 +60,8 @@ class Signer:
         public = key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
-        public_key_path(path).write_bytes(public)
+        with open(public_key_path(path), "ab") as f:  # a rotated key joins the earlier ones (a key ring)
+            f.write(public)
         return cls(key)
 
     def checkpoint(self, seq: int, heads: Heads) -> dict[str, Any]:
@@ -79,14 +80,24 @@ class Signer:
         return {"payload": payload, "signature": self.private.sign(payload.encode()).hex(), "key_id": self.key_id}
 
 
-def load_public_key(path: Path) -> Ed25519PublicKey:
+def load_public_keys(path: Path) -> dict[str, Ed25519PublicKey]:
+    """Every public key of a file (one PEM block per key: the keys before and after rotations), by key id."""
     try:
-        key = serialization.load_pem_public_key(path.read_bytes())
-    except (OSError, ValueError) as exc:
+        text = path.read_bytes()
+    except OSError as exc:
         raise StoreError(f"cannot read the public key {path}: {exc}") from exc
-    if not isinstance(key, Ed25519PublicKey):
-        raise StoreError(f"{path} is not an Ed25519 public key")
-    return key
+    end = b"-----END PUBLIC KEY-----"
+    blocks = [block + end for block in text.split(end) if block.strip()]
+    keys = {}
+    for block in blocks or [text]:
+        try:
+            key = serialization.load_pem_public_key(block.strip())
+        except ValueError as exc:
+            raise StoreError(f"cannot read the public key {path}: {exc}") from exc
+        if not isinstance(key, Ed25519PublicKey):
+            raise StoreError(f"{path} holds a key that is not an Ed25519 public key")
+        keys[_key_id(key)] = key
+    return keys
 
 
 @dataclass(frozen=True)
@@ -95,8 +106,13 @@ class Checkpoint:
     heads: Heads
 
 
-def read_checkpoints(path: Path, public: Ed25519PublicKey) -> tuple[list[Checkpoint], list[str]]:
-    """The checkpoints of a file whose signatures hold, and a problem line for each that does not."""
+def read_checkpoints(
+    path: Path, public: Ed25519PublicKey | dict[str, Ed25519PublicKey]
+) -> tuple[list[Checkpoint], list[str]]:
+    """The checkpoints of a file whose signatures hold, and a problem line for each that does not. With
+    several public keys (a key ring) each checkpoint is checked with the key its ``key_id`` names."""
+    keys = public if isinstance(public, dict) else {_key_id(public): public}
+    only = next(iter(keys.values())) if len(keys) == 1 else None
     good: list[Checkpoint] = []
     problems: list[str] = []
     if not path.exists():
@@ -106,7 +122,11 @@ def read_checkpoints(path: Path, public: Ed25519PublicKey) -> tuple[list[Checkpo
             continue
         try:
             doc = orjson.loads(line)
-            public.verify(bytes.fromhex(doc["signature"]), doc["payload"].encode())
+            key = keys.get(doc.get("key_id")) or only
+            if key is None:
+                problems.append(f"{path}:{number}: signed by key {doc.get('key_id')!r}, not in the public key file")
+                continue
+            key.verify(bytes.fromhex(doc["signature"]), doc["payload"].encode())
             payload = orjson.loads(doc["payload"])
             heads = {
                 (h["topic"], h["partition"]): (h["next_offset"], bytes.fromhex(h["head"])) for h in payload["heads"]
@@ -114,7 +134,7 @@ def read_checkpoints(path: Path, public: Ed25519PublicKey) -> tuple[list[Checkpo
             good.append(Checkpoint(payload["seq"], heads))
         except InvalidSignature:
             problems.append(f"{path}:{number}: signature does not match (forged or altered checkpoint)")
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             problems.append(f"{path}:{number}: not a checkpoint line ({exc!r})")
     return good, problems
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -14,6 +15,7 @@ import pyarrow as pa
 
 from audit.chain import LINK, chain_arrow, genesis
 from audit.classify import Classifier
+from audit.diagnose import open_failure
 from audit.migrations import migrate
 from audit.store import RawRecord, Run, runs
 from streams.errors import StoreError
@@ -93,8 +95,8 @@ class DuckDBStore:
         self.path = path
         try:
             self.con = duckdb.connect(str(path), config={"enable_external_access": False})
-        except duckdb.IOException as exc:
-            raise StoreError(f"cannot open {path} for writing (is another process using it?): {exc}") from exc
+        except duckdb.Error as exc:
+            raise StoreError(open_failure(path, exc)) from exc
         migrate(self.con)
         self.con.execute("SET wal_autocheckpoint = '256MB'")
         self.con.execute("SET force_compression = 'zstd'")
@@ -189,7 +191,8 @@ class DuckDBStore:
                 con.execute(statement)
             con.execute("COMMIT")
         except duckdb.Error as exc:
-            con.execute("ROLLBACK")
+            with contextlib.suppress(duckdb.Error):  # a failed COMMIT has ended the transaction already:
+                con.execute("ROLLBACK")  # its "no transaction is active" must not hide the real error
             raise StoreError(f"writing {table.num_rows} audit records failed, nothing was stored: {exc}") from exc
         finally:
             con.unregister("batch")
@@ -198,14 +201,26 @@ class DuckDBStore:
     def add_checkpoint(self, seq: int, line: dict[str, str]) -> None:
         """Record a signed checkpoint (already written to the checkpoint file and topic). Its own connection:
         a batch may be committing on the main one meanwhile."""
-        self._aux.execute(
-            "INSERT INTO checkpoints SELECT ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM checkpoints WHERE seq = ?)",
-            [seq, line["payload"], line["signature"], line["key_id"], seq],
-        )
+        try:
+            self._aux.execute(
+                "INSERT INTO checkpoints SELECT ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM checkpoints WHERE seq = ?)",
+                [seq, line["payload"], line["signature"], line["key_id"], seq],
+            )
+        except duckdb.Error as exc:
+            raise StoreError(f"recording checkpoint {seq} in {self.path} failed: {exc}") from exc
 
     def heads(self) -> dict[tuple[str, int], tuple[int, bytes]]:
         """Per partition: (next offset, chain head) as committed."""
         return {tp: (self._next[tp], self._heads[tp]) for tp in self._heads}
+
+    def last_records(self) -> dict[tuple[str, int], RawRecord]:
+        """Per partition, the last record stored (once per start: the sink compares it with the topic)."""
+        rows = self._aux.execute(
+            'SELECT a.topic, a."partition", a."offset", a.kafka_ts_ms, a.key, a.value FROM audit_log a '
+            'JOIN sink_offsets s ON a.topic = s.topic AND a."partition" = s."partition" '
+            'AND a."offset" = s.next_offset - 1'
+        ).fetchall()
+        return {(t, p): RawRecord(t, p, o, ts, k, bytes(v)) for t, p, o, ts, k, v in rows}
 
     def close(self) -> None:
         self._classifier.close()

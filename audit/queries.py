@@ -2,7 +2,8 @@
 
 Header lines (before the SQL): ``-- name: NAME``, ``-- answers: QUESTION``, and one
 ``-- param: NAME TYPE  description`` per parameter (TYPE: DOUBLE, BIGINT or VARCHAR); the SQL refers to
-them as ``$NAME``.
+them as ``$NAME``. A DOUBLE parameter that is not a duration (``*_s``) is an event time: it takes seconds
+since the epoch or an ISO-8601 date (``2026-01-01``, ``2026-01-01T12:00:00Z``; no zone: UTC).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from functools import cache
 from typing import Any
 
 from audit.migrations import sql_dir
+from audit.present import parse_time
 from streams.errors import QueryError
 
 _PARAM = re.compile(r"^--\s*param:\s*(\w+)\s+(DOUBLE|BIGINT|VARCHAR)\s+(.*)$")
@@ -45,10 +47,12 @@ class NamedQuery:
             )
         bound: dict[str, Any] = {}
         for p in self.params:
+            takes_dates = p.type == "DOUBLE" and not p.name.endswith("_s")  # an event time, not a duration
             try:
-                bound[p.name] = _CASTS[p.type](given[p.name])
+                bound[p.name] = parse_time(given[p.name]) if takes_dates else _CASTS[p.type](given[p.name])
             except ValueError as exc:
-                raise QueryError(f"parameter {p.name} of {self.name} must be {p.type}: {given[p.name]!r}") from exc
+                kind = f"{p.type} (seconds since the epoch) or an ISO-8601 date" if takes_dates else p.type
+                raise QueryError(f"parameter {p.name} of {self.name} must be {kind}: {given[p.name]!r}") from exc
         return bound
 
 

@@ -18,6 +18,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+from audit.diagnose import open_failure
 from streams.errors import QueryError
 
 READ_ONLY_CONFIG: dict[str, str | bool | int | float | list[str]] = {
@@ -47,6 +48,7 @@ class Endpoint:
 
     url: str
     token: str = ""
+    remote: bool = False  # asked for by name (--url): query it, never a local file
 
 
 class WriterHoldsFile(QueryError):
@@ -64,6 +66,8 @@ def fetch_arrow(
     """Run one read-only query on the file, or through ``endpoint`` when a writer holds the file."""
     from audit.sql_service import Limits, run_read_only
 
+    if endpoint is not None and endpoint.remote:
+        return _over_http(endpoint, sql, params, max_rows)
     try:
         return _on_file(db_path, sql, params, Limits(max_rows, timeout_s), run_read_only)
     except WriterHoldsFile:
@@ -79,13 +83,14 @@ def run_query(db_path: Path, sql: str, params: Params = None, **options: Any) ->
 
 def _on_file(db_path: Path, sql: str, params: Params, limits: Any, run: Any) -> pa.Table:
     if not db_path.exists():
-        raise QueryError(f"no audit store at {db_path}: run the sink first, or pass --db")
+        raise QueryError(f"no audit store at {db_path}: run the sink first, pass --db FILE, or --url of a sink")
     try:
         con = duckdb.connect(str(db_path), read_only=True, config=READ_ONLY_CONFIG)
-    except duckdb.IOException as exc:
-        raise WriterHoldsFile(
-            f"{db_path} is held by a writer (the sink?) and no SQL endpoint was given to ask instead: {exc}"
-        ) from exc
+    except duckdb.Error as exc:
+        why = open_failure(db_path, exc, read_only=True)
+        if "another process holds it" in why:
+            raise WriterHoldsFile(f"{why}; and no SQL endpoint was given to ask instead (--url)") from exc
+        raise QueryError(why) from exc
     try:
         return run(con, sql, params, limits)
     finally:

@@ -13,6 +13,12 @@ was prepared or committing, and that is consumed again from the stored offsets.
 
 A batch that fails to write is not acknowledged anywhere: the sink stops with the error instead of
 skipping it (it would be consumed again from the stored offsets on restart).
+
+Operations (:mod:`streams.health`, :mod:`audit.offsets_guard`): a broker outage is ridden out (the
+consumer reconnects and continues from its positions; the partition refresh and the checkpoint topic
+retry; ``/health`` turns 503 after ``DRIFTLOG_HEALTH_BROKER_TIMEOUT_S``). Stored offsets beyond the topic's
+end refuse to run. A fatal fault is kept on ``/health`` (503, the reason) for ``FAULT_HOLD_S`` before the
+process exits 1; SIGTERM ends it within ``SHUTDOWN_BUDGET_S`` in every state.
 """
 
 from __future__ import annotations
@@ -30,20 +36,26 @@ from typing import Any
 import orjson
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, KafkaTimeoutError, OffsetOutOfRangeError
 
+from audit import offsets_guard
 from audit.checkpoint import Signer, append_line, last_seq
 from audit.duckdb_store import DuckDBStore
 from audit.sql_service import Limits, require_token_off_loopback, sql_routes
-from audit.store import AuditStore, Run
+from audit.store import AuditStore, RawRecord, Run
 from streams import ops
 from streams.config import Settings
+from streams.errors import DriftlogError, OffsetsMismatch, StoreError
+from streams.health import Health, bounded, probe, time_left
 from streams.kafka.admin import partitions
 
 log = logging.getLogger("driftlog.sink")
 PARTITION_REFRESH_S = 30.0
 FETCH_RECORDS = 16_384  # per fetch: prepared while DuckDB commits the previous batch
 BACKLOG_WAITS = 10  # a batch filling from a backlog commits after at most this many sink_batch_wait_ms
+PROBE_S = 5.0  # how often the broker is asked for metadata (and how long it may take to answer)
+SHUTDOWN_BUDGET_S = 8.0  # SIGTERM → exit, whatever the broker does
+FAULT_HOLD_S = 15.0  # a fatal fault stays on /health (503) this long before the process exits
 
 
 @dataclass
@@ -72,7 +84,7 @@ class AuditSink:
             group_id=settings.sink_group,
             enable_auto_commit=False,
             isolation_level="read_committed",  # the worker writes in transactions (streams/durable.py)
-            auto_offset_reset="earliest",
+            auto_offset_reset="none",  # never reset past records silently: offsets_guard says why instead
             max_partition_fetch_bytes=8 * 1024 * 1024,
         )
         self.signer = Signer.load_or_create(settings.signing_key_path)
@@ -80,6 +92,9 @@ class AuditSink:
         self.checkpointed: dict[tuple[str, int], tuple[int, bytes]] = {}
         self.last_checkpoint = time.monotonic()
         self.producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all")
+        self.unpublished: deque[bytes] = deque()  # signed checkpoints not yet on the checkpoints topic
+        self.publisher: asyncio.Task[None] | None = None
+        self.status = Health("sink", settings.health_broker_timeout_s, settings.health_stall_s)
         self.stopping = asyncio.Event()
         self.failed: BaseException | None = None
         self.last_commit: float | None = None
@@ -92,12 +107,91 @@ class AuditSink:
         self.sealed: deque[_Batch] = deque()  # full or due batches waiting for DuckDB, oldest first
 
     async def assign(self) -> None:
-        """Assign every partition of the audit topic (again, if some were added) and seek to the stored offsets."""
-        found = await partitions(self.settings.kafka_bootstrap_servers, [self.settings.audit_topic])
+        """Assign every partition of the audit topic (again, if some were added) and seek to the stored offsets.
+        While the broker is unreachable this is retried at the next probe instead of failing."""
         self.partitions_checked = time.monotonic()
+        try:
+            found = await asyncio.wait_for(
+                partitions(self.settings.kafka_bootstrap_servers, [self.settings.audit_topic]), PROBE_S * 3
+            )
+        except (KafkaError, OSError, TimeoutError) as exc:
+            self.status.broker_failed(exc)
+            self.partitions_checked -= PARTITION_REFRESH_S - PROBE_S  # retry soon
+            return
         if set(found) != self.consumer.assignment():
+            try:
+                beginning = await asyncio.wait_for(self.check_offsets(found), PROBE_S * 3)
+            except (KafkaError, TimeoutError) as exc:
+                self.status.broker_failed(exc)
+                self.partitions_checked -= PARTITION_REFRESH_S - PROBE_S  # retry soon
+                return
             self.consumer.assign(found)
+            try:
+                await self.check_last_records(found, beginning)
+            except (KafkaError, TimeoutError) as exc:
+                self.consumer.unsubscribe()  # assigned again at the next try
+                self.status.broker_failed(exc)
+                self.partitions_checked -= PARTITION_REFRESH_S - PROBE_S
+                return
             await self.seek_to_stored(found)
+        self.status.ready = True
+
+    async def check_offsets(self, found: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Refuse stored offsets the topic cannot continue (see :mod:`audit.offsets_guard`); returns the
+        topic's first offsets."""
+        beginning = await self.consumer.beginning_offsets(found)
+        end = await self.consumer.end_offsets(found)
+        mismatch = offsets_guard.check(
+            self.store.next_offsets(),
+            {(tp.topic, tp.partition): o for tp, o in beginning.items()},
+            {(tp.topic, tp.partition): o for tp, o in end.items()},
+        )
+        if mismatch is not None:
+            raise mismatch
+        return dict(beginning)
+
+    async def check_last_records(self, found: list[TopicPartition], beginning: dict[TopicPartition, int]) -> None:
+        """Refuse a topic whose record at each stored last offset is not the one stored (recreated with at
+        least as many records). Reads one record per partition, before seeking to the stored offsets."""
+        stored = {tp: r for tp, r in self.store.last_records().items() if tp[0] == self.settings.audit_topic}
+        checked = [
+            tp for tp in found if (tp.topic, tp.partition) in stored
+            and stored[(tp.topic, tp.partition)].offset >= beginning.get(tp, 0)
+        ]  # fmt: skip
+        if not checked:
+            return
+        for tp in checked:
+            self.consumer.seek(tp, stored[(tp.topic, tp.partition)].offset)
+        got: dict[tuple[str, int], RawRecord | None] = {(tp.topic, tp.partition): None for tp in checked}
+        deadline = time.monotonic() + PROBE_S * 3
+        waiting = set(checked)
+        while waiting and time.monotonic() < deadline:
+            fetched = await self.consumer.getmany(*waiting, timeout_ms=500, max_records=1)
+            for tp, msgs in fetched.items():
+                if msgs and tp in waiting:
+                    m = msgs[0]
+                    got[(tp.topic, tp.partition)] = RawRecord(tp.topic, tp.partition, m.offset, m.timestamp, m.key,
+                                                              b"" if m.value is None else m.value)  # fmt: skip
+                    waiting.discard(tp)
+        if waiting:
+            raise KafkaTimeoutError(f"could not read the last stored records back from {sorted(map(str, waiting))}")
+        mismatch = offsets_guard.compare_last(stored, got)
+        if mismatch is not None:
+            raise mismatch
+
+    async def watch_broker(self) -> None:
+        """Ask the broker for metadata every ``PROBE_S``: what ``/health`` says about it."""
+        while not self.stopping.is_set():
+            try:
+                unreachable = await probe(self.settings.kafka_bootstrap_servers, PROBE_S / 2)
+                if unreachable is not None:
+                    raise OSError(unreachable)
+                await asyncio.wait_for(self.consumer.topics(), PROBE_S)
+                self.status.broker_ok()
+            except (KafkaError, OSError, TimeoutError) as exc:
+                self.status.broker_failed(exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), PROBE_S)
 
     async def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
         """Seek every partition to the store's next offset; a partition the store has nothing of is read
@@ -112,40 +206,62 @@ class AuditSink:
         log.info("partitions assigned", extra={"assigned": [f"{tp.topic}/{tp.partition}" for tp in assigned]})
 
     def health(self) -> tuple[bool, dict[str, Any]]:
-        details = {
-            "role": "sink",
+        self.status.stopping = self.stopping.is_set()
+        self.status.details = {
             "rows_written": self.rows_written,
-            "last_commit_age_s": None if self.last_commit is None else round(time.monotonic() - self.last_commit, 3),
             "assigned": sorted(f"{tp.topic}/{tp.partition}" for tp in self.consumer.assignment()),
+            "checkpoints_unpublished": len(self.unpublished),
         }
-        if self.failed is not None:
-            details["error"] = repr(self.failed)
-        return (self.failed is None and not self.stopping.is_set(), details)
+        return self.status.verdict()
 
     async def run(self, on_ready: Callable[[int], None] | None = None) -> None:
         runner, self.http_port = await ops.start_http(
-            self.settings.http_host, self.settings.sink_http_port, self.health, self.routes
+            self.settings.http_host, self.settings.sink_http_port, self.health, self.routes, ops.SINK_METRICS
         )
-        await self.consumer.start()
-        await self.producer.start()
-        await self.assign()
-        if on_ready is not None:
-            on_ready(self.http_port)
+        watcher: asyncio.Task[None] | None = None
         try:
+            await self.consumer.start()
+            watcher = asyncio.ensure_future(self.watch_broker())
+            await self.producer.start()
+            while not self.status.ready and not self.stopping.is_set():  # the broker may be away at start
+                await self.assign()
+                if not self.status.ready:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.stopping.wait(), PROBE_S)
+            if on_ready is not None:
+                on_ready(self.http_port)
             while not self.stopping.is_set():
                 await self._one_batch()
+            left = time_left(SHUTDOWN_BUDGET_S)
             await self.flush()
             await self.checkpoint(force=True)
+            if self.publisher is not None:
+                await bounded(asyncio.shield(self.publisher), min(3.0, left() / 2), "publishing the last checkpoints")
         except BaseException as exc:
             self.failed = exc
+            self.status.fail(_fault(exc))
+            await self._hold_fault(exc)
             raise
         finally:
+            left = time_left(SHUTDOWN_BUDGET_S / 2)
+            for task in (watcher, self.publisher):
+                if task is not None:
+                    task.cancel()
             if self.pending is not None:  # never close the store under a commit still running in its thread
                 await asyncio.gather(self.pending, return_exceptions=True)
-            await self.consumer.stop()
-            await self.producer.stop()
+            await bounded(self.consumer.stop(), left(), "closing the consumer")
+            await bounded(self.producer.stop(), left(), "closing the producer")
             await runner.cleanup()
             self.store.close()
+
+    async def _hold_fault(self, exc: BaseException) -> None:
+        """Keep answering /health with the fault (503) for a while, so that it is seen; SIGTERM ends it."""
+        if isinstance(exc, Exception) and not self.stopping.is_set():
+            log.error("sink stopped: %s", self.status.fault)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), self.fault_hold_s)
+
+    fault_hold_s = FAULT_HOLD_S
 
     async def _one_batch(self) -> None:
         """Fetch, prepare (hash) what came into the filling batch, seal it when it is due (see
@@ -157,9 +273,13 @@ class AuditSink:
         if filling.rows:  # wake when the filling batch is due; never 0, which would starve the fetcher task
             due_in = int(wait_ms - (time.monotonic() - filling.since) * 1000)
             wait_ms = due_in if due_in > 0 else wait_ms
-        fetched = await self.consumer.getmany(
-            timeout_ms=wait_ms, max_records=max(1, min(FETCH_RECORDS, cfg.sink_batch_max - filling.rows))
-        )
+        try:
+            fetched = await self.consumer.getmany(
+                timeout_ms=wait_ms, max_records=max(1, min(FETCH_RECORDS, cfg.sink_batch_max - filling.rows))
+            )
+        except OffsetOutOfRangeError as exc:  # the topic was recreated or truncated under the running sink
+            await self.check_offsets(list(self.consumer.assignment()))
+            raise OffsetsMismatch(f"the audit topic no longer holds the sink's next offsets: {exc}") from exc
         runs = [
             Run(tp.topic, tp.partition, [m.offset for m in msgs], [m.timestamp for m in msgs],
                 [m.key for m in msgs], [b"" if m.value is None else m.value for m in msgs])
@@ -234,8 +354,9 @@ class AuditSink:
             if highwater is None:
                 continue
             lag = max(0, highwater - await self.consumer.position(tp))
-            ops.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
+            ops.SINK_LAG.labels(tp.topic, str(tp.partition)).set(lag)
             total += lag
+        self.status.observe_lag(total)
         return total
 
     async def _commit(self, prepared: list[Any], rows: int, offsets: dict[TopicPartition, int]) -> None:
@@ -245,9 +366,10 @@ class AuditSink:
         ops.SINK_ROWS.inc(rows)
         self.rows_written += rows
         self.last_commit = time.monotonic()
-        try:  # monitoring only: the offsets that matter were stored with the rows
-            await self.consumer.commit(offsets)
-        except KafkaError as exc:
+        self.status.committed()
+        try:  # monitoring only: the offsets that matter were stored with the rows (never wait out an outage)
+            await asyncio.wait_for(self.consumer.commit(offsets), PROBE_S)
+        except (KafkaError, TimeoutError) as exc:
             log.debug("monitoring commit to Kafka failed (harmless)", extra={"error": repr(exc)})
 
     async def finish_pending(self) -> None:
@@ -258,18 +380,45 @@ class AuditSink:
 
     async def checkpoint(self, force: bool = False) -> None:
         """Sign the chain heads if they moved (every ``checkpoint_interval_s``, or now when ``force``): the
-        file first (fsync), then the checkpoints topic, then the checkpoints table."""
+        file first (fsync), then the checkpoints table, then the checkpoints topic (in the background, in
+        order, retried while the broker is away)."""
         heads = self.store.heads()
         due = force or time.monotonic() - self.last_checkpoint >= self.settings.checkpoint_interval_s
         if not due or heads == self.checkpointed:
             return
         self.checkpoint_seq += 1
         line = self.signer.checkpoint(self.checkpoint_seq, heads)
-        await asyncio.to_thread(append_line, self.settings.checkpoint_path, line)
-        await self.producer.send_and_wait(self.settings.checkpoint_topic, orjson.dumps(line), key=b"checkpoint")
+        try:
+            await asyncio.to_thread(append_line, self.settings.checkpoint_path, line)
+        except OSError as exc:
+            raise StoreError(f"cannot write the checkpoint file {self.settings.checkpoint_path}: {exc}") from exc
         await asyncio.to_thread(self.store.add_checkpoint, self.checkpoint_seq, line)
         self.checkpointed, self.last_checkpoint = heads, time.monotonic()
         ops.CHECKPOINTS.inc()
+        self.unpublished.append(orjson.dumps(line))
+        if self.publisher is None or self.publisher.done():
+            self.publisher = asyncio.ensure_future(self._publish())
+
+    async def _publish(self) -> None:
+        """Send the signed checkpoints to the checkpoints topic, oldest first, until none is left. A send
+        that is slow (the broker is away) is waited for again, not sent twice."""
+        delivery: asyncio.Future[Any] | None = None
+        while self.unpublished:
+            try:
+                if delivery is None:
+                    send = self.producer.send(self.settings.checkpoint_topic, self.unpublished[0], key=b"checkpoint")
+                    delivery = await asyncio.wait_for(send, PROBE_S * 2)
+                await asyncio.wait_for(asyncio.shield(delivery), PROBE_S * 2)  # type: ignore[arg-type]
+            except TimeoutError:
+                self.status.broker_failed("a checkpoint was not acknowledged in time")
+                continue
+            except KafkaError as exc:
+                self.status.broker_failed(exc)
+                delivery = None
+                await asyncio.sleep(1.0)
+                continue
+            self.unpublished.popleft()
+            delivery = None
 
 
 def run(settings: Settings, store: DuckDBStore) -> None:
@@ -287,3 +436,12 @@ def run(settings: Settings, store: DuckDBStore) -> None:
         await sink.run()
 
     asyncio.run(main())
+
+
+def _fault(exc: BaseException) -> str:
+    """The one-line reason ``/health`` gives for what stopped the sink (the original error, not a consequence)."""
+    if isinstance(exc, DriftlogError):
+        return str(exc)
+    if isinstance(exc, asyncio.CancelledError):
+        return "stopped"
+    return f"{type(exc).__name__}: {exc}"

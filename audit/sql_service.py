@@ -20,6 +20,7 @@ import orjson
 import pyarrow as pa
 from aiohttp import web
 
+from audit.diagnose import duckdb_message
 from streams.errors import ConfigError, QueryError
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
@@ -52,7 +53,7 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
-        raise QueryError(str(exc).splitlines()[0]) from exc
+        raise QueryError(duckdb_message(exc)) from exc
     if len(statements) != 1:
         raise QueryError(f"send exactly one statement (got {len(statements)})")
     if statements[0].type != duckdb.StatementType.SELECT:
@@ -86,7 +87,7 @@ def run_read_only(
     except duckdb.InterruptException as exc:
         raise QueryError(f"the query ran longer than {limits.timeout_s:g}s and was stopped") from exc
     except duckdb.Error as exc:
-        raise QueryError(str(exc).splitlines()[0]) from exc
+        raise QueryError(duckdb_message(exc)) from exc
     finally:
         timer.cancel()
         cursor.close()

@@ -74,6 +74,10 @@ class AuditStore(Protocol):
         """Record a signed checkpoint line."""
         ...
 
+    def last_records(self) -> dict[tuple[str, int], RawRecord]:
+        """Per partition, the last record stored (at its next offset - 1): what the topic must still hold there."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -108,6 +112,12 @@ class MemoryStore:
 
     def heads(self) -> dict[tuple[str, int], tuple[int, bytes]]:
         return {tp: (self.offsets[tp], h) for tp, h in self.chain.items()}
+
+    def last_records(self) -> dict[tuple[str, int], RawRecord]:
+        last: dict[tuple[str, int], RawRecord] = {}
+        for r in self.records:
+            last[(r.topic, r.partition)] = r
+        return last
 
     def add_checkpoint(self, seq: int, line: dict[str, str]) -> None:
         self.checkpoints.append(line)

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import duckdb
 
-from audit.checkpoint import Checkpoint, load_public_key, read_checkpoints
+from audit.checkpoint import Checkpoint, load_public_keys, read_checkpoints
+from audit.diagnose import open_failure
 from audit.migrations import migrate
 from audit.query import READ_ONLY_CONFIG
 from audit.verify_rows import PARALLEL_ROWS, RANGE_ROWS, Range, RangeResult, plan, run_ranges
@@ -58,14 +59,17 @@ def verify(
         raise StoreError(f"no audit store at {db_path}")
     try:
         con = duckdb.connect(str(db_path), read_only=True, config=READ_ONLY_CONFIG)
-    except duckdb.IOException as exc:
-        raise StoreError(f"{db_path} is held by a writer; stop the sink (SIGTERM) and verify again: {exc}") from exc
+    except duckdb.Error as exc:
+        why = open_failure(db_path, exc, read_only=True)
+        if "another process holds it" in why:
+            why = f"{db_path} is held by a writer; stop the sink (SIGTERM) and verify again: {exc}"
+        raise StoreError(why) from exc
     report = Report()
     started = time.perf_counter()
     try:
         checkpoints: list[Checkpoint] = []
         if checkpoint_file is not None and public_key is not None:
-            checkpoints, problems = read_checkpoints(checkpoint_file, load_public_key(public_key))
+            checkpoints, problems = read_checkpoints(checkpoint_file, load_public_keys(public_key))
             report.problems += problems
             report.checkpoints = len(checkpoints)
         wanted = {(t, p, n - 1) for c in checkpoints for (t, p), (n, _) in c.heads.items()}

@@ -53,7 +53,7 @@ class Settings(BaseSettings):
     signing_key: Path | None = Field(
         None,
         description="Ed25519 private key (PEM) that signs checkpoints; created if missing "
-        "(default: <home>/keys/audit.pem).",
+        "(default: the DuckDB path + .signing.pem, i.e. owned by the deployment; see README, signing key).",
     )
     sink_batch_max: int = Field(
         122_880,
@@ -112,6 +112,12 @@ class Settings(BaseSettings):
         description="A job with no samples for this long in event time (s) is closed (its last steps and "
         "windows emitted) and evicted.",
     )
+    max_future_s: float = Field(
+        3600.0,
+        gt=0,
+        description="Samples dated more than this (s) after their message's Kafka timestamp are dead-lettered "
+        "as future (and do not move their source's newest event time).",
+    )
     step_drift_warmup: int = Field(
         20, ge=3, description="Steps per job the step-time detector uses to learn the healthy baseline."
     )
@@ -125,9 +131,33 @@ class Settings(BaseSettings):
         description="Price of one accelerator-hour (any currency) for the cost_per_output roll-up; 0: none.",
     )
 
+    kafka_name: str = Field(
+        "default",
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="Name of the local broker (`driftlog kafka start --name`) that commands use when "
+        "KAFKA_BOOTSTRAP_SERVERS is empty (when that one does not run and exactly one other does, that one).",
+    )
+    health_broker_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="/health answers 503 once the broker has been unreachable this long, s.",
+    )
+    health_stall_s: float = Field(
+        120.0,
+        gt=0,
+        description="/health answers 503 when records wait but nothing was committed for this long, s.",
+    )
+
     @property
     def kafka_home(self) -> Path:
         return self.home / "kafka"
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _any_case(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
 
     @field_validator("checkpoint_file", "signing_key", mode="before")
     @classmethod
@@ -140,7 +170,7 @@ class Settings(BaseSettings):
 
     @property
     def signing_key_path(self) -> Path:
-        return self.signing_key or self.home / "keys" / "audit.pem"
+        return self.signing_key or self.db_path.with_name(self.db_path.name + ".signing.pem")
 
     @property
     def all_topics(self) -> tuple[str, ...]:

@@ -23,3 +23,8 @@ class StoreError(DriftlogError):
 
 class QueryError(DriftlogError):
     """A SQL query failed or is not allowed: fix the statement (only read-only SELECT-style queries run)."""
+
+
+class OffsetsMismatch(StoreError):
+    """The store holds offsets the audit topic cannot continue (recreated or truncated): the sink refuses to run
+    rather than skip records. Recovery: see README.md, "When the audit topic was recreated"."""

@@ -6,35 +6,75 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
-SAMPLES = Counter("driftlog_samples_total", "Valid telemetry samples processed, by kind", ["kind"])
-MESSAGES = Counter("driftlog_messages_total", "Kafka messages consumed, by topic", ["topic"])
-DEAD_LETTERS = Counter("driftlog_dead_letters_total", "Rejected messages or samples, by reason", ["reason"])
-FINDINGS = Counter("driftlog_findings_total", "Findings emitted, by kind", ["kind"])
-CONSUMER_LAG = Gauge("driftlog_consumer_lag", "Records not yet processed, per partition", ["topic", "partition"])
-SINK_ROWS = Counter("driftlog_sink_rows_total", "Audit records written to the store")
-CHECKPOINTS = Counter("driftlog_checkpoints_total", "Signed checkpoints of the chain heads written")
+from streams.errors import ConfigError
+
+
+def _registry() -> CollectorRegistry:
+    """A process's own metrics: each long-running process serves only the metrics it updates."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    return registry
+
+
+WORKER_METRICS = _registry()
+SINK_METRICS = _registry()
+
+SAMPLES = Counter(
+    "driftlog_samples_total", "Valid telemetry samples processed, by kind", ["kind"], registry=WORKER_METRICS
+)
+MESSAGES = Counter("driftlog_messages_total", "Kafka messages consumed, by topic", ["topic"], registry=WORKER_METRICS)
+DEAD_LETTERS = Counter(
+    "driftlog_dead_letters_total", "Rejected messages or samples, by reason", ["reason"], registry=WORKER_METRICS
+)
+FINDINGS = Counter("driftlog_findings_total", "Findings emitted, by kind", ["kind"], registry=WORKER_METRICS)
+CONSUMER_LAG = Gauge(
+    "driftlog_consumer_lag", "Records not yet processed, per partition", ["topic", "partition"], registry=WORKER_METRICS
+)
+SINK_LAG = Gauge(
+    "driftlog_consumer_lag", "Records not yet stored, per partition", ["topic", "partition"], registry=SINK_METRICS
+)
+SINK_ROWS = Counter("driftlog_sink_rows_total", "Audit records written to the store", registry=SINK_METRICS)
+CHECKPOINTS = Counter(
+    "driftlog_checkpoints_total", "Signed checkpoints of the chain heads written", registry=SINK_METRICS
+)
 SINK_COMMIT_SECONDS = Histogram(
     "driftlog_sink_commit_seconds",
     "Duration of one sink transaction (rows + offsets)",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=SINK_METRICS,
 )
 
 HealthFn = Callable[[], tuple[bool, dict[str, Any]]]
 
 
 async def start_http(
-    host: str, port: int, health: HealthFn, routes: Sequence[web.RouteDef] = ()
+    host: str,
+    port: int,
+    health: HealthFn,
+    routes: Sequence[web.RouteDef] = (),
+    registry: CollectorRegistry = WORKER_METRICS,
 ) -> tuple[web.AppRunner, int]:
-    """Serve ``/health`` (200 when healthy, else 503, JSON details) and ``/metrics``. Returns the bound port."""
+    """Serve ``/health`` (200 when healthy, else 503, JSON details) and ``/metrics`` (``registry``: the
+    process's own metrics). Returns the bound port; a port in use is a one-line :class:`ConfigError`."""
 
     async def health_view(_: web.Request) -> web.Response:
         ok, details = health()
         return web.json_response({"status": "ok" if ok else "unhealthy", **details}, status=200 if ok else 503)
 
     async def metrics_view(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application()
     app.router.add_get("/health", health_view)
@@ -43,6 +83,13 @@ async def start_http(
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ConfigError(
+            f"cannot serve health/metrics on {host}:{port}: {exc.strerror or exc}; stop the process using it, or "
+            "set DRIFTLOG_WORKER_HTTP_PORT / DRIFTLOG_SINK_HTTP_PORT to a free port (0: any)"
+        ) from exc
     bound = runner.addresses[0][1] if runner.addresses else port
     return runner, int(bound)

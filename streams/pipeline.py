@@ -109,7 +109,11 @@ class Processor:
         """The inputs (topic partitions, files) to wait for; ``offset`` is ignored."""
         self.timeline.declare(channel(s) for s in sources)
 
-    def telemetry(self, raw: bytes, source: SourcePosition, caught_up: Iterable[str] = ()) -> Output:
+    def telemetry(
+        self, raw: bytes, source: SourcePosition, caught_up: Iterable[str] = (), now: float | None = None
+    ) -> Output:
+        """A telemetry message; ``now``: its reference time (the Kafka record's timestamp, s), against which
+        samples too far in the future are refused (reason ``future``) without moving their source's time."""
         out = Output()
         decoded = decode_telemetry(raw)
         rejects = list(decoded.rejects)
@@ -118,13 +122,17 @@ class Processor:
             if why is not None:
                 out.reject(raw, source, [Reject("duplicate", why)])
                 return out
-            masks = self.admission.late_mask(decoded.source, decoded.batches)
             kept = []
-            for batch, late in zip(decoded.batches, masks, strict=True):
+            screened = self.admission.screen(decoded.source, decoded.batches, now)
+            for batch, (late, future) in zip(decoded.batches, screened, strict=True):
                 if late.any():
                     detail = f"{batch.kind} sample older than the allowed lateness behind its source's newest"
                     rejects.extend(Reject("late", detail, int(i)) for i in batch.index[late])
-                kept.append(batch.select(~late) if late.any() else batch)
+                if future.any():
+                    detail = f"{batch.kind} sample more than {self.admission.max_future:g} s after its message's time"
+                    rejects.extend(Reject("future", detail, int(i)) for i in batch.index[future])
+                refused = late | future
+                kept.append(batch.select(~refused) if refused.any() else batch)
             behind = self.timeline.add_samples(channel(source), kept)
             for batch, late in zip(kept, behind, strict=True):
                 if late.any():
@@ -205,7 +213,8 @@ def build_processor(settings: Settings, **engine: Any) -> Processor:
         price_per_accel_hour=settings.price_per_accel_hour,
         job_idle_s=settings.job_idle_s,
     )
-    return Processor(Engine(config, **engine), Admission(allowed_lateness=settings.allowed_lateness_s))
+    admission = Admission(allowed_lateness=settings.allowed_lateness_s, max_future=settings.max_future_s)
+    return Processor(Engine(config, **engine), admission)
 
 
 def channel(source: SourcePosition) -> str:

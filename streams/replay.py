@@ -80,8 +80,10 @@ async def replay(
                     if job is not None and kind == "telemetry" and m.key is not None and m.key.decode() != job:
                         continue
                     last = SourcePosition(tp.topic, tp.partition, m.offset)
-                    handle = processor.telemetry if kind == "telemetry" else processor.decision
-                    out.extend(handle(m.value or b"", last))
+                    if kind == "telemetry":  # the record's timestamp: the reference for future samples, as live
+                        out.extend(processor.telemetry(m.value or b"", last, (), m.timestamp / 1000))
+                    else:
+                        out.extend(processor.decision(m.value or b"", last))
                 if await consumer.position(tp) >= end:
                     todo.pop(tp, None)
                     consumer.pause(tp)

@@ -23,6 +23,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_free(port: int) -> bool:
+    """Whether a loopback port can be bound now (SO_REUSEADDR: a port in TIME_WAIT counts as free)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 class Child:
     """``driftlog <args>`` in a new session; stopped with SIGTERM (then SIGKILL after ``grace`` s)."""
 

@@ -27,6 +27,7 @@ from streams import ops
 from streams.config import Settings
 from streams.contract.envelope import Reject
 from streams.durable import Transactions
+from streams.health import Health, probe
 from streams.logs import config_dict
 from streams.pipeline import Output, build_processor
 from streams.worker_state import WorkerState
@@ -50,6 +51,7 @@ class OpsService(Service):
         self.port = 0
         self.processed: dict[tuple[str, int], int] = {}
         self.worker_state: Any = None  # the WorkerState once its snapshot is loaded
+        self.status = Health("worker", settings.health_broker_timeout_s, settings.health_stall_s)
 
     async def on_start(self) -> None:
         self.runner, self.port = await ops.start_http(
@@ -62,18 +64,30 @@ class OpsService(Service):
             await self.runner.cleanup()
 
     def health(self) -> tuple[bool, dict[str, Any]]:
-        """Healthy once the worker has joined its group and is not in the middle of a rebalance."""
+        """Healthy once the worker has joined its group, is not in the middle of a rebalance and has loaded
+        its state; 503 with the reason when the broker has been away too long, output stalls behind lag, or
+        a transaction failed (:mod:`streams.health`)."""
         app = self.app
         consumer = app.consumer if app.producer is not None else None
         assigned = sorted(f"{tp.topic}/{tp.partition}" for tp in consumer.assignment()) if consumer else []
         joined = app.rebalancing_count > 0 and not app.rebalancing
         state = self.worker_state
-        details = {
-            "role": "worker", "assigned": assigned, "rebalancing": app.rebalancing,
+        self.status.ready = joined and state is not None
+        self.status.stopping = bool(app.should_stop)
+        self.status.details = {
+            "assigned": assigned, "rebalancing": app.rebalancing,
             "state_loaded": state is not None, "snapshot": state.seq if state is not None else None,
             "input_ended": state is not None and state.flushed and not state.dirty,
         }  # fmt: skip
-        return (joined and self.worker_state is not None and not app.should_stop, details)
+        return self.status.verdict()
+
+    async def watch_broker(self) -> None:
+        """Is the broker there? (what ``/health`` says about it)"""
+        unreachable = await probe(self.settings.kafka_bootstrap_servers, 2.0)
+        if unreachable is None:
+            self.status.broker_ok()
+        else:
+            self.status.broker_failed(unreachable)
 
     def highwater(self, topic: str, partition: int) -> int | None:
         consumer = self.app.consumer if self.app.producer is not None else None
@@ -138,7 +152,8 @@ async def handle_event(
     position = SourcePosition(msg.topic, msg.partition, msg.offset)
     value = msg.value if isinstance(msg.value, bytes) else b""
     try:
-        out = state.handle(kind, value, position, encoding)
+        now = msg.timestamp / 1000 if msg.timestamp else None
+        out = state.handle(kind, value, position, encoding, now)
     except Exception as exc:  # a bug must not make Faust ack and silently skip the message
         log.exception("processing failed on a message; dead-lettered", extra=position.as_dict())
         out = Output()
@@ -203,7 +218,18 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
         out = state.tick()
         if out is not None:
             publish_metrics(out)
-        await state.commit()
+        try:
+            if await state.commit() or not state.dirty:
+                ops_service.status.committed()
+        except Exception as exc:  # nothing is acknowledged: a restart resumes from the last snapshot
+            ops_service.status.fail(exc)
+            log.error("a transaction of the worker's output failed; stopping (a restart loses nothing)",
+                      extra={"error": repr(exc)})  # fmt: skip
+            await app.crash(exc)
+
+    @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
+    async def broker() -> None:
+        await ops_service.watch_broker()
 
     return app, ops_service
 

@@ -72,16 +72,20 @@ class WorkerState:
                 out.append(f"{topic}/{partition}")
         return out
 
-    def handle(self, kind: str, value: bytes, position: SourcePosition, encoding: str = "auto") -> Output:
-        """A message of the ``telemetry``, ``decisions`` or ``metrics`` (OTLP) topic."""
+    def handle(
+        self, kind: str, value: bytes, position: SourcePosition, encoding: str = "auto", now: float | None = None
+    ) -> Output:
+        """A message of the ``telemetry``, ``decisions`` or ``metrics`` (OTLP) topic; ``now``: the Kafka
+        record's timestamp (s), the reference for samples too far in the future."""
         tp = (position.topic, position.partition)
         self.offsets[tp] = position.offset + 1
         caught_up = self.caught_up()
         if kind == "metrics":
             out = self.processor.otlp(value, position, encoding, caught_up)
+        elif kind == "telemetry":
+            out = self.processor.telemetry(value, position, caught_up, now)
         else:
-            handle = self.processor.telemetry if kind == "telemetry" else self.processor.decision
-            out = handle(value, position, caught_up)
+            out = self.processor.decision(value, position, caught_up)
         self._keep(out)
         self.idle_since, self.flushed = None, False
         return out

@@ -62,7 +62,7 @@ def kafka_bootstrap() -> Iterator[str]:
     try:
         yield state.bootstrap
     finally:
-        broker.stop()
+        broker.wipe()  # stop keeps a broker's data for a restart; a test broker is not restarted
 
 
 @pytest.fixture

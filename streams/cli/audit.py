@@ -58,7 +58,11 @@ EXPORT_TABLES = (
 @click.option("--format", "fmt", type=click.Choice(["parquet"]), default="parquet", show_default=True)
 @click.option("--table", "tables", multiple=True, type=click.Choice(EXPORT_TABLES), help="Only these (repeatable).")
 @click.option("--db", "db_path", type=click.Path(path_type=Path), help="DuckDB file (default: DRIFTLOG_DB_PATH).")
-@click.option("--url", help="SQL endpoint of a running sink (default: http://127.0.0.1:DRIFTLOG_SINK_HTTP_PORT/sql).")
+@click.option(
+    "--url",
+    help="SQL endpoint of a running sink, also a remote one (http://host:6067[/sql]; with "
+    "DRIFTLOG_SQL_TOKEN); default: the local file, or the local sink while it holds the file.",
+)
 @click.option("--max-rows", default=50_000_000, show_default=True, help="Refuse tables larger than this.")
 @click.pass_context
 def export(
@@ -68,18 +72,34 @@ def export(
     """Export audit tables as Parquet files for external tools (one file per table)."""
     import pyarrow.parquet as pq
 
-    from audit.query import Endpoint, fetch_arrow
+    from audit.query import fetch_arrow
 
     s = settings_of(ctx)
-    endpoint = Endpoint(url or f"http://127.0.0.1:{s.sink_http_port}/sql", s.sql_token)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    endpoint = _endpoint(s, url)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create --out {out_dir}: {exc.strerror or exc}; give a writable directory") from exc
     for table in tables or EXPORT_TABLES:
         data = fetch_arrow(db_path or s.db_path, f"SELECT * FROM {table}", max_rows=max_rows, endpoint=endpoint)
         target = out_dir / f"{table}.{fmt}"
         partial = target.with_name(target.name + ".partial")
-        pq.write_table(data, partial)
-        partial.replace(target)
+        try:
+            pq.write_table(data, partial)
+            partial.replace(target)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {target}: {exc}; give a writable --out directory") from exc
         click.echo(f"{target}: {data.num_rows:,} rows")
+
+
+def _endpoint(s: Any, url: str | None) -> Any:
+    """The sink's SQL endpoint: ``--url`` (then only it is asked, no local file is needed), else the local
+    sink's default port (asked when a writer holds the file)."""
+    from audit.query import Endpoint
+
+    if url is not None:
+        return Endpoint(url if url.rstrip("/").endswith("/sql") else url.rstrip("/") + "/sql", s.sql_token, True)
+    return Endpoint(f"http://127.0.0.1:{s.sink_http_port}/sql", s.sql_token)
 
 
 @cli.command()
@@ -88,7 +108,11 @@ def export(
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A named query's parameter (repeatable).")
 @click.option("--list", "list_queries", is_flag=True, help="List the named queries and their parameters.")
 @click.option("--db", "db_path", type=click.Path(path_type=Path), help="DuckDB file (default: DRIFTLOG_DB_PATH).")
-@click.option("--url", help="SQL endpoint of a running sink (default: http://127.0.0.1:DRIFTLOG_SINK_HTTP_PORT/sql).")
+@click.option(
+    "--url",
+    help="SQL endpoint of a running sink, also a remote one (http://host:6067[/sql]; with "
+    "DRIFTLOG_SQL_TOKEN); default: the local file, or the local sink while it holds the file.",
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
 @click.option("--max-rows", default=10_000, show_default=True, help="Refuse results larger than this.")
 @click.pass_context
@@ -108,10 +132,15 @@ def query(
     Without a running sink the DuckDB file is opened read-only; while the sink holds it, the query goes to
     the sink's SQL endpoint and sees every committed record."""
     from audit.queries import library, named
-    from audit.query import Endpoint, run_query
+    from audit.query import run_query
     from streams.produce import parse_pairs
 
     if list_queries:
+        if fmt == "json":
+            click.echo(orjson.dumps([{"name": q.name, "answers": q.answers, "params": [
+                {"name": p.name, "type": p.type, "description": p.description} for p in q.params
+            ]} for q in library().values()], option=orjson.OPT_INDENT_2).decode())  # fmt: skip
+            return
         for q in library().values():
             args = " ".join(f"--param {p.name}=<{p.type}>" for p in q.params)
             click.echo(f"{q.name} {args}\n    {q.answers}")
@@ -123,21 +152,26 @@ def query(
         q = named(name)
         sql, bound = q.sql, q.bind(parse_pairs(params, "--param"))
     s = settings_of(ctx)
-    endpoint = Endpoint(url or f"http://127.0.0.1:{s.sink_http_port}/sql", s.sql_token)
     assert sql is not None
-    result = run_query(db_path or s.db_path, sql, bound, max_rows=max_rows, endpoint=endpoint)
+    result = run_query(db_path or s.db_path, sql, bound, max_rows=max_rows, endpoint=_endpoint(s, url))
     if fmt == "json":
         click.echo(orjson.dumps(result.records(), default=str, option=orjson.OPT_INDENT_2).decode())
     elif fmt == "csv":
         out = csv.writer(sys.stdout)
         out.writerow(result.columns)
-        out.writerows(result.rows)
+        out.writerows([_cells(result.columns, row, csv_null="") for row in result.rows])
     else:
         _print_table(result.columns, result.rows)
 
 
+def _cells(columns: list[str], row: tuple[Any, ...], csv_null: str | None = None) -> list[str]:
+    from audit.present import cell
+
+    return [csv_null if v is None and csv_null is not None else cell(c, v) for c, v in zip(columns, row, strict=True)]
+
+
 def _print_table(columns: list[str], rows: list[tuple[Any, ...]]) -> None:
-    cells = [[("NULL" if v is None else str(v)) for v in row] for row in rows]
+    cells = [_cells(columns, row) for row in rows]
     widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
     click.echo("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
     click.echo("  ".join("-" * w for w in widths))

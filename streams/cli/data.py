@@ -18,7 +18,11 @@ from streams.errors import ConfigError
 @click.option("--set", "constants", multiple=True, metavar="NAME=VALUE", help="Add a constant column.")
 @click.option("--kind", type=click.Choice(["op", "metric", "step", "topology", "decision"]),
               help="Kind of rows that have no kind column.")  # fmt: skip
-@click.option("--source", help="Producer name stamped on the messages (default: produce:<first file>).")
+@click.option(
+    "--source",
+    help="Producer name stamped on the messages (default: produce:<first file>); a file "
+    "sent again needs a new one, else the worker drops it as duplicates (a warning says so).",
+)
 @click.option("--batch", default=5000, show_default=True, help="Samples per Kafka message.")
 @click.pass_context
 def produce(
@@ -35,6 +39,7 @@ def produce(
 
     PyTorch profiler traces (Chrome-trace .json or .json.gz, one per rank) are recognised and converted:
     op spans, steps and process groups (job: --set job=ID, else the traces' directory name)."""
+    from streams import produce_log
     from streams.client import AsyncProducer
     from streams.formats.kineto import default_job, is_trace_file, read_trace_files
     from streams.produce import Mapping, constant, parse_pairs, produce_files
@@ -56,9 +61,14 @@ def produce(
         kind=kind,
     )
 
+    name = source or f"produce:{first}"
+    before = produce_log.previous(s.home, name)
+    if before is not None:
+        click.echo(produce_log.warning(name, before), err=True)
+
     async def run() -> None:
         producer = AsyncProducer(
-            s.kafka_bootstrap_servers, source=source or f"produce:{first}",
+            s.kafka_bootstrap_servers, source=name,
             telemetry_topic=s.telemetry_topic, decisions_topic=s.decisions_topic, max_samples=batch,
         )  # fmt: skip
         await producer.start()
@@ -70,14 +80,19 @@ def produce(
             await producer.stop()
         if trace_messages:
             click.echo(f"sent {len(traces)} profiler traces of job {job} as {len(trace_messages):,} messages")
-        if not files:
-            return
-        counts = ", ".join(f"{n:,} {k}" for k, n in sorted(report.samples.items())) or "no samples"
-        click.echo(f"sent {counts} and {report.decisions:,} decisions")
+        if files:
+            counts = ", ".join(f"{n:,} {k}" for k, n in sorted(report.samples.items())) or "no samples"
+            click.echo(f"sent {counts} and {report.decisions:,} decisions")
         if report.unreadable_count:
             click.echo(f"skipped {report.unreadable_count:,} unreadable rows, e.g.:", err=True)
             for where in report.unreadable:
                 click.echo(f"  {where}", err=True)
+        sent = sum(report.samples.values()) + report.decisions + len(trace_messages)
+        if not sent:
+            hint = "" if kind else "; rows without a kind column need --kind"
+            raise ConfigError(f"nothing was sent: {report.unreadable_count:,} rows were skipped{hint}")
+        produce_log.remember(s.home, name, [str(f) for f in (*traces, *files)],
+                             producer.batcher.seq + report.decisions)  # fmt: skip
 
     asyncio.run(run())
 

@@ -16,19 +16,26 @@ def kafka() -> None:
     """Run a local single-node Apache Kafka broker (KRaft) without Docker, fetched with Maven."""
 
 
-_name_option = click.option("--name", default="default", show_default=True, help="Broker instance name.")
+_name_option = click.option(
+    "--name",
+    help="Broker instance name (default: DRIFTLOG_KAFKA_NAME, else `default`); other commands find it "
+    "through DRIFTLOG_KAFKA_NAME, or on their own when it is the only local broker running.",
+)
 
 
-def _local(ctx: click.Context, name: str) -> LocalKafka:
+def _local(ctx: click.Context, name: str | None) -> LocalKafka:
     s = settings_of(ctx)
-    return LocalKafka(s.kafka_home, s.kafka_version, name)
+    return LocalKafka(s.kafka_home, s.kafka_version, name or s.kafka_name)
 
 
 @kafka.command("start")
 @_name_option
 @click.pass_context
-def kafka_start(ctx: click.Context, name: str) -> None:
-    """Start the broker (idempotent) and print its bootstrap address once it accepts produce/consume."""
+def kafka_start(ctx: click.Context, name: str | None) -> None:
+    """Start the broker (idempotent) and print its bootstrap address once it accepts produce/consume.
+
+    After `driftlog kafka stop` this restarts the same broker: same data (topics, records, offsets) and
+    same port. `driftlog kafka wipe` deletes it to start afresh."""
     s = settings_of(ctx)
     if s.kafka_bootstrap_servers:
         click.echo(f"KAFKA_BOOTSTRAP_SERVERS is set ({s.kafka_bootstrap_servers}); not starting a local broker")
@@ -40,15 +47,27 @@ def kafka_start(ctx: click.Context, name: str) -> None:
 @kafka.command("stop")
 @_name_option
 @click.pass_context
-def kafka_stop(ctx: click.Context, name: str) -> None:
-    """Stop the broker and every process it started."""
+def kafka_stop(ctx: click.Context, name: str | None) -> None:
+    """Stop the broker and every process it started (its data and port are kept for the next start)."""
     click.echo("stopped" if _local(ctx, name).stop() else "not running")
+
+
+@kafka.command("wipe")
+@_name_option
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_context
+def kafka_wipe(ctx: click.Context, name: str | None, yes: bool) -> None:
+    """Stop the broker and delete its data (every topic and record) and recorded port."""
+    broker = _local(ctx, name)
+    if not yes:
+        click.confirm(f"delete every topic and record of local broker {broker.name!r} ({broker.dir})?", abort=True)
+    click.echo("wiped" if broker.wipe() else "nothing to wipe")
 
 
 @kafka.command("status")
 @_name_option
 @click.pass_context
-def kafka_status(ctx: click.Context, name: str) -> None:
+def kafka_status(ctx: click.Context, name: str | None) -> None:
     """Print whether the broker runs, and where. Exit code 3 when it does not."""
     state = _local(ctx, name).state()
     if state is None:

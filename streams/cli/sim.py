@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import click
@@ -75,15 +76,20 @@ def simulate(
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the table as JSON here.")
 def eval_command(names: tuple[str, ...], seeds: str, ranks: int, steps: int, json_path: Path | None) -> None:
     """Score driftlog's detectors and two baselines (fixed threshold, river ADWIN) on simulated scenarios."""
-    from streams.sim.evaluate import evaluate, score, table
+    from streams.sim.evaluate import run_scenario, score, table
 
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError as exc:
         raise ConfigError(f"--seeds takes comma-separated integers: {exc}") from exc
     chosen = list(names) or sorted(SCENARIO_NAMES)
+    jobs = [(name, seed) for name in chosen for seed in seed_list]
+    runs, started = [], time.monotonic()
     try:
-        rows = score(evaluate(chosen, seed_list, ranks, steps))
+        for i, (name, seed) in enumerate(jobs, 1):  # progress on stderr: a full run takes minutes
+            click.echo(f"[{i}/{len(jobs)}] {name} seed {seed} ({time.monotonic() - started:.0f}s)", err=True)
+            runs.append(run_scenario(name, seed, ranks, steps))
+        rows = score(runs)
     except ValueError as exc:  # a scenario that cannot be built at this size
         raise ConfigError(str(exc)) from exc
     click.echo(f"scenarios {', '.join(chosen)}; seeds {seed_list}; {ranks} ranks, {steps} steps")

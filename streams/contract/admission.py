@@ -9,6 +9,12 @@
   event time seen from its source *before this message* is refused with reason ``late``. Within the
   allowed lateness, out-of-order samples are admitted; the engine orders what it needs to.
 
+- **Future sample**: a sample whose event time is more than ``max_future`` seconds after the message's
+  reference time (``now``: the Kafka record's timestamp, or the envelope's ``sent_at``; both are part of
+  the input, so a replay decides the same) is refused with reason ``future``, and it does not move its
+  source's newest event time: one sample dated 2099 does not make every later sample of its source late.
+  Without a reference time nothing is refused as future.
+
 State is bounded: at most ``max_sources`` sources are remembered (least recently seen forgotten first).
 """
 
@@ -34,6 +40,7 @@ class _Source:
 @dataclass
 class Admission:
     allowed_lateness: float = 300.0
+    max_future: float = 3600.0
     dedupe_window: int = 10_000
     max_sources: int = 65_536
     _sources: OrderedDict[str, _Source] = field(default_factory=OrderedDict)
@@ -68,14 +75,25 @@ class Admission:
 
     def late_mask(self, source: str, batches: list[SampleBatch]) -> list[npt.NDArray[np.bool_]]:
         """Per batch, which samples are too late; then advance the source's newest event time."""
+        return [late for late, _ in self.screen(source, batches)]
+
+    def screen(
+        self, source: str, batches: list[SampleBatch], now: float | None = None
+    ) -> list[tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]]:
+        """Per batch, (too late, too far in the future) masks; then advance the source's newest event time
+        over the samples admitted. ``now``: the message's reference time in seconds (see the module)."""
         state = self._source(source)
         cutoff = state.max_time - self.allowed_lateness
+        horizon = np.inf if now is None else now + self.max_future
         masks, newest = [], state.max_time
         for batch in batches:
             times = batch.columns[EVENT_TIME[batch.kind]]
-            masks.append(times < cutoff)
-            if len(times):
-                newest = max(newest, float(times.max()))
+            future = times > horizon
+            late = (times < cutoff) & ~future
+            masks.append((late, future))
+            admitted = times[~(late | future)]
+            if len(admitted):
+                newest = max(newest, float(admitted.max()))
         state.max_time = newest
         return masks
 

@@ -96,8 +96,8 @@ def decode_fast(raw: bytes) -> tuple[str, int | None, list[tuple[str, int, dict[
     try:
         raw.decode()  # msgspec skips the bytes of fields it ignores; those must be UTF-8 too
         env = _envelope_decoder().decode(raw)
-    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
-        return None  # the precise path names the problem
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None  # the precise path names the problem (deep nesting: malformed_json)
     if env.samples is None and env.columns is None:
         return None  # neither form: the precise path names the missing field
     samples, column_batches = env.samples or [], env.columns or []

@@ -14,15 +14,19 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from streams.errors import BrokerError
+from streams.kafka.limits import TOPIC_CONFIG
 
 
 async def ensure_topics(bootstrap: str, names: Iterable[str], partitions: int) -> None:
-    """Create the topics that do not exist yet (the broker is expected to refuse auto-creation)."""
+    """Create the topics that do not exist yet (the broker is expected to refuse auto-creation), each taking
+    messages up to :data:`~streams.kafka.limits.TOPIC_MAX_BYTES` (dead letters of what the contract admits)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
-        wanted = [NewTopic(n, partitions, 1) for n in dict.fromkeys(names) if n not in existing]
+        wanted = [
+            NewTopic(n, partitions, 1, topic_configs=TOPIC_CONFIG) for n in dict.fromkeys(names) if n not in existing
+        ]
         if wanted:
             with contextlib.suppress(TopicAlreadyExistsError):  # created concurrently: what we wanted
                 await admin.create_topics(wanted)

@@ -4,6 +4,10 @@ The broker's jars come from Maven Central (``org.apache.kafka:kafka_2.13``) via 
 dependency:copy-dependencies`` into ``<home>/kafka/<version>/libs``, outside the repository. Each broker
 instance has a name and a directory ``<home>/kafka/brokers/<name>`` holding its config, data, log and a
 ``state.json`` (pid, ports) so that ``start``, ``status`` and ``stop`` can run from different processes.
+
+``start`` after ``stop`` is a restart: the same data directory (topics, records, committed offsets) and the
+same ports, recorded in ``broker.json``, so that a worker or sink configured with the old address finds its
+data again. Only :meth:`LocalKafka.wipe` (``driftlog kafka wipe``) deletes the data and forgets the ports.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pathlib import Path
 
 from streams.errors import LauncherError
 from streams.kafka.admin import wait_until_ready
-from streams.supervise import free_port
+from streams.supervise import free_port, port_free
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -115,8 +119,15 @@ class LocalKafka:
     def __init__(self, home: Path, version: str, name: str = "default") -> None:
         self.home = home
         self.version = version
+        self.name = name
         self.dir = home / "brokers" / name
         self.libs = home / version / "libs"
+
+    @classmethod
+    def running(cls, home: Path, version: str) -> list[LocalKafka]:
+        """Every named broker under ``home`` whose process is alive, by name."""
+        found = sorted(p.name for p in (home / "brokers").glob("*") if (p / "state.json").exists())
+        return [b for b in (cls(home, version, n) for n in found) if b.state() is not None]
 
     # -- jars ------------------------------------------------------------------------------------------
     def ensure_jars(self) -> Path:
@@ -175,10 +186,9 @@ class LocalKafka:
             return running
         libs = self.ensure_jars()
         java = shutil.which("java") or "java"
-        shutil.rmtree(self.dir, ignore_errors=True)
         data = self.dir / "data"
-        data.mkdir(parents=True)
-        port, controller_port = free_port(), free_port()
+        port, controller_port = self._ports()
+        data.mkdir(parents=True, exist_ok=True)
         log = self.dir / "broker.log"
         props = self.dir / "server.properties"
         props.write_text(_SERVER_PROPERTIES.format(port=port, controller_port=controller_port, data=data))
@@ -189,14 +199,15 @@ class LocalKafka:
             (self.dir / "log4j.properties").write_text(_LOG4J_3.format(log=log))
             log_opt = f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}"
         base = [java, "-Xms256m", "-Xmx1g", log_opt, "-cp", f"{libs}/*"]
-        fmt = subprocess.run(
-            [*base, "kafka.tools.StorageTool", "format", "-t", "driftlog-local-cluster0", "-c", str(props)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if fmt.returncode != 0:
-            raise LauncherError(f"formatting KRaft storage failed: {(fmt.stdout + fmt.stderr).strip()[-2000:]}")
+        if not (data / "meta.properties").exists():  # a new broker; a restarted one keeps its data
+            fmt = subprocess.run(
+                [*base, "kafka.tools.StorageTool", "format", "-t", "driftlog-local-cluster0", "-c", str(props)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if fmt.returncode != 0:
+                raise LauncherError(f"formatting KRaft storage failed: {(fmt.stdout + fmt.stderr).strip()[-2000:]}")
         with open(self.dir / "stdout.log", "wb") as out:
             proc = subprocess.Popen(
                 [*base, "kafka.Kafka", str(props)],
@@ -213,6 +224,32 @@ class LocalKafka:
             self.stop()
             raise
         return state
+
+    def _ports(self) -> tuple[int, int]:
+        """The ports this broker had before (a restart keeps its address), else two free ones, recorded."""
+        recorded = self.dir / "broker.json"
+        try:
+            known = json.loads(recorded.read_text())
+            port, controller_port = int(known["port"]), int(known["controller_port"])
+        except (OSError, ValueError, KeyError, TypeError):
+            port, controller_port = free_port(), free_port()
+            self.dir.mkdir(parents=True, exist_ok=True)
+            recorded.write_text(json.dumps({"port": port, "controller_port": controller_port}))
+            return port, controller_port
+        for p in (port, controller_port):
+            if not port_free(p):
+                raise LauncherError(
+                    f"broker {self.name!r} restarts on its port {p}, which another process now uses: stop that "
+                    f"process, or `driftlog kafka wipe --name {self.name}` to start afresh (data deleted, new ports)"
+                )
+        return port, controller_port
+
+    def wipe(self) -> bool:
+        """Stop the broker if it runs and delete its data and recorded ports. True if there was anything."""
+        self.stop()
+        existed = self.dir.exists()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return existed
 
     async def _wait(self, state: BrokerState, proc: subprocess.Popen[bytes], timeout: float) -> None:
         waiter = asyncio.ensure_future(wait_until_ready(state.bootstrap, timeout))

@@ -44,3 +44,8 @@ def test_cli_start_status_stop_leaves_no_process(tmp_path: object) -> None:
     assert cli("stop").stdout.strip() == "stopped"
     assert cli("status").returncode == 3
     assert not process_alive(state.pid)  # gone (at most an unreaped zombie of the exited CLI)
+    restarted = cli("start")  # a restart, not a re-format: same port (and the same data directory)
+    assert restarted.returncode == 0 and restarted.stdout == started.stdout, restarted.stderr
+    wiped = cli("wipe", "--yes")
+    assert wiped.stdout.strip() == "wiped" and cli("status").returncode == 3
+    assert not LocalKafka(s.kafka_home, s.kafka_version, name).dir.exists()

@@ -231,7 +231,9 @@ def test_dockerfile_exposes_the_default_health_ports() -> None:
 
 
 def test_dockerfile_builds_on_python_311_slim_and_installs_the_package() -> None:
-    assert {args.split()[0] for args in _args("FROM")} == {"python:3.11-slim"}
+    bases = {args.split()[0] for args in _args("FROM")}
+    assert len(bases) == 1 and next(iter(bases)).startswith("python:3.11.")  # one pinned patch release
+    assert "slim" in next(iter(bases))
     assert any("pip install" in args and "/app" in args for args in _args("RUN"))
 
 
@@ -262,3 +264,47 @@ def test_dockerfile_env_uses_real_settings_and_keeps_state_on_a_volume() -> None
     db_path = PurePosixPath(env["DRIFTLOG_DB_PATH"])
     assert str(home) in volumes
     assert db_path.is_relative_to(home)
+
+
+def _images() -> list[str]:
+    """Every image the build or compose pulls: FROM lines, COPY --from=image, compose ``image:``."""
+    images = [args.split()[0] for args in _args("FROM")]
+    images += [a.split("=", 1)[1] for args in _args("COPY") for a in args.split() if a.startswith("--from=")]
+    images = [i for i in images if i != "native"]  # the build stage, not an image
+    images += [s["image"] for n, s in _compose()["services"].items() if n not in DRIFTLOG_SERVICES]
+    return images
+
+
+def test_every_base_image_is_pinned_to_an_exact_release() -> None:
+    for image in _images():
+        _name, _, tag = image.partition(":")
+        assert tag and tag != "latest", f"{image} is not pinned"
+        version = tag.split("-", 1)[0]
+        assert version.count(".") == 2, f"{image}: pin a full version (x.y.z), not {version!r}"
+
+
+def test_the_build_context_leaves_out_git_and_local_state() -> None:
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    for entry in (".git/", ".venv/", "*.duckdb", "*.pem"):
+        assert entry in ignored, f".dockerignore must leave out {entry}"
+
+
+@pytest.mark.parametrize("name", [*DRIFTLOG_SERVICES, "kafka"])
+def test_ports_are_published_on_loopback_only(name: str) -> None:
+    for entry in _service(name).get("ports") or []:
+        assert str(entry).startswith("127.0.0.1:"), f"{name} publishes {entry} beyond loopback"
+
+
+@pytest.mark.parametrize(("name", "setting"), [("worker", "worker_http_port"), ("sink", "sink_http_port")])
+def test_healthchecks_probe_the_configured_port(name: str, setting: str) -> None:
+    test = _service(name)["healthcheck"]["test"]
+    script = " ".join(test)
+    env = next(e for e, _ in env_names().items() if e == f"DRIFTLOG_{setting.upper()}")
+    default = Settings.model_fields[setting].default
+    assert f"$${{{env}:-{default}}}/health" in script, script
+
+
+def test_readme_says_the_sql_token_is_required_for_docker() -> None:
+    readme = (ROOT / "README.md").read_text()
+    docker = readme[readme.index("With Docker") :][:800]
+    assert "DRIFTLOG_SQL_TOKEN" in docker and "required" in docker
