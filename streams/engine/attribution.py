@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from streams.engine import elements
 from streams.engine.stepgraph import RECV_OPS, SEND_OPS
 
 SPECIFIC = 0.9
@@ -50,8 +51,8 @@ class RankedCause:
 def _contains(container: str, inner: str, contains: dict[str, set[str]]) -> bool:
     if inner in contains.get(container, ()):
         return True
-    op = container.rpartition("/")[2] if container.startswith("op:") else ""
-    return inner.startswith("link:") and op in (*SEND_OPS, *RECV_OPS)
+    op = elements.split_of_job(container, "op")
+    return elements.is_kind(inner, "link") and op is not None and op[1] in (*SEND_OPS, *RECV_OPS)
 
 
 def specific_chain(element: str, totals: dict[str, float], contains: dict[str, set[str]]) -> list[str]:

@@ -179,7 +179,7 @@ class JobState:
             rank = elements.parse_of_job(src, "rank")
             if rank is not None and rank[0] == self.job:
                 self._rank_device[rank[1]] = dst
-            elif src.startswith("device:") and dst.startswith("node:"):
+            elif elements.is_kind(src, "device") and elements.is_kind(dst, "node"):
                 self._device_node[src] = dst
         for r, device in self._rank_device.items():
             node = self._device_node.get(device)

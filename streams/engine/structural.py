@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from streams.engine import elements
 from streams.engine.attribution import StepGains, containment, rank_causes, specific_chain
 from streams.engine.detectors.critical_path import CriticalPathShift, composition
 from streams.engine.detectors.sync_loss import PhaseDrift
@@ -162,7 +163,7 @@ class JobDerivations:
             self._stragglers.remove(finding)
             moved = w.rank_ends - w.healed_rank_ends
             affected = np.flatnonzero(np.isfinite(moved) & (moved > CASCADE_MIN * w.step_s))
-            root = int(top.element.rpartition("/")[2])
+            root = elements.index_of(top.element, "rank")
             if len(affected[affected != root]):
                 out.findings.append(cascade(finding, root, affected, r))
 
@@ -185,12 +186,12 @@ class JobDerivations:
         start, end = rows[0][0], rows[-1][0] + rows[-1][1]
         costs = [cost for _, _, cost in rows]
         series = {
-            f"cause:{cause}": ("wasted_accel_s", tuple(c.waste_s[cause] for c in costs)) for cause in WASTE_CAUSES
+            elements.cause(cause): ("wasted_accel_s", tuple(c.waste_s[cause] for c in costs)) for cause in WASTE_CAUSES
         }
-        series[f"job:{self.job}"] = ("allocated_accel_s", tuple(c.allocated_s for c in costs))
+        series[elements.job(self.job)] = ("allocated_accel_s", tuple(c.allocated_s for c in costs))
         out = [Rollup(self.job, entity, name, start, end, v, sum(v)) for entity, (name, v) in series.items()]
         compute = tuple(c.compute_s for c in costs)
-        out.append(Rollup(self.job, f"job:{self.job}", "compute_accel_s", start, end, compute, sum(compute)))
+        out.append(Rollup(self.job, elements.job(self.job), "compute_accel_s", start, end, compute, sum(compute)))
         return out
 
 
@@ -206,12 +207,12 @@ def cascade(straggler: Finding, root: int, affected: np.ndarray, r: StepReport) 
     job = r.job
     return Finding(
         kind="straggler_cascade",
-        subjects=(f"rank:{job}/{root}", *straggler.subjects[1:]),
+        subjects=(elements.rank(job, root), *straggler.subjects[1:]),
         start=straggler.start,
         end=r.t0 + r.whatif.observed_s,
         severity=round(len(others) / max(1, r.ranks - 1), 6),
         evidence={
-            "root": f"rank:{job}/{root}",
+            "root": elements.rank(job, root),
             "affected_ranks": len(others),
             "via_tensor_parallel": int(tensor.sum()),
             "via_pipeline": int(pipeline.sum()),

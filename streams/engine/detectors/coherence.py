@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from streams.engine import elements
 from streams.engine.findings import Finding
 
 POWER_SAMPLES = 64
@@ -50,13 +51,8 @@ def _opposed(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def same_service(a: str, b: str) -> bool:
-    """``replica:<s>/<i>`` (or ``replica:<s>-<stage>/<i>``) belongs to ``service:<s>``."""
-    for rep, svc in ((a, b), (b, a)):
-        if rep.startswith("replica:") and svc.startswith("service:"):
-            name = svc.removeprefix("service:")
-            if rep.removeprefix("replica:").startswith((f"{name}/", f"{name}-")):
-                return True
-    return False
+    """One of the two is a replica of the other, a service."""
+    return elements.in_service(a, b) or elements.in_service(b, a)
 
 
 @dataclass
@@ -124,7 +120,7 @@ class ControlCoherence:
             either.update(a | b)
             both.update(a & b)
         shared = max(sorted(both), key=both.__getitem__, default=None)
-        services = sorted((e for e in either if e.startswith("service:")), key=lambda e: -either[e])
+        services = sorted((e for e in either if elements.is_kind(e, "service")), key=lambda e: -either[e])
         # what they fight over: an element both act on directly in most pairs, else the service in between
         if shared is not None and (both[shared] * 2 > len(pairs) or not services):
             element = shared
@@ -132,7 +128,7 @@ class ControlCoherence:
             element = services[0] if services else max(sorted(either), key=either.__getitem__)
         return Finding(
             kind="control_conflict",
-            subjects=(element, *(f"controller:{c}" for c in key)),
+            subjects=(element, *(elements.controller(c) for c in key)),
             start=float(pairs[0].first["time"]),
             end=pairs[-1].time,
             severity=float(len(pairs)),
@@ -150,7 +146,7 @@ class ControlCoherence:
         others = [p.second if p.first["layer"] == "power" else p.first for p in pairs]
         if not any(d["layer"] == "power" for d in sides):
             return None
-        candidates = [e for e in self._power if e.startswith("rack:")] or sorted(
+        candidates = [e for e in self._power if elements.is_kind(e, "rack")] or sorted(
             {t for d in sides for t in d["targets"]}
         )
         best = max(((e, *_oscillation(self._power.get(e, ()))) for e in candidates), key=lambda x: x[1], default=None)
@@ -160,7 +156,7 @@ class ControlCoherence:
         if corr < self.min_autocorr or swing < self.min_swing:
             return None
         acted = Counter(t for d in others for t in d["targets"])
-        service = max(sorted(acted), key=lambda t: (t.startswith("service:"), acted[t]))
+        service = max(sorted(acted), key=lambda t: (elements.is_kind(t, "service"), acted[t]))
         return Finding(
             kind="energy_feedback_loop",
             subjects=(service, entity),
@@ -168,7 +164,7 @@ class ControlCoherence:
             end=pairs[-1].time,
             severity=round(swing, 6),
             evidence={"period_s": round(lag * interval, 3), "autocorrelation": round(corr, 4),
-                      "swing_of_mean": round(swing, 4), "controllers": [f"controller:{c}" for c in key],
+                      "swing_of_mean": round(swing, 4), "controllers": [elements.controller(c) for c in key],
                       "pairs": len(pairs),
                       "measure": "power oscillating while a power controller and another controller conflict"},
         )  # fmt: skip

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from streams.engine import elements
 from streams.engine.findings import Finding
 
 
@@ -50,7 +51,7 @@ class Reruns:
         episode, self._episode = self._episode, None
         return Finding(
             kind="restart_rerun",
-            subjects=(f"job:{self.job}",),
+            subjects=(elements.job(self.job),),
             start=episode.start,
             end=start,
             severity=float(episode.steps),

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from streams.engine import elements
 from streams.engine.compute import RankCompute
 from streams.engine.findings import Finding
 
@@ -131,7 +132,7 @@ class CollectiveLateness:
     def _finding(self, rank: int, end: float) -> Finding:
         episode = self._episodes[rank]
         affected = sorted(r for r, h in self._late.items() if r != rank and sum(h) >= self.persistence)
-        subjects = (f"rank:{self.job}/{rank}", *([self.placement[rank]] if rank in self.placement else []))
+        subjects = (elements.rank(self.job, rank), *([self.placement[rank]] if rank in self.placement else []))
         return Finding(
             kind="straggler",
             subjects=subjects,

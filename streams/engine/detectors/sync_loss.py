@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from streams.engine import elements
 from streams.engine.findings import Finding
 
 Ints = npt.NDArray[np.int64]
@@ -65,7 +66,9 @@ class SyncLoss:
         replicas = sorted(set(self._replica[behind].tolist()) - {-1})
         reporting = self._replica[self._latest >= 0]
         whole = [d for d in replicas if (reporting == d).sum() == (self._replica[behind] == d).sum()]
-        subjects = tuple(f"dp:{self.job}/{d}" for d in whole) or tuple(f"rank:{self.job}/{r}" for r in behind[:16])
+        subjects = tuple(elements.dp(self.job, d) for d in whole) or tuple(
+            elements.rank(self.job, r) for r in behind[:16]
+        )
         assert self._onset is not None
         return Finding(
             kind="sync_loss",
@@ -121,7 +124,7 @@ class PhaseDrift:
         self._alarmed = True
         return Finding(
             kind="sync_loss",
-            subjects=tuple(f"dp:{self.job}/{d}" for d in drifting.tolist()),
+            subjects=tuple(elements.dp(self.job, d) for d in drifting.tolist()),
             start=self._onset,
             end=t0 + step_s,
             severity=round(self._drifts[-1] / step_s, 6),
