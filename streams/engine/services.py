@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streams.engine import elements
+from streams.engine.attribution import Attribution
 from streams.engine.detectors.serving import RetryStorm, TailLatency
 from streams.engine.findings import Finding
-from streams.engine.structural import Attribution
 
 HISTORY = 64  # windows of replica metrics kept per replica
 DECISION_HORIZON_S = 3600.0
