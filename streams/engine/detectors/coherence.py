@@ -18,14 +18,15 @@
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from streams.engine import elements
+from streams.engine.detectors.base import Detector
 from streams.engine.findings import Finding
+from streams.engine.opgraph import OperatorGraph
 
 POWER_SAMPLES = 64
 
@@ -56,8 +57,8 @@ def same_service(a: str, b: str) -> bool:
 
 
 @dataclass
-class ControlCoherence:
-    related: Callable[[str, str], bool] | None = None  # (target, element): e.g. the operator graph's placement
+class ControlCoherence(Detector):
+    job: str = ""  # the control plane's key
     horizon_s: float = 120.0
     episode_s: float = 1800.0
     min_pairs: int = 3
@@ -72,22 +73,20 @@ class ControlCoherence:
     def power(self, entity: str, time: float, watts: float) -> None:
         self._power.setdefault(entity, deque(maxlen=POWER_SAMPLES)).append((time, watts))
 
-    def update(self, d: dict[str, Any]) -> list[Finding]:
-        """The next decision (in time order); the findings it completes."""
+    def update(self, d: dict[str, Any], fabric: OperatorGraph) -> list[Finding]:
+        """The next decision (in time order), with the operator graph as it stands (what relates two
+        elements besides being the same or a service and its replica: one placed on the other); the
+        findings it completes."""
         found = []
         latest: dict[str, dict[str, Any]] = {}  # per other controller: its latest decision in the horizon
         for e in self._decisions:
             if e["controller"] != d["controller"] and 0 <= d["time"] - e["time"] <= self.horizon_s:
                 latest[e["controller"]] = e
         for e in latest.values():
-            if _opposed(e, d) and self._touch(e, d):
+            if _opposed(e, d) and _touch(e, d, fabric):
                 found.extend(self._pair(_Pair(e, d)))
         self._decisions.append(d)
         return found
-
-    def _touch(self, a: dict[str, Any], b: dict[str, Any]) -> bool:
-        rel = self.related or (lambda x, y: False)
-        return any(x == y or same_service(x, y) or rel(x, y) or rel(y, x) for x in a["targets"] for y in b["targets"])
 
     def _pair(self, pair: _Pair) -> list[Finding]:
         key = tuple(sorted((pair.first["controller"], pair.second["controller"])))
@@ -168,6 +167,12 @@ class ControlCoherence:
                       "pairs": len(pairs),
                       "measure": "power oscillating while a power controller and another controller conflict"},
         )  # fmt: skip
+
+
+def _touch(a: dict[str, Any], b: dict[str, Any], fabric: OperatorGraph) -> bool:
+    """The two decisions act on related elements."""
+    return any(x == y or same_service(x, y) or fabric.hosts(x, y) or fabric.hosts(y, x)
+               for x in a["targets"] for y in b["targets"])  # fmt: skip
 
 
 def _both_persist(pairs: Any, key: tuple[str, ...]) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from streams.engine import elements
+from streams.engine.detectors.base import Detector
 from streams.engine.detectors.episode import KOfN
 from streams.engine.findings import Finding
 
@@ -33,7 +34,7 @@ def distance(a: dict[str, float], b: dict[str, float]) -> float:
 
 
 @dataclass
-class CriticalPathShift:
+class CriticalPathShift(Detector):
     job: str
     warmup: int = 10
     threshold: float = 0.08  # healthy runs of the simulator stay under 0.04

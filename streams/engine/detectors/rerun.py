@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from streams.engine import elements
+from streams.engine.detectors.base import Detector
 from streams.engine.findings import Finding
 
 
@@ -32,7 +33,7 @@ class _Episode:
 
 
 @dataclass
-class Reruns:
+class Reruns(Detector):
     job: str
     _episode: _Episode | None = None
 

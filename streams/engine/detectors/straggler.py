@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from streams.engine import elements
 from streams.engine.compute import RankCompute
+from streams.engine.detectors.base import Detector
 from streams.engine.findings import Finding
 
 
@@ -51,7 +52,7 @@ class _Episode:
 
 
 @dataclass
-class CollectiveLateness:
+class CollectiveLateness(Detector):
     job: str
     min_gap_s: float = 0.005
     window: int = 10

@@ -17,13 +17,14 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine import elements
+from streams.engine.detectors.base import Detector
 from streams.engine.findings import Finding
 
 Ints = npt.NDArray[np.int64]
 
 
 @dataclass
-class SyncLoss:
+class SyncLoss(Detector):
     job: str
     min_lag: int = 2
     persistence: int = 5
@@ -89,7 +90,7 @@ class SyncLoss:
 
 
 @dataclass
-class PhaseDrift:
+class PhaseDrift(Detector):
     """The same loss seen within a step's spans: each data-parallel replica's phase (its first span's start
     less the median over replicas) against its own over the job's first ``warmup`` analysed steps. Drifting:
     a replica whose phase moved by more than ``min_drift`` of the step; a finding when fewer than half the
