@@ -104,7 +104,7 @@ class JobState:
     def ops(self, c: dict[str, Any], out: EngineOutput) -> None:
         """Op span columns of this job, in canonical order."""
         self.last_time = max(self.last_time, float(c["start"].max()))
-        self.stragglers.compute.add(c)  # type: ignore[union-attr]
+        self.stragglers.spans(c)
         if self._add_ranks(c):
             out.snapshots.extend(self.graph.snapshot(float(c["start"].min())))
         lost = self.sync.update(c["rank"], c["step"], c["dp"], float(c["start"].max()))
@@ -184,7 +184,7 @@ class JobState:
         for r, device in self._rank_device.items():
             node = self._device_node.get(device)
             if node is not None:
-                self.stragglers.placement[r] = node
+                self.stragglers.place(r, node)
 
     def _add_ranks(self, c: dict[str, Any]) -> bool:
         """Ranks not seen before join the job's operator graph; whether there were any."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +65,15 @@ class CollectiveLateness(Detector):
     _episodes: dict[int, _Episode] = field(default_factory=dict)
     _alarmed: set[int] = field(default_factory=set)
     _quiet: dict[int, int] = field(default_factory=dict)
+
+    def place(self, rank: int, node: str) -> None:
+        """Where ``rank`` runs (a node element id), to name it in its findings."""
+        self.placement[rank] = node
+
+    def spans(self, c: dict[str, Any]) -> None:
+        """Op span columns of the job (all kinds), from which ``compute`` names the rank that slowed a step."""
+        if self.compute is not None:
+            self.compute.add(c)
 
     def update(
         self,
