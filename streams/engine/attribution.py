@@ -10,13 +10,18 @@ Ranking prefers the most specific explanation: when an element contains another 
 contains its ranks; the op type ``send`` contains the links its transfers cross) and the contained one
 explains at least ``SPECIFIC`` of the container's gain, the contained one ranks first and the container
 right after it.
+
+An :class:`Attribution` is the audit record of one ranked cause (an element or a decision) of a finding.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from streams.engine import elements
 from streams.engine.stepgraph import RECV_OPS, SEND_OPS
 
 SPECIFIC = 0.9
@@ -50,8 +55,8 @@ class RankedCause:
 def _contains(container: str, inner: str, contains: dict[str, set[str]]) -> bool:
     if inner in contains.get(container, ()):
         return True
-    op = container.rpartition("/")[2] if container.startswith("op:") else ""
-    return inner.startswith("link:") and op in (*SEND_OPS, *RECV_OPS)
+    op = elements.split_of_job(container, "op")
+    return elements.is_kind(inner, "link") and op is not None and op[1] in (*SEND_OPS, *RECV_OPS)
 
 
 def specific_chain(element: str, totals: dict[str, float], contains: dict[str, set[str]]) -> list[str]:
@@ -103,3 +108,50 @@ def rank_causes(window: Sequence[StepGains]) -> list[RankedCause]:
         slowdown = mean_step / (mean_step - gain) if gain < mean_step else float("inf")
         causes.append(RankedCause(i, element, gain, min(1.0, gain / extra), slowdown, ranks * totals[element]))
     return causes
+
+
+@dataclass(frozen=True)
+class Attribution:
+    finding_id: str
+    rank: int
+    cause_kind: str  # element | decision
+    cause: str
+    share: float
+    slowdown: float
+    cost_accel_s: float
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return hashlib.sha256(f"attr|{self.finding_id}|{self.rank}|{self.cause}".encode()).hexdigest()[:32]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "finding_id": self.finding_id,
+            "rank": self.rank,
+            "cause_kind": self.cause_kind,
+            "cause": self.cause,
+            "share": round(self.share, 6),
+            "slowdown": round(self.slowdown, 6),
+            "cost_accel_s": round(self.cost_accel_s, 6),
+            "evidence": self.evidence,
+        }
+
+
+def element_attributions(finding_id: str, window: list[StepGains]) -> list[Attribution]:
+    """The ranked element causes of a finding over ``window`` (the analysed steps they were judged on)."""
+    steps = {"first_step": window[0].step, "last_step": window[-1].step, "steps": len(window)}
+    return [
+        Attribution(
+            finding_id,
+            c.rank,
+            "element",
+            c.element,
+            c.share,
+            c.slowdown,
+            c.cost_accel_s,
+            {"gain_s_per_step": round(c.gain_s, 6), **steps},
+        )
+        for c in rank_causes(window)
+    ]

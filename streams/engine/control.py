@@ -24,10 +24,7 @@ class ControlPlane:
     services: Services = field(default_factory=Services)
     fabric: OperatorGraph = field(default_factory=lambda: OperatorGraph(""))  # every relation, for relatedness
     shared: dict[Relation, None] = field(default_factory=dict)  # relations of no job, in arrival order
-    coherence: ControlCoherence = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.coherence = ControlCoherence(related=self.fabric.hosts)
+    coherence: ControlCoherence = field(default_factory=ControlCoherence)
 
     def topology(self, relations: list[Relation], shared: list[Relation]) -> None:
         self.fabric.add_relations(relations)
@@ -47,4 +44,4 @@ class ControlPlane:
 
     def decision(self, decision: dict[str, Any], out: EngineOutput) -> None:
         self.services.decision(decision)
-        out.findings.extend(self.coherence.update(decision))
+        out.findings.extend(self.coherence.update(decision, self.fabric))

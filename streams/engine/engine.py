@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from streams.contract.envelope import SampleBatch
+from streams.engine import elements
 from streams.engine.control import ControlPlane, Relation
 from streams.engine.job import JobState
 from streams.engine.options import EngineConfig
@@ -135,7 +136,7 @@ class Engine:
 
     def _metrics(self, batch: SampleBatch, out: EngineOutput) -> None:
         c = batch.columns
-        power = (c["name"] == "power_w") & ~np.char.startswith(c["entity"].astype(str), "device:")
+        power = (c["name"] == "power_w") & ~np.char.startswith(c["entity"].astype(str), elements.prefix("device"))
         if power.any():
             self.control.power(list(zip(c["entity"][power].tolist(), c["time"][power].tolist(),
                                         c["value"][power].tolist(), strict=True)))  # fmt: skip

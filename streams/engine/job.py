@@ -104,7 +104,7 @@ class JobState:
     def ops(self, c: dict[str, Any], out: EngineOutput) -> None:
         """Op span columns of this job, in canonical order."""
         self.last_time = max(self.last_time, float(c["start"].max()))
-        self.stragglers.compute.add(c)  # type: ignore[union-attr]
+        self.stragglers.spans(c)
         if self._add_ranks(c):
             out.snapshots.extend(self.graph.snapshot(float(c["start"].min())))
         lost = self.sync.update(c["rank"], c["step"], c["dp"], float(c["start"].max()))
@@ -179,12 +179,12 @@ class JobState:
             rank = elements.parse_of_job(src, "rank")
             if rank is not None and rank[0] == self.job:
                 self._rank_device[rank[1]] = dst
-            elif src.startswith("device:") and dst.startswith("node:"):
+            elif elements.is_kind(src, "device") and elements.is_kind(dst, "node"):
                 self._device_node[src] = dst
         for r, device in self._rank_device.items():
             node = self._device_node.get(device)
             if node is not None:
-                self.stragglers.placement[r] = node
+                self.stragglers.place(r, node)
 
     def _add_ranks(self, c: dict[str, Any]) -> bool:
         """Ranks not seen before join the job's operator graph; whether there were any."""

@@ -22,6 +22,8 @@ from typing import Any
 
 import networkx as nx
 
+from streams.engine import elements
+
 MAX_DECISIONS = 64
 MAX_ITEMS = 2000  # added nodes and edges per snapshot record
 
@@ -52,7 +54,7 @@ class GraphSnapshot:
         return {
             "id": self.id, "job": self.job, "valid_from": self.valid_from, "digest": self.digest,
             "part": self.part, "parts": self.parts,
-            "nodes": [{"id": n, "kind": n.partition(":")[0]} for n in self.nodes],
+            "nodes": [{"id": n, "kind": elements.kind_of(n)} for n in self.nodes],
             "edges": [{"src": s, "dst": d, "kind": k} for s, d, k in self.edges],
             "removed_nodes": list(self.removed_nodes),
             "removed_edges": [{"src": s, "dst": d, "kind": k} for s, d, k in self.removed_edges],
@@ -84,15 +86,15 @@ class OperatorGraph:
         job = self.job
         stages = sorted({pp for _, pp, _ in positions.values()})
         for rank, (dp, pp, _) in positions.items():
-            self.link(f"rank:{job}/{rank}", f"dp:{job}/{dp}", "member_of")
-            self.link(f"rank:{job}/{rank}", f"stage:{job}/{pp}", "member_of")
+            self.link(elements.rank(job, rank), elements.dp(job, dp), "member_of")
+            self.link(elements.rank(job, rank), elements.stage(job, pp), "member_of")
         for s in stages[:-1]:
-            link = f"link:{job}/stage{s}-stage{s + 1}"
-            self.link(f"stage:{job}/{s}", link, "pipeline")
-            self.link(link, f"stage:{job}/{s + 1}", "pipeline")
+            link = elements.stage_link(job, s)
+            self.link(elements.stage(job, s), link, "pipeline")
+            self.link(link, elements.stage(job, s + 1), "pipeline")
 
     def add_decision(self, decision_id: str, controller: str, targets: Iterable[str]) -> None:
-        node = f"controller:{controller}"
+        node = elements.controller(controller)
         targets = tuple(targets)
         for target in targets:
             self.link(node, target, "acts_on")

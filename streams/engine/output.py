@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from streams.engine.attribution import Attribution
 from streams.engine.findings import Finding
 from streams.engine.opgraph import GraphSnapshot
 from streams.engine.rollup import Rollup
 from streams.engine.steps import StepReport
-from streams.engine.structural import Attribution, Derived
+from streams.engine.structural import Derived
 
 
 @dataclass

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from streams.engine import elements
+
 
 @dataclass(frozen=True)
 class Rollup:
@@ -91,7 +93,7 @@ class StepWindow:
 
     def _rollups(self, rows: list[tuple[float, float, float, float]], rerun_accel_s: float) -> list[Rollup]:
         first = rows[0]
-        entity = f"job:{self.job}"
+        entity = elements.job(self.job)
         window = (first[0], _end(rows))
         durations = tuple(r[1] for r in rows)
         out = [Rollup(self.job, entity, "step_s", *window, durations, sum(durations))]
@@ -115,7 +117,7 @@ class StepWindow:
                 out.append(Rollup(self.job, entity, "energy_j_per_output", *window, (energy / outputs,), energy))
         if rerun_accel_s > 0:
             waste = (rerun_accel_s,)
-            out.append(Rollup(self.job, "cause:retry_rerun", "wasted_accel_s", *window, waste, rerun_accel_s))
+            out.append(Rollup(self.job, elements.cause("retry_rerun"), "wasted_accel_s", *window, waste, rerun_accel_s))
         return out
 
 

@@ -16,9 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from streams.engine import elements
+from streams.engine.attribution import Attribution
 from streams.engine.detectors.serving import RetryStorm, TailLatency
 from streams.engine.findings import Finding
-from streams.engine.structural import Attribution
 
 HISTORY = 64  # windows of replica metrics kept per replica
 DECISION_HORIZON_S = 3600.0
@@ -44,9 +45,9 @@ class Services:
         """(entity, name, value, time) rows of one batch."""
         windows: dict[tuple[str, float], dict[str, float]] = {}
         for entity, name, value, t in rows:
-            if entity.startswith("service:") and name in NAMES:
+            if elements.is_kind(entity, "service") and name in NAMES:
                 windows.setdefault((entity, t), {})[name] = value
-            elif entity.startswith("replica:") and name in REPLICA_NAMES:
+            elif elements.is_kind(entity, "replica") and name in REPLICA_NAMES:
                 self._replicas.setdefault(entity, deque(maxlen=HISTORY)).append((t, name, value))
         findings: list[Finding] = []
         attributions: list[Attribution] = []
@@ -76,8 +77,7 @@ class Services:
         return []
 
     def _busiest_replicas(self, finding: Finding) -> list[Attribution]:
-        name = finding.subjects[0].removeprefix("service:")
-        mine = [e for e in self._replicas if e.removeprefix("replica:").startswith((f"{name}-", f"{name}/"))]
+        mine = [e for e in self._replicas if elements.in_service(e, finding.subjects[0])]
         util, queue = (self._over_peers(mine, metric, finding.start) for metric in REPLICA_NAMES)
         ranked = sorted((e for e in util if util[e] > 1.05), key=lambda e: (-util[e], -queue.get(e, 1.0), e))
         total = sum(util[e] - 1 for e in ranked) or 1.0
@@ -104,13 +104,13 @@ class Services:
                 means[e] = sum(vals) / len(vals)
         out = {}
         for e, m in means.items():
-            median = statistics.median(v for p, v in means.items() if p.rpartition("/")[0] == e.rpartition("/")[0])
+            median = statistics.median(v for p, v in means.items() if elements.parent(p) == elements.parent(e))
             out[e] = m / median if median > 0 else 1.0
         return out
 
     def _decisions_behind(self, finding: Finding) -> list[Attribution]:
         service = finding.subjects[0]
-        job = service.removeprefix("service:")
+        job = elements.name_of(service, "service")
         before = [d for d in self._decisions if finding.start - DECISION_HORIZON_S <= d["time"] <= finding.start
                   and (service in d["targets"] or d.get("job") == job)]  # fmt: skip
         before.sort(key=lambda d: (d["layer"] != "retry", -d["time"], d["id"]))
@@ -136,12 +136,12 @@ class Services:
 def restart_causes(finding: Finding, decisions: Iterable[dict[str, Any]]) -> list[Attribution]:
     """For a restart re-run: the restart decisions taken for the job during it, and the nodes they moved
     the job away from (the targets other than the job and the replacement), the node first."""
-    job = finding.subjects[0].removeprefix("job:")
+    job = elements.name_of(finding.subjects[0], "job")
     found = [d for d in decisions if d.get("job") == job and d["layer"] in ("orchestrator", "scheduler")
              and finding.start - DECISION_HORIZON_S <= d["time"] <= finding.end]  # fmt: skip
     out: list[Attribution] = []
     for d in found:
-        keep = {f"job:{job}", str((d.get("parameters") or {}).get("replacement", ""))}
+        keep = {elements.job(job), str((d.get("parameters") or {}).get("replacement", ""))}
         cost = finding.cost.get("accel_s", 0.0)
         for node in (t for t in d["targets"] if t not in keep):
             out.append(Attribution(finding.id, len(out) + 1, "element", node, 1.0, 1.0, cost,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from streams.engine import elements
 from streams.engine.stepgraph import CHAIN, MEMBER, RECV, SEND, Floats, Ints, StepGraph, dense
 
 TOP_RANKS = 4
@@ -172,29 +173,29 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     rank_excess = np.bincount(g.rank[spans], excess[spans])
     top_ranks = [int(r) for r in sorted(ranks_in, key=lambda r: (-rank_excess[r], r))[:TOP_RANKS]]
     for r in top_ranks:
-        add(f"rank:{job}/{r}", "rank", np.where(g.rank == r, peer_med, d0))
+        add(elements.rank(job, r), "rank", np.where(g.rank == r, peer_med, d0))
     dp_excess = np.bincount(g.dp[spans], excess[spans])
     replicas = sorted(np.flatnonzero(np.bincount(g.dp[spans])).tolist(), key=lambda d: (-dp_excess[d], d))
     for d in replicas[:TOP_REPLICAS] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
-        inside = tuple(f"rank:{job}/{r}" for r in top_ranks if (g.dp[g.rank == r] == d).any())
-        add(f"dp:{job}/{d}", "dp", np.where(g.dp == d, peer_med, d0), inside)
+        inside = tuple(elements.rank(job, r) for r in top_ranks if (g.dp[g.rank == r] == d).any())
+        add(elements.dp(job, d), "dp", np.where(g.dp == d, peer_med, d0), inside)
     chain = roles.stage_key >= 0
     by_stage = _peer_medians_excluding(np.where(chain, g.pp, 0), np.maximum(roles.stage_key, 0), d0, chain)
     for s in _top(by_stage, g.pp, d0, chain):
         healed = np.where(chain & (g.pp == s) & np.isfinite(by_stage[s]), by_stage[s], d0)
-        inside = tuple(f"rank:{job}/{r}" for r in top_ranks if (g.pp[g.rank == r] == s).any())
-        add(f"stage:{job}/{s}", "stage", healed, inside)
+        inside = tuple(elements.rank(job, r) for r in top_ranks if (g.pp[g.rank == r] == s).any())
+        add(elements.stage(job, s), "stage", healed, inside)
     sends = g.kind == SEND
     links = roles.link >= 0
     by_link = _peer_medians_excluding(np.maximum(roles.link, 0), np.maximum(roles.link_key, 0), d0, links & sends)
     for lk in _top(by_link, roles.link, d0, links & sends):
         healed = np.where(sends & (roles.link == lk) & np.isfinite(by_link[lk]), by_link[lk], d0)
-        add(f"link:{job}/stage{lk}-stage{lk + 1}", "link", healed)
+        add(elements.stage_link(job, lk), "link", healed)
     if baseline is not None:
         rows.insert(1, baseline)
         op_excess = np.bincount(g.op, np.maximum(0.0, d0 - baseline), minlength=len(ops))
         for o in [int(o) for o in np.argsort(-op_excess, kind="stable")[:TOP_OPS] if op_excess[o] > 0]:
-            add(f"op:{job}/{ops[o]}", "op", np.where(g.op == o, baseline, d0))
+            add(elements.of_job("op", job, ops[o]), "op", np.where(g.op == o, baseline, d0))
     ends = g.evaluate(np.stack(rows))
     step_ends = ends.max(axis=1)
     first = 2 if baseline is not None else 1

@@ -18,13 +18,15 @@
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from streams.engine import elements
+from streams.engine.detectors.base import Detector
 from streams.engine.findings import Finding
+from streams.engine.opgraph import OperatorGraph
 
 POWER_SAMPLES = 64
 
@@ -50,18 +52,13 @@ def _opposed(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def same_service(a: str, b: str) -> bool:
-    """``replica:<s>/<i>`` (or ``replica:<s>-<stage>/<i>``) belongs to ``service:<s>``."""
-    for rep, svc in ((a, b), (b, a)):
-        if rep.startswith("replica:") and svc.startswith("service:"):
-            name = svc.removeprefix("service:")
-            if rep.removeprefix("replica:").startswith((f"{name}/", f"{name}-")):
-                return True
-    return False
+    """One of the two is a replica of the other, a service."""
+    return elements.in_service(a, b) or elements.in_service(b, a)
 
 
 @dataclass
-class ControlCoherence:
-    related: Callable[[str, str], bool] | None = None  # (target, element): e.g. the operator graph's placement
+class ControlCoherence(Detector):
+    job: str = ""  # the control plane's key
     horizon_s: float = 120.0
     episode_s: float = 1800.0
     min_pairs: int = 3
@@ -76,22 +73,20 @@ class ControlCoherence:
     def power(self, entity: str, time: float, watts: float) -> None:
         self._power.setdefault(entity, deque(maxlen=POWER_SAMPLES)).append((time, watts))
 
-    def update(self, d: dict[str, Any]) -> list[Finding]:
-        """The next decision (in time order); the findings it completes."""
+    def update(self, d: dict[str, Any], fabric: OperatorGraph) -> list[Finding]:
+        """The next decision (in time order), with the operator graph as it stands (what relates two
+        elements besides being the same or a service and its replica: one placed on the other); the
+        findings it completes."""
         found = []
         latest: dict[str, dict[str, Any]] = {}  # per other controller: its latest decision in the horizon
         for e in self._decisions:
             if e["controller"] != d["controller"] and 0 <= d["time"] - e["time"] <= self.horizon_s:
                 latest[e["controller"]] = e
         for e in latest.values():
-            if _opposed(e, d) and self._touch(e, d):
+            if _opposed(e, d) and _touch(e, d, fabric):
                 found.extend(self._pair(_Pair(e, d)))
         self._decisions.append(d)
         return found
-
-    def _touch(self, a: dict[str, Any], b: dict[str, Any]) -> bool:
-        rel = self.related or (lambda x, y: False)
-        return any(x == y or same_service(x, y) or rel(x, y) or rel(y, x) for x in a["targets"] for y in b["targets"])
 
     def _pair(self, pair: _Pair) -> list[Finding]:
         key = tuple(sorted((pair.first["controller"], pair.second["controller"])))
@@ -124,7 +119,7 @@ class ControlCoherence:
             either.update(a | b)
             both.update(a & b)
         shared = max(sorted(both), key=both.__getitem__, default=None)
-        services = sorted((e for e in either if e.startswith("service:")), key=lambda e: -either[e])
+        services = sorted((e for e in either if elements.is_kind(e, "service")), key=lambda e: -either[e])
         # what they fight over: an element both act on directly in most pairs, else the service in between
         if shared is not None and (both[shared] * 2 > len(pairs) or not services):
             element = shared
@@ -132,7 +127,7 @@ class ControlCoherence:
             element = services[0] if services else max(sorted(either), key=either.__getitem__)
         return Finding(
             kind="control_conflict",
-            subjects=(element, *(f"controller:{c}" for c in key)),
+            subjects=(element, *(elements.controller(c) for c in key)),
             start=float(pairs[0].first["time"]),
             end=pairs[-1].time,
             severity=float(len(pairs)),
@@ -150,7 +145,7 @@ class ControlCoherence:
         others = [p.second if p.first["layer"] == "power" else p.first for p in pairs]
         if not any(d["layer"] == "power" for d in sides):
             return None
-        candidates = [e for e in self._power if e.startswith("rack:")] or sorted(
+        candidates = [e for e in self._power if elements.is_kind(e, "rack")] or sorted(
             {t for d in sides for t in d["targets"]}
         )
         best = max(((e, *_oscillation(self._power.get(e, ()))) for e in candidates), key=lambda x: x[1], default=None)
@@ -160,7 +155,7 @@ class ControlCoherence:
         if corr < self.min_autocorr or swing < self.min_swing:
             return None
         acted = Counter(t for d in others for t in d["targets"])
-        service = max(sorted(acted), key=lambda t: (t.startswith("service:"), acted[t]))
+        service = max(sorted(acted), key=lambda t: (elements.is_kind(t, "service"), acted[t]))
         return Finding(
             kind="energy_feedback_loop",
             subjects=(service, entity),
@@ -168,10 +163,16 @@ class ControlCoherence:
             end=pairs[-1].time,
             severity=round(swing, 6),
             evidence={"period_s": round(lag * interval, 3), "autocorrelation": round(corr, 4),
-                      "swing_of_mean": round(swing, 4), "controllers": [f"controller:{c}" for c in key],
+                      "swing_of_mean": round(swing, 4), "controllers": [elements.controller(c) for c in key],
                       "pairs": len(pairs),
                       "measure": "power oscillating while a power controller and another controller conflict"},
         )  # fmt: skip
+
+
+def _touch(a: dict[str, Any], b: dict[str, Any], fabric: OperatorGraph) -> bool:
+    """The two decisions act on related elements."""
+    return any(x == y or same_service(x, y) or fabric.hosts(x, y) or fabric.hosts(y, x)
+               for x in a["targets"] for y in b["targets"])  # fmt: skip
 
 
 def _both_persist(pairs: Any, key: tuple[str, ...]) -> bool:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from streams.engine import elements
+from streams.engine.detectors.base import Detector
 from streams.engine.detectors.episode import KOfN
 from streams.engine.findings import Finding
 
@@ -22,7 +24,7 @@ def composition(stages: dict[int, float], kinds: dict[str, float]) -> dict[str, 
     for prefix, part in (("stage", {str(k): v for k, v in stages.items()}), ("work", kinds)):
         total = sum(part.values())
         for key, seconds in part.items():
-            out[f"{prefix}:{key}"] = seconds / total if total > 0 else 0.0
+            out[elements.element(prefix, key)] = seconds / total if total > 0 else 0.0
     return out
 
 
@@ -32,7 +34,7 @@ def distance(a: dict[str, float], b: dict[str, float]) -> float:
 
 
 @dataclass
-class CriticalPathShift:
+class CriticalPathShift(Detector):
     job: str
     warmup: int = 10
     threshold: float = 0.08  # healthy runs of the simulator stay under 0.04
@@ -59,7 +61,7 @@ class CriticalPathShift:
         grew = sorted(comp, key=lambda k: comp.get(k, 0.0) - ref.get(k, 0.0), reverse=True)[:2]
         return Finding(
             kind="critical_path_shift",
-            subjects=(f"job:{self.job}",),
+            subjects=(elements.job(self.job),),
             start=onset,
             end=end,
             severity=round(d, 6),

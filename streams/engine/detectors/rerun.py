@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from streams.engine import elements
+from streams.engine.detectors.base import Detector
 from streams.engine.findings import Finding
 
 
@@ -31,7 +33,7 @@ class _Episode:
 
 
 @dataclass
-class Reruns:
+class Reruns(Detector):
     job: str
     _episode: _Episode | None = None
 
@@ -50,7 +52,7 @@ class Reruns:
         episode, self._episode = self._episode, None
         return Finding(
             kind="restart_rerun",
-            subjects=(f"job:{self.job}",),
+            subjects=(elements.job(self.job),),
             start=episode.start,
             end=start,
             severity=float(episode.steps),

@@ -17,12 +17,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from streams.engine.detectors.base import Detector
 from streams.engine.detectors.episode import KOfN
 from streams.engine.findings import Finding
 
 
 @dataclass
-class TailLatency:
+class TailLatency(Detector):
     job: str  # the service entity
     warmup: int = 20
     tail_rise: float = 0.15
@@ -68,7 +69,7 @@ class TailLatency:
 
 
 @dataclass
-class RetryStorm:
+class RetryStorm(Detector):
     job: str  # the service entity
     amplification: float = 1.5
     persistence: int = 3

@@ -18,6 +18,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from streams.engine.detectors.base import Detector
 from streams.engine.findings import Finding
 
 
@@ -31,7 +32,7 @@ class StepObs(NamedTuple):
 
 
 @dataclass
-class StepTimeDrift:
+class StepTimeDrift(Detector):
     job: str
     warmup: int = 20
     threshold: float = 0.10

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from streams.engine import elements
 from streams.engine.compute import RankCompute
+from streams.engine.detectors.base import Detector
 from streams.engine.findings import Finding
 
 
@@ -50,7 +53,7 @@ class _Episode:
 
 
 @dataclass
-class CollectiveLateness:
+class CollectiveLateness(Detector):
     job: str
     min_gap_s: float = 0.005
     window: int = 10
@@ -62,6 +65,15 @@ class CollectiveLateness:
     _episodes: dict[int, _Episode] = field(default_factory=dict)
     _alarmed: set[int] = field(default_factory=set)
     _quiet: dict[int, int] = field(default_factory=dict)
+
+    def place(self, rank: int, node: str) -> None:
+        """Where ``rank`` runs (a node element id), to name it in its findings."""
+        self.placement[rank] = node
+
+    def spans(self, c: dict[str, Any]) -> None:
+        """Op span columns of the job (all kinds), from which ``compute`` names the rank that slowed a step."""
+        if self.compute is not None:
+            self.compute.add(c)
 
     def update(
         self,
@@ -131,7 +143,7 @@ class CollectiveLateness:
     def _finding(self, rank: int, end: float) -> Finding:
         episode = self._episodes[rank]
         affected = sorted(r for r, h in self._late.items() if r != rank and sum(h) >= self.persistence)
-        subjects = (f"rank:{self.job}/{rank}", *([self.placement[rank]] if rank in self.placement else []))
+        subjects = (elements.rank(self.job, rank), *([self.placement[rank]] if rank in self.placement else []))
         return Finding(
             kind="straggler",
             subjects=subjects,

@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from streams.engine import elements
+from streams.engine.detectors.base import Detector
 from streams.engine.findings import Finding
 
 Ints = npt.NDArray[np.int64]
 
 
 @dataclass
-class SyncLoss:
+class SyncLoss(Detector):
     job: str
     min_lag: int = 2
     persistence: int = 5
@@ -65,7 +67,9 @@ class SyncLoss:
         replicas = sorted(set(self._replica[behind].tolist()) - {-1})
         reporting = self._replica[self._latest >= 0]
         whole = [d for d in replicas if (reporting == d).sum() == (self._replica[behind] == d).sum()]
-        subjects = tuple(f"dp:{self.job}/{d}" for d in whole) or tuple(f"rank:{self.job}/{r}" for r in behind[:16])
+        subjects = tuple(elements.dp(self.job, d) for d in whole) or tuple(
+            elements.rank(self.job, r) for r in behind[:16]
+        )
         assert self._onset is not None
         return Finding(
             kind="sync_loss",
@@ -86,7 +90,7 @@ class SyncLoss:
 
 
 @dataclass
-class PhaseDrift:
+class PhaseDrift(Detector):
     """The same loss seen within a step's spans: each data-parallel replica's phase (its first span's start
     less the median over replicas) against its own over the job's first ``warmup`` analysed steps. Drifting:
     a replica whose phase moved by more than ``min_drift`` of the step; a finding when fewer than half the
@@ -121,7 +125,7 @@ class PhaseDrift:
         self._alarmed = True
         return Finding(
             kind="sync_loss",
-            subjects=tuple(f"dp:{self.job}/{d}" for d in drifting.tolist()),
+            subjects=tuple(elements.dp(self.job, d) for d in drifting.tolist()),
             start=self._onset,
             end=t0 + step_s,
             severity=round(self._drifts[-1] / step_s, 6),
