@@ -16,6 +16,7 @@ from streams.config import Settings
 from streams.contract.admission import Admission
 from streams.contract.decision import decode_decision
 from streams.contract.envelope import Reject, decode_telemetry
+from streams.engine import elements
 from streams.engine.engine import Engine, EngineConfig, EngineOutput
 from streams.engine.timeline import Chunk, Timeline
 
@@ -231,7 +232,7 @@ def _records(result: EngineOutput, source: SourcePosition, out: Output) -> None:
     for rollup in result.rollups:
         out.audit.append(AuditRecord("metrics_rollup", rollup.id, source, rollup.as_dict(), key=rollup.entity))
     for snap in result.snapshots:
-        out.audit.append(AuditRecord("graph_snapshot", snap.id, source, snap.as_dict(), key=f"job:{snap.job}"))
+        out.audit.append(AuditRecord("graph_snapshot", snap.id, source, snap.as_dict(), key=elements.job(snap.job)))
 
 
 def _decision_record(decision: dict[str, Any], source: SourcePosition) -> AuditRecord:
