@@ -310,11 +310,12 @@ class AuditSink:
 
     async def _commit_positions(self) -> None:
         """Idle and everything stored: report the consumer's positions as committed (monitoring only). They
-        can be past the last stored record by the markers of the worker's transactions, which hold none."""
+        can be past the last stored record by the markers of the worker's transactions, which hold none.
+        Bounded: with the broker away this must not hold up the loop (nor a SIGTERM)."""
         positions = {tp: await self.consumer.position(tp) for tp in self.consumer.assignment()}
-        if positions and positions != self.reported:
-            with contextlib.suppress(KafkaError):
-                await self.consumer.commit(positions)
+        if positions and positions != self.reported and self.status.broker_down_since is None:
+            with contextlib.suppress(KafkaError, TimeoutError):
+                await asyncio.wait_for(self.consumer.commit(positions), 2.0)
                 self.reported = positions
 
     def _seal_due(self, lag: int) -> bool:

@@ -152,7 +152,7 @@ async def handle_event(
     position = SourcePosition(msg.topic, msg.partition, msg.offset)
     value = msg.value if isinstance(msg.value, bytes) else b""
     try:
-        now = msg.timestamp / 1000 if msg.timestamp else None
+        now = float(msg.timestamp) if msg.timestamp else None  # Faust gives the record timestamp in seconds
         out = state.handle(kind, value, position, encoding, now)
     except Exception as exc:  # a bug must not make Faust ack and silently skip the message
         log.exception("processing failed on a message; dead-lettered", extra=position.as_dict())
