@@ -134,14 +134,14 @@ class Processor:
                     rejects.extend(Reject("future", detail, int(i)) for i in batch.index[future])
                 refused = late | future
                 kept.append(batch.select(~refused) if refused.any() else batch)
-            behind = self.timeline.add_samples(channel(source), kept)
+            behind = self.timeline.add_samples(channel(source), kept, source.offset)
             for batch, late in zip(kept, behind, strict=True):
                 if late.any():
                     detail = f"{batch.kind} sample older than the watermark (already analysed)"
                     rejects.extend(Reject("late", detail, int(i)) for i in batch.index[late])
                 out.samples_by_kind[batch.kind] += int((~late).sum())
         out.reject(raw, source, sorted(rejects, key=lambda r: r.index or 0))
-        self._release(source, out, caught_up)
+        self._release(out, caught_up)
         return out
 
     def otlp(self, raw: bytes, source: SourcePosition, encoding: str = "auto", caught_up: Iterable[str] = ()) -> Output:
@@ -167,7 +167,7 @@ class Processor:
         if decision is not None and self.admission.duplicate_decision(decision["id"]):
             reject = Reject("duplicate", f"decision {decision['id']!r} was already recorded")
             decision = None
-        if decision is not None and not self.timeline.add_decision(channel(source), decision):
+        if decision is not None and not self._buffer_decision(decision, source):
             reject = Reject("late", "decision older than the watermark (the steps it could affect were analysed)")
             decision = None
         if not self.engine.owns_control:  # every engine reads the decisions; one records them
@@ -179,31 +179,46 @@ class Processor:
             out.audit.append(_decision_record(decision, source))
         if decision is None:
             return out
-        self._release(source, out, caught_up)
+        self._release(out, caught_up)
         return out
 
-    def advance(self, source: SourcePosition, caught_up: Iterable[str]) -> Output:
+    def _buffer_decision(self, decision: dict[str, Any], source: SourcePosition) -> bool:
+        return self.timeline.add_decision(channel(source), decision, source.offset)
+
+    def advance(self, caught_up: Iterable[str]) -> Output:
         """Release what the watermark allows now that ``caught_up`` channels have nothing more to read."""
         out = Output()
-        self._release(source, out, caught_up)
+        self._release(out, caught_up)
         return out
 
     def flush(self, source: SourcePosition) -> Output:
-        """The end of the input (a file, a replayed range): release every epoch, close every job."""
+        """The end of the input (a file, a replayed range): release every epoch, close every job.
+        ``source`` is the provenance of what the jobs' ends emit when no epoch was released."""
         out = Output()
         for end, chunks in self.timeline.drain():
-            self._epoch(end, chunks, source, out)
-        _records(self.engine.close(), source, out)
+            self._epoch(end, chunks, out)
+        _records(self.engine.close(), self._origin() or source, out)
         return out
 
-    def _release(self, source: SourcePosition, out: Output, caught_up: Iterable[str]) -> None:
+    def _release(self, out: Output, caught_up: Iterable[str]) -> None:
         for end, chunks in self.timeline.release(caught_up):
-            self._epoch(end, chunks, source, out)
+            self._epoch(end, chunks, out)
 
-    def _epoch(self, end: float, chunks: list[Chunk], source: SourcePosition, out: Output) -> None:
+    def _epoch(self, end: float, chunks: list[Chunk], out: Output) -> None:
+        """One released epoch through the engine. Provenance of its records: the message that contributed
+        to the epoch last in (channel, offset) order — fixed by the input, whatever the arrival order."""
+        source = self._origin()
+        assert source is not None
         for chunk in chunks:
             _records(self.engine.process(chunk), source, out)
         _records(self.engine.advance(end), source, out)
+
+    def _origin(self) -> SourcePosition | None:
+        name, offset = self.timeline.origin
+        if offset < 0:
+            return None
+        topic, _, partition = name.rpartition("/")
+        return SourcePosition(topic, int(partition), offset)
 
 
 def build_processor(settings: Settings, **engine: Any) -> Processor:

@@ -101,7 +101,7 @@ class WorkerState:
         self.idle_since = self.idle_since or now
         last = self._last_position()
         if self.flushed or now - self.idle_since < self.idle_flush_s:
-            out = self.processor.advance(last, caught_up)
+            out = self.processor.advance(caught_up)
         else:
             out, self.flushed = self.processor.flush(last), True
         self._keep(out)

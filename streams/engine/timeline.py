@@ -28,6 +28,7 @@ from streams.contract.envelope import SampleBatch
 from streams.contract.schema import EVENT_TIME
 
 KIND_ORDER = ("topology", "op", "step", "metric")  # within a chunk: placements first, then what they place
+Origin = tuple[str, int]  # (channel, offset) of an input message
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,10 @@ class Chunk:
 class _Epoch:
     parts: dict[str, list[SampleBatch]] = field(default_factory=dict)
     decisions: list[dict[str, Any]] = field(default_factory=list)
+    origin: Origin = ("", -1)  # the contributing message last in (channel, offset) order
+
+    def contributed(self, origin: Origin) -> None:
+        self.origin = max(self.origin, origin)
 
 
 @dataclass
@@ -52,6 +57,7 @@ class Timeline:
     _newest: dict[str, float] = field(default_factory=dict)  # channel -> newest event time seen
     _epochs: dict[int, _Epoch] = field(default_factory=dict)
     _released: int | None = None  # epochs below this index were released
+    origin: Origin = ("", -1)  # of the epoch released last: the provenance of what the engine emits from it
 
     def declare(self, channels: Iterable[str]) -> None:
         """Channels that exist before they deliver anything (they hold the watermark back until they do)."""
@@ -78,8 +84,11 @@ class Timeline:
             waiting = [t for t in self._newest.values() if t > -math.inf]
         return min(waiting, default=-math.inf) - self.lateness
 
-    def add_samples(self, channel: str, batches: list[SampleBatch]) -> list[npt.NDArray[np.bool_]]:
-        """Buffer a message's sample batches; per batch, which samples were late (not buffered)."""
+    def add_samples(
+        self, channel: str, batches: list[SampleBatch], offset: int = -1
+    ) -> list[npt.NDArray[np.bool_]]:
+        """Buffer a message's sample batches (``offset``: the message's, in its channel); per batch, which
+        samples were late (not buffered)."""
         frontier = self.frontier
         masks = []
         newest = self._newest.get(channel, -math.inf)
@@ -94,18 +103,21 @@ class Timeline:
             epochs = np.floor(times[keep] / self.epoch_s).astype(np.int64)
             kept = batch.select(keep)
             for k in np.unique(epochs).tolist():
-                part = kept.select(epochs == k)
-                self._epochs.setdefault(k, _Epoch()).parts.setdefault(batch.kind, []).append(part)
+                epoch = self._epochs.setdefault(k, _Epoch())
+                epoch.parts.setdefault(batch.kind, []).append(kept.select(epochs == k))
+                epoch.contributed((channel, offset))
         self._newest[channel] = newest
         return masks
 
-    def add_decision(self, channel: str, decision: dict[str, Any]) -> bool:
+    def add_decision(self, channel: str, decision: dict[str, Any], offset: int = -1) -> bool:
         """Buffer a decision; False if it is late (not buffered)."""
         t = float(decision["time"])
         if t < self.frontier:
             return False
         self._newest[channel] = max(self._newest.get(channel, -math.inf), t)
-        self._epochs.setdefault(math.floor(t / self.epoch_s), _Epoch()).decisions.append(decision)
+        epoch = self._epochs.setdefault(math.floor(t / self.epoch_s), _Epoch())
+        epoch.decisions.append(decision)
+        epoch.contributed((channel, offset))
         return True
 
     def release(self, caught_up: Iterable[str] = ()) -> Iterator[tuple[float, list[Chunk]]]:
@@ -127,7 +139,7 @@ class Timeline:
     def _take(self, limit: int) -> Iterator[tuple[float, list[Chunk]]]:
         for k in sorted(k for k in self._epochs if k < limit):
             epoch = self._epochs.pop(k)
-            self._released = k + 1
+            self._released, self.origin = k + 1, epoch.origin
             yield (k + 1) * self.epoch_s, _chunks(epoch)
         if self._released is None or limit > self._released:
             self._released = limit
