@@ -36,6 +36,7 @@ I = npt.NDArray[np.int64]  # noqa: E741
 
 LOG_CHI2_VAR = math.pi**2 / 2  # variance of log(z²), z standard normal
 MAD_TO_SIGMA = 1.4826 / math.sqrt(2)  # a difference of two points has √2 times the noise
+CHUNK = 4096  # series tested at once
 
 
 class Change(NamedTuple):
@@ -116,7 +117,8 @@ class ChangePoint:
         refresh = rows[((n & (n - 1)) == 0) & (n > self.warmup) & (n <= self.window) | (n % self.window == 0)]
         self._learn(np.concatenate([learn, refresh]))
         ready = rows[np.isfinite(self._sigma[rows]) & (self._n[rows] >= 2 * self.min_side)]
-        return self._test(ready) if ready.size else []
+        # in chunks, so that the tests' temporaries (a dozen arrays of chunk x window) stay small
+        return [c for i in range(0, ready.size, CHUNK) for c in self._test(ready[i : i + CHUNK])]
 
     def _append(self, rows: I, values: F) -> None:
         x, n = self._x[rows], self._n[rows]
@@ -149,19 +151,21 @@ class ChangePoint:
         self._sigma[rows] = np.maximum(mad * MAD_TO_SIGMA, np.maximum(level, 1.0) * 1e-9)
 
     def _test(self, rows: I) -> list[Change]:
+        """Both tests on these rows, computed time-major (window × rows: the prefix sums run along
+        contiguous memory)."""
         w, m = self.window, self.min_side
         n_seg = self._n[rows]
         k = np.minimum(n_seg, w)
-        cols = np.arange(w)
-        valid = cols[None, :] >= (w - k)[:, None]
+        cols = np.arange(w)[:, None]
+        valid = cols >= (w - k)[None, :]
         sigma = self._sigma[rows]
-        x = _winsorise(self._x[rows], valid, self.clip * sigma)
-        z = np.where(valid, (x - x[:, -1:]) / sigma[:, None], 0.0)
+        x = _winsorise(np.ascontiguousarray(self._x[rows].T), valid, self.clip * sigma)
+        z = np.where(valid, (x - x[-1:]) / sigma[None, :], 0.0)
         line, line_at, line_slope = _line_glr(z, valid, k, m)
-        y_valid = valid & (cols[None, :] > (w - k)[:, None])  # the first point of a segment has no difference
+        y_valid = cols > (w - k)[None, :]  # the first point of a segment has no difference
         floor, top = 2 * np.log(1e-2 * sigma), 2 * np.log(6 * sigma)
-        y = np.clip(self._y[rows], floor[:, None], top[:, None])
-        var, var_at = _mean_glr(np.where(y_valid, y, 0.0), y_valid, k - 1, m)
+        y = np.clip(np.ascontiguousarray(self._y[rows].T), floor[None, :], top[None, :])
+        var, var_at = _mean_glr(np.where(y_valid, y, 0.0), y_valid, m)
         log_n = np.log(n_seg.astype(np.float64))
         line_score = line / (self.line_a + self.line_b * log_n)
         var_score = var / (self.var_a + self.var_b * log_n) / LOG_CHI2_VAR
@@ -205,52 +209,48 @@ class ChangePoint:
 
 
 def _winsorise(x: F, valid: npt.NDArray[np.bool_], bound: F) -> F:
-    """Each value clipped to ``bound`` around the median of itself and its two neighbours (the newest: of
-    itself and the two before it). A lone outlier is cut down; a step is not (its neighbours follow it)."""
-    before = np.roll(x, 1, axis=1)
-    after = np.roll(x, -1, axis=1)
-    after[:, -1] = x[:, -3]
-    first = valid & ~np.roll(valid, 1, axis=1)
+    """Each value (time-major: window × series) clipped to ``bound`` around the median of itself and its
+    two neighbours (the newest: of itself and the two before it). A lone outlier is cut down; a step is
+    not (its neighbours follow it)."""
+    before = np.roll(x, 1, axis=0)
+    after = np.roll(x, -1, axis=0)
+    after[-1] = x[-3]
+    first = valid & ~np.roll(valid, 1, axis=0)
     before = np.where(first, after, before)  # the oldest value: its two successors
-    lo, hi = np.minimum(before, after), np.maximum(before, after)
-    med = np.clip(x, lo, hi)
-    out: F = np.clip(x, med - bound[:, None], med + bound[:, None])
-    return out
-
-
-def _prefix(a: F) -> F:
-    out: F = np.cumsum(a, axis=1)
+    med = np.clip(x, np.minimum(before, after), np.maximum(before, after))
+    out: F = np.clip(x, med - bound[None, :], med + bound[None, :])
     return out
 
 
 def _line_glr(z: F, valid: npt.NDArray[np.bool_], k: I, m: int) -> tuple[F, I, npt.NDArray[np.bool_]]:
-    """Residuals of each row against one line through its window, and the best split for a level shift
-    (a step added after the split) or a change of slope (a hinge added there), one degree of freedom each:
-    (reduction of the squared residuals, last column of the left side, whether a slope change is best)."""
-    w = z.shape[1]
-    t = np.where(valid, np.arange(w, dtype=np.float64) - w / 2, 0.0) / w
+    """Residuals of each series (time-major: window × series) against one line through its window, and
+    the best split for a level shift (a step added after the split) or a change of slope (a hinge added
+    there), one degree of freedom each: (reduction of the squared residuals in noise units, last index of
+    the left side, whether a slope change is best)."""
+    w = z.shape[0]
+    grid = np.arange(w, dtype=np.float64)[:, None] / w - 0.5
+    t = np.where(valid, grid, 0.0)
     one = valid.astype(np.float64)
-    n, st, stt = one.sum(axis=1), t.sum(axis=1), (t * t).sum(axis=1)
+    n, st, stt = k.astype(np.float64), t.sum(axis=0), (t * t).sum(axis=0)
     det = n * stt - st * st
-    slope = (n * (t * z).sum(axis=1) - st * z.sum(axis=1)) / det
-    e = np.where(valid, z - (z.sum(axis=1) - slope * st)[:, None] / n[:, None] - slope[:, None] * t, 0.0)
-    sse = (e * e).sum(axis=1)
+    slope = (n * (t * z).sum(axis=0) - st * z.sum(axis=0)) / det
+    e = np.where(valid, z - ((z.sum(axis=0) - slope * st) / n)[None, :] - slope[None, :] * t, 0.0)
+    sse = (e * e).sum(axis=0)
 
     def explained(v1: F, v2: F) -> F:  # v·G⁻¹·v, G the Gram matrix of (1, t) over the window
-        out: F = (stt[:, None] * v1 * v1 - 2 * st[:, None] * v1 * v2 + n[:, None] * v2 * v2) / det[:, None]
+        out: F = (stt * v1 * v1 - 2 * st * v1 * v2 + n * v2 * v2) / det
         return out
 
-    n_left = np.cumsum(one, axis=1)
-    n_r = n[:, None] - n_left
-    st_r = st[:, None] - np.cumsum(t, axis=1)
-    stt_r = stt[:, None] - np.cumsum(t * t, axis=1)
-    e_r = -np.cumsum(e, axis=1)  # the residuals sum to zero
-    te_r = -np.cumsum(t * e, axis=1)
-    tj = np.arange(w, dtype=np.float64)[None, :] / w - 0.5
-    h, ht, hh = st_r - tj * n_r, stt_r - tj * st_r, stt_r - 2 * tj * st_r + tj * tj * n_r
+    n_left = np.cumsum(one, axis=0)
+    n_r = n - n_left
+    st_r = st - np.cumsum(t, axis=0)
+    stt_r = stt - np.cumsum(t * t, axis=0)
+    e_r = -np.cumsum(e, axis=0)  # the residuals sum to zero
+    te_r = -np.cumsum(t * e, axis=0)
+    h, ht, hh = st_r - grid * n_r, stt_r - grid * st_r, stt_r - 2 * grid * st_r + grid * grid * n_r
     with np.errstate(divide="ignore", invalid="ignore"):
         level = e_r * e_r / (n_r - explained(n_r, st_r))
-        he = te_r - tj * e_r
+        he = te_r - grid * e_r
         bend = he * he / (hh - explained(h, ht))
     # the best split over every step, also those too recent to be confirmed (a step in the newest points
     # would else be placed earlier, where it has enough points after it); a slope change must beat them all
@@ -259,29 +259,30 @@ def _line_glr(z: F, valid: npt.NDArray[np.bool_], k: I, m: int) -> tuple[F, I, n
     level = np.where(left_ok & (n_r >= 1) & np.isfinite(level), level, -np.inf)
     bend = np.where(left_ok & (n_r >= 2 * m) & np.isfinite(bend), bend, -np.inf)
     gain = np.maximum(level, bend)
-    at: I = np.argmax(gain, axis=1)
-    best = np.take_along_axis(gain, at[:, None], axis=1)[:, 0]
-    is_slope = np.take_along_axis(bend > level, at[:, None], axis=1)[:, 0]
-    confirmed = np.take_along_axis(n_r, at[:, None], axis=1)[:, 0] >= m
-    best = np.where(confirmed, best, 0.0)
+    at: I = np.argmax(gain, axis=0)
+    pick = np.arange(gain.shape[1])
+    best = gain[at, pick]
+    is_slope = bend[at, pick] > level[at, pick]
+    best = np.where(n_r[at, pick] >= m, best, 0.0)  # confirmed: enough points after the split
     # in units of the larger of two noise estimates: the robust one the values were scaled by (1), and the
     # residual variance with the change fitted (a noise estimate learned from few points can be too small)
     residual = np.maximum((sse - best) / np.maximum(k - 3, 1), 1.0)
     return best / residual, at, is_slope
 
 
-def _mean_glr(y: F, valid: npt.NDArray[np.bool_], k: I, m: int) -> tuple[F, I]:
-    """Best split of each row into two means: (n_l·n_r/n · (mean_l - mean_r)², last column of the left)."""
-    n_left = _prefix(valid.astype(np.float64))
-    s_left = _prefix(y)
-    n, s = n_left[:, -1:], s_left[:, -1:]
+def _mean_glr(y: F, valid: npt.NDArray[np.bool_], m: int) -> tuple[F, I]:
+    """Best split of each series (time-major) into two means: (n_l·n_r/n · (mean_l - mean_r)², last index
+    of the left side)."""
+    n_left = np.cumsum(valid, axis=0, dtype=np.float64)
+    s_left = np.cumsum(y, axis=0)
+    n, s = n_left[-1:], s_left[-1:]
     n_right, s_right = n - n_left, s - s_left
     with np.errstate(divide="ignore", invalid="ignore"):
         diff = s_left / n_left - s_right / n_right
         stat = n_left * n_right / n * diff * diff
     stat = np.where((n_left >= m) & (n_right >= m), stat, -np.inf)
-    at: I = np.argmax(stat, axis=1)
-    return np.take_along_axis(stat, at[:, None], axis=1)[:, 0], at
+    at: I = np.argmax(stat, axis=0)
+    return stat[at, np.arange(stat.shape[1])], at
 
 
 def _fit(x: F, at: float) -> tuple[float, float]:

@@ -3,13 +3,14 @@
 The change itself is found by the scale-free change detector (``changepoint.ChangePoint``: level, slope or
 noise, located at the best split of the segment, relearned after each change). A change becomes a
 finding once the job's current step time (the median of its last ``2 * min_steps + 1`` steps) differs
-from the reference (the level before the first change, then the level the last finding reported) by at
-least ``threshold`` (relative): a jitter-sized change is not drift, a slow trend is reported once it
-has added up to ``threshold``, from the change where it began. ``direction`` is ``up`` (slower) or
+from the reference (the level before the first change, then the level the last finding reported) by more
+than ``threshold / 2`` (relative; the allowance of the CUSUM this detector replaces, so the same slowdowns
+count as drift): a jitter-sized change is not drift, a slow trend is reported once it has added up to
+that, from the change where it began. ``direction`` is ``up`` (slower) or
 ``down`` (faster); ``onset_step`` is where the change happened, not when it was found.
 
 ``warmup`` is the number of steps the first reference level is taken from; a change whose level stays
-within ``threshold`` of the reference for ``2 * min_steps + 1`` steps is dropped. ``patience`` is kept
+within ``threshold / 2`` of the reference for ``2 * min_steps + 1`` steps is dropped. ``patience`` is kept
 for callers of the former CUSUM detector and no longer used.
 """
 
@@ -68,8 +69,9 @@ class StepTimeDrift:
         self._note(obs)
         current = statistics.median(s.duration for s in list(self._recent)[-(2 * self.min_steps + 1) :])
         ratio = current / self._reference if self._reference > 0 else 1.0
-        if abs(ratio - 1.0) < self.threshold or self._steps < self.min_steps:
-            if abs(ratio - 1.0) < self.threshold and self._steps >= 2 * self.min_steps + 1:
+        material = abs(ratio - 1.0) > self.threshold / 2
+        if not material or self._steps < self.min_steps:
+            if not material and self._steps >= 2 * self.min_steps + 1:
                 self._onset = None  # the change stayed within the threshold: not drift
             return None
         return self._finding(obs, current)
