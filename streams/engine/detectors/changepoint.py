@@ -183,9 +183,16 @@ class ChangePoint:
         k = int(min(self._n[row], w))
         left, right = self._x[row, w - k : split + 1], self._x[row, split + 1 :]
         (lb, l_at), (rb, r_at) = _fit(left, len(left) - 1), _fit(right, -0.5)
-        # level either side of the split: the left line at its last point, the right one half a step before
-        # its first (so a pure trend reports no jump); the noise either side for a variance change
-        before, after = (l_at, r_at) if kind != "variance" else (_noise(left), _noise(right))
+        noise_l, noise_r = _noise(left), _noise(right)
+        jump = abs(float(np.median(right)) - float(np.median(left[-len(right) :])))
+        if kind == "level" and max(noise_l, noise_r) >= 2 * min(noise_l, noise_r) and jump < 3 * max(noise_l, noise_r):
+            kind = "variance"  # the new noise's first excursions, not a step: the levels hardly differ
+        if kind == "level":  # the median either side: a few points after a step do not make a slope
+            before, after = float(np.median(left[-max(len(right), self.warmup) :])), float(np.median(right))
+        elif kind == "slope":  # the left line at its last point, the right one half a step before its first
+            before, after = l_at, r_at
+        else:
+            before, after = noise_l, noise_r
         seen = int(self._seen[row])
         change = Change(row, seen - len(right), seen - 1, kind, float(before), float(after), lb, rb, score)
         self._restart(row, len(right))

@@ -9,20 +9,24 @@ both rise together: Kendall's tau of each against time at least ``tau``, the var
 ``min_ratio`` times its value at the start of that span, the autocorrelation up by ``min_rise`` and at
 least ``min_ac`` (a deviation is still mostly there one point later: the recovery has become slow).
 
+A step in the series also raises both indicators while it is in the window, and the change detector
+needs a few points to confirm it: so a warning is held for ``min_side + 2`` points and dropped if a shift
+is found meanwhile. A level shift of more than ``jump`` times the spread of the window before it
+(``changepoint.ChangePoint`` on the same series; slowing down wanders further and further, not that far)
+is the regime shift itself, or another one: the indicators are forgotten and learned again after it.
+
 The finding's ``start`` is where the rise began (the first indicator in the span), its ``end`` the point
-that completed the warning; ``evidence`` has both taus, the indicators then and now and ``since_points``.
-The lead time of a warning is how long before the shift it came: scored against the simulator's
-``transition_step`` (``serving-saturation``). One warning per rise: the detector re-arms once either
-tau has fallen below zero. A level shift of more than ``jump`` times the window's spread
-(``changepoint.ChangePoint`` on the same series; slowing down itself wanders further and further, but
-not that far) is the regime shift itself, or another one: the indicators are forgotten and learned again after it.
-State: at most ``window`` points, ``trend`` pairs of indicators and the change detector's window.
+that confirmed the warning (``raised_at`` in the evidence: the one that raised it); ``evidence`` also has
+both taus, the indicators then and now and ``since_points``. The lead time of a warning is how long
+before the shift it came: scored against the simulator's ``transition_step`` (``serving-saturation``).
+One warning per rise: the detector re-arms once either tau has fallen below zero. State: at most
+``window`` points, ``trend`` pairs of indicators and the change detector's window.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -71,21 +75,42 @@ class EarlyWarning:
     _count: int = 0
     _armed: bool = True
     _shifts: ChangePoint = field(default_factory=lambda: ChangePoint(1))
+    _pending: Finding | None = None  # raised, waiting to be sure it was not a shift's own first points
+    _wait: int = 0
 
     def _forget(self) -> None:
         """A regime shift happened: the indicators before it say nothing about the new regime."""
         for buf in (self._points, self._var, self._ac, self._at):
             buf.clear()
-        self._armed = True
+        self._armed, self._pending = True, None
 
     def update(self, time: float, value: float) -> Finding | None:
         if not np.isfinite(value):
             return None
         shifts = self._shifts.update(np.zeros(1, np.int64), np.array([value]))
-        spread = float(np.std(np.fromiter(self._points, np.float64))) if len(self._points) > 2 else 0.0
-        if any(c.kind == "level" and abs(c.after - c.before) > self.jump * spread for c in shifts):
-            self._forget()
+        if any(
+            c.kind == "level" and abs(c.after - c.before) > self.jump * self._spread(c.detected - c.at) for c in shifts
+        ):
+            self._forget()  # and a warning still waiting for confirmation was the shift itself
             return None
+        found = self._observe(time, value)
+        if found is not None:
+            self._pending, self._wait = found, 0
+            return None
+        if self._pending is None:
+            return None
+        self._wait += 1
+        if self._wait < self._shifts.min_side + 2:  # no shift found for as long as one needs to be confirmed
+            return None
+        pending, self._pending = self._pending, None
+        return replace(pending, end=time, evidence={**pending.evidence, "raised_at": pending.end})
+
+    def _spread(self, after: int) -> float:
+        """Standard deviation of the window before its last ``after`` points (those after a change)."""
+        before = list(self._points)[: max(0, len(self._points) - after)]
+        return float(np.std(before)) if len(before) > 2 else 0.0
+
+    def _observe(self, time: float, value: float) -> Finding | None:
         self._points.append(value)
         if len(self._points) > self.window:
             self._points.popleft()
