@@ -2,6 +2,7 @@
 (streaming) and ruptures' binary segmentation (offline reference) on labelled synthetic series.
 
     .venv/bin/python bench/bench_changepoint.py [--seeds 1,2,3] [--json changepoint-bench.json]
+    .venv/bin/python bench/bench_changepoint.py --memory    # 10M updates: the state does not grow
 
 The families were written down before any score was looked at, and are not tuned on. Every series has a
 random scale ``s = 10^U(-3, 3)`` (noise ``σ = s``) and a random level ``s·U(-5, 5)`` unless said otherwise;
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
 import statistics
 import sys
 import time
@@ -286,12 +288,30 @@ def speed(series_count: int, steps: int) -> dict[str, float]:
     return out
 
 
+def memory(series_count: int = 100, steps: int = 100_000) -> dict[str, int]:
+    """10M updates (100 series x 100,000 steps, a level shift every 1,000 steps so that it restarts
+    often): the detector's pickled size after the warm-up and at the end."""
+    rng = np.random.default_rng(0)
+    detector, rows = ChangePoint(series_count), np.arange(series_count)
+    sizes, changes = {}, 0
+    for t in range(steps):
+        level = 5.0 * ((t // 1000) % 2)
+        changes += len(detector.update(rows, level + rng.standard_normal(series_count)))
+        if t + 1 in (1_000, steps):
+            sizes[f"pickled_bytes_after_{(t + 1) * series_count}_updates"] = len(pickle.dumps(detector))
+    return {**sizes, "changes": changes}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--json", type=Path, default=Path("changepoint-bench.json"))
     parser.add_argument("--speed-steps", type=int, default=20)
+    parser.add_argument("--memory", action="store_true", help="only the 10M-update bounded-state check")
     args = parser.parse_args()
+    if args.memory:
+        print(json.dumps(memory(), indent=2))
+        return
     seeds = [int(s) for s in args.seeds.split(",")]
     per_seed = [score_seed(s) for s in seeds]
     names = list(per_seed[0])
