@@ -36,7 +36,7 @@ I = npt.NDArray[np.int64]  # noqa: E741
 
 LOG_CHI2_VAR = math.pi**2 / 2  # variance of log(z²), z standard normal
 MAD_TO_SIGMA = 1.4826 / math.sqrt(2)  # a difference of two points has √2 times the noise
-CHUNK = 4096  # series tested at once
+CHUNK = 256  # series tested at once (their temporaries stay in the cache)
 
 
 class Change(NamedTuple):
