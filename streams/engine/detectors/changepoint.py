@@ -78,6 +78,7 @@ class ChangePoint:
     line_b: float = 2.0
     var_a: float = 28.0  # variance threshold: var_a + var_b·log(n)
     var_b: float = 1.0
+    every: int = 1  # test a series every this many of its samples (a change is found up to every - 1 later)
     _x: F = field(init=False, repr=False)
     _y: F = field(init=False, repr=False)  # log of squared first differences
     _n: I = field(init=False, repr=False)  # points in the current segment (the window holds the last ones)
@@ -116,7 +117,8 @@ class ChangePoint:
         # relearned as the segment doubles, then once per window: a longer segment, a better estimate
         refresh = rows[((n & (n - 1)) == 0) & (n > self.warmup) & (n <= self.window) | (n % self.window == 0)]
         self._learn(np.concatenate([learn, refresh]))
-        ready = rows[np.isfinite(self._sigma[rows]) & (self._n[rows] >= 2 * self.min_side)]
+        due = (self._seen[rows] + rows) % self.every == 0  # spread over calls, a series every ``every``
+        ready = rows[np.isfinite(self._sigma[rows]) & (self._n[rows] >= 2 * self.min_side) & due]
         # in chunks, so that the tests' temporaries (a dozen arrays of chunk x window) stay small
         return [c for i in range(0, ready.size, CHUNK) for c in self._test(ready[i : i + CHUNK])]
 
@@ -237,8 +239,8 @@ def _line_glr(z: F, valid: npt.NDArray[np.bool_], k: I, m: int) -> tuple[F, I, n
     w = z.shape[0]
     grid = np.arange(w, dtype=np.float64)[:, None] / w - 0.5
     t = np.where(valid, grid, 0.0)
-    one = valid.astype(np.float64)
-    n, st, stt = k.astype(np.float64), t.sum(axis=0), (t * t).sum(axis=0)
+    n_left, st_left, stt_left = _grid_sums(w, k)
+    n, st, stt = k.astype(np.float64), st_left[-1], stt_left[-1]
     det = n * stt - st * st
     slope = (n * (t * z).sum(axis=0) - st * z.sum(axis=0)) / det
     e = np.where(valid, z - ((z.sum(axis=0) - slope * st) / n)[None, :] - slope[None, :] * t, 0.0)
@@ -248,10 +250,9 @@ def _line_glr(z: F, valid: npt.NDArray[np.bool_], k: I, m: int) -> tuple[F, I, n
         out: F = (stt * v1 * v1 - 2 * st * v1 * v2 + n * v2 * v2) / det
         return out
 
-    n_left = np.cumsum(one, axis=0)
     n_r = n - n_left
-    st_r = st - np.cumsum(t, axis=0)
-    stt_r = stt - np.cumsum(t * t, axis=0)
+    st_r = st - st_left
+    stt_r = stt - stt_left
     e_r = -np.cumsum(e, axis=0)  # the residuals sum to zero
     te_r = -np.cumsum(t * e, axis=0)
     h, ht, hh = st_r - grid * n_r, stt_r - grid * st_r, stt_r - 2 * grid * st_r + grid * grid * n_r
@@ -277,10 +278,23 @@ def _line_glr(z: F, valid: npt.NDArray[np.bool_], k: I, m: int) -> tuple[F, I, n
     return best / residual, at, is_slope
 
 
+def _grid_sums(w: int, k: I) -> tuple[F, F, F]:
+    """For each index j of a window of ``w`` whose last ``k`` are valid (time-major): the count, the sum
+    and the sum of squares of the positions ``i / w - 0.5`` of the valid indices up to j (closed form: the
+    prefix sums the tests need, without a pass over the data)."""
+    first = (w - k)[None, :].astype(np.float64)
+    j = np.maximum(np.arange(w, dtype=np.float64)[:, None], first - 1)
+    count = j - first + 1
+    total = (first + j) * count / 2  # of the indices i
+    squares = (j * (j + 1) * (2 * j + 1) - (first - 1) * first * (2 * first - 1)) / 6
+    return count, total / w - 0.5 * count, squares / (w * w) - total / w + 0.25 * count
+
+
 def _mean_glr(y: F, valid: npt.NDArray[np.bool_], m: int) -> tuple[F, I]:
     """Best split of each series (time-major) into two means: (n_l·n_r/n · (mean_l - mean_r)², last index
     of the left side)."""
-    n_left = np.cumsum(valid, axis=0, dtype=np.float64)
+    w = y.shape[0]
+    n_left = np.maximum(np.arange(1, w + 1, dtype=np.float64)[:, None] - (w - valid.sum(axis=0))[None, :], 0.0)
     s_left = np.cumsum(y, axis=0)
     n, s = n_left[-1:], s_left[-1:]
     n_right, s_right = n - n_left, s - s_left
