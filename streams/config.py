@@ -122,7 +122,8 @@ class Settings(BaseSettings):
         20, ge=3, description="Steps per job the step-time detector uses to learn the healthy baseline."
     )
     step_drift_threshold: float = Field(
-        0.10, gt=0, lt=10, description="Relative step-time slowdown the step-time detector treats as drift."
+        0.05, gt=0, lt=10, description="Relative change of step time (up or down) the step-time detector treats "
+        "as drift."
     )
     price_per_accel_hour: float = Field(
         0.0,

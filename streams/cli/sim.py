@@ -18,6 +18,7 @@ SCENARIO_NAMES = (
     "training-fabric", "training-fabric-healthy", "training-slow-stage", "training-slow-link",
     "training-imbalanced-dp", "training-cascade", "training-sync-loss", "training-restart",
     "inference-sla", "inference-sla-healthy", "control-storm", "control-storm-healthy",
+    "serving-saturation", "serving-saturation-healthy",
 )  # fmt: skip
 
 

@@ -16,6 +16,10 @@ Inference pipeline (``streams.sim.inference_run``; ``steps`` are 1 s windows, ``
 Control storm (``streams.sim.control_run``; ``steps`` are 10 s control windows, ``ranks`` the rack's
 accelerators): ``control-storm`` (autoscaler against power manager, an energy feedback loop; scheduler
 preemption against autoscaler with retries) and ``control-storm-healthy``.
+
+Critical slowing down (``streams.sim.saturation``; ``steps`` are 10 s windows): ``serving-saturation``
+(load creeps towards capacity, recovery from bursts slows, then the service tips into overload) and
+``serving-saturation-healthy``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from streams.sim.base import Scenario
 from streams.sim.control_run import control_storm
 from streams.sim.emit import GPUS_PER_NODE, node_of
 from streams.sim.inference_run import inference_sla
+from streams.sim.saturation import serving_saturation
 from streams.sim.training import Cause, Layout, TrainingFabric
 from streams.sim.training_run import Cascade, Restart, TrainingScenario
 
@@ -132,4 +137,6 @@ SCENARIOS: dict[str, Callable[[int, int, int], Scenario]] = {
     "inference-sla-healthy": lambda seed, ranks, steps: inference_sla(seed, ranks, steps, healthy=True),
     "control-storm": control_storm,
     "control-storm-healthy": lambda seed, ranks, steps: control_storm(seed, ranks, steps, healthy=True),
+    "serving-saturation": serving_saturation,
+    "serving-saturation-healthy": lambda seed, ranks, steps: serving_saturation(seed, ranks, steps, healthy=True),
 }

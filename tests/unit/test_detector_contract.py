@@ -20,7 +20,9 @@ import streams.engine.detectors
 from streams.engine.detectors.base import Detector, findings
 from streams.engine.detectors.coherence import ControlCoherence
 from streams.engine.detectors.critical_path import CriticalPathShift
+from streams.engine.detectors.early_warning import EarlyWarning
 from streams.engine.detectors.rerun import Reruns
+from streams.engine.detectors.series_drift import SeriesDrift, series_key
 from streams.engine.detectors.serving import RetryStorm, TailLatency
 from streams.engine.detectors.step_time import StepObs, StepTimeDrift
 from streams.engine.detectors.straggler import CollectiveLateness
@@ -109,6 +111,26 @@ def phases(n: int) -> Iterator[tuple[Any, ...]]:
         yield step, float(step), 0.4, phase
 
 
+def named_series(n: int) -> Iterator[tuple[Any, ...]]:
+    rng = np.random.default_rng(9)
+    keys = [series_key("service:s", "latency_p99_s"), series_key("job:j", "output_per_step"),
+            series_key("node:n1", "power_w")]  # fmt: skip
+    for i in range(n):
+        slow = n // 3 <= i < 2 * n // 3
+        values = [0.5 * (1.4 if slow else 1.0), -3.0 - (1.0 if slow else 0.0), 400.0]  # up, down, flat
+        yield keys, [float(i)] * 3, np.array(values) + [0.01, 0.05, 5.0] * rng.standard_normal(3)
+
+
+def slowing_down(n: int) -> Iterator[tuple[Any, ...]]:
+    """An AR(1) whose recovery slows from a third of the way in, then recovers."""
+    rng = np.random.default_rng(10)
+    x = 0.0
+    for i in range(n):
+        phase = min(max((i % 600 - n // 3) / (n // 3), 0.0), 1.0) if i % 600 < 2 * n // 3 else 0.0
+        x = (0.3 + 0.65 * phase) * x + rng.standard_normal()
+        yield float(i), x
+
+
 @dataclass(frozen=True)
 class Case:
     make: Callable[[], Detector]
@@ -125,6 +147,8 @@ CASES: dict[type[Detector], Case] = {
     RetryStorm: Case(lambda: RetryStorm("service:s"), attempts),
     ControlCoherence: Case(ControlCoherence, tug_of_war),
     PhaseDrift: Case(lambda: PhaseDrift("j"), phases),
+    SeriesDrift: Case(SeriesDrift, named_series),
+    EarlyWarning: Case(lambda: EarlyWarning("service:s"), slowing_down),
 }
 
 

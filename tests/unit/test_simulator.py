@@ -152,7 +152,7 @@ def test_tp_sync_spans_are_barriers_with_their_own_group_and_increasing_seq() ->
 
 
 # every scenario at a small size: (ranks, steps)
-SMALL = {"training": (32, 12), "inference": (24, 30), "control": (64, 60)}
+SMALL = {"training": (32, 12), "inference": (24, 30), "control": (64, 60), "serving": (8, 100)}
 
 
 def small(name: str, seed: int = 1) -> Scenario:

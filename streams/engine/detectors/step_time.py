@@ -1,24 +1,31 @@
-"""Step-time drift: a job's step duration rises above its own healthy baseline and stays there.
+"""Step-time drift: a job's step duration moves away from its own reference level, up or down, and stays.
 
-Baseline: median step duration over the first ``warmup`` steps. Then a one-sided CUSUM on the relative
-excess ``x / baseline - 1`` with allowance ``threshold / 2`` alarms once the accumulated excess passes
-``threshold * patience`` and at least ``min_steps`` steps of the episode were slow by more than the
-allowance: a single slow step, however slow, does not alarm; a sustained slowdown of ``threshold`` does
-after about ``2 * patience`` steps, a larger one after ``min_steps``.
+The change itself is found by the scale-free change detector (``changepoint.ChangePoint``: level, slope or
+noise, located at the best split of the segment, relearned after each change). A change becomes a
+finding once the job's current step time (the median of its last ``2 * min_steps + 1`` steps) differs
+from the reference (the level before the first change, then the level the last finding reported) by more
+than ``threshold`` (relative; 5% by default, the allowance of the CUSUM this detector replaces, so the same
+slowdowns count as drift): a jitter-sized change is not drift, a slow trend is reported once it has added up to
+that, from the change where it began. ``direction`` is ``up`` (slower) or
+``down`` (faster); ``onset_step`` is where the change happened, not when it was found.
 
-river's PageHinkley is the same idea but gives neither the onset, the baseline nor the magnitude, which
-the finding needs. One finding per episode; the detector re-arms once the excess has been gone for
-``warmup`` steps (the sum is capped at twice the alarm level, so an episode ends soon after the job
-recovers, however long it lasted).
+``warmup`` is the number of steps the first reference level is taken from; a change whose level stays
+within ``threshold`` of the reference for ``2 * min_steps + 1`` steps is dropped. ``patience`` is kept
+for callers of the former CUSUM detector and no longer used.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+
+from streams.engine import elements
 from streams.engine.detectors.base import Detector
+from streams.engine.detectors.changepoint import ChangePoint
 from streams.engine.findings import Finding
 
 
@@ -35,67 +42,67 @@ class StepObs(NamedTuple):
 class StepTimeDrift(Detector):
     job: str
     warmup: int = 20
-    threshold: float = 0.10
+    threshold: float = 0.05
     patience: float = 3.0
     min_steps: int = 3
+    _detector: ChangePoint = field(default_factory=lambda: ChangePoint(1))
+    _recent: deque[StepObs] = field(default_factory=lambda: deque(maxlen=ChangePoint.window))
+    _reference: float | None = None
     _warm: list[float] = field(default_factory=list)
-    _baseline: float | None = None
-    _cusum: float = 0.0
-    _onset: StepObs | None = None
-    _episode: list[StepObs] = field(default_factory=list)
-    _alarmed: bool = False
-    _slow_steps: int = 0
-    _quiet_steps: int = 0
+    _onset: StepObs | None = None  # the change not yet reported (its first step)
+    _extra: float = 0.0  # seconds above the reference since the onset
+    _steps: int = 0
 
     def update(self, obs: StepObs) -> Finding | None:
-        if self._baseline is None:
+        self._recent.append(obs)
+        if self._reference is None:
             self._warm.append(obs.duration)
             if len(self._warm) >= self.warmup:
-                self._baseline = statistics.median(self._warm)
-                self._warm = []
+                self._reference, self._warm = statistics.median(self._warm), []
+        for change in self._detector.update(np.zeros(1, np.int64), np.array([obs.duration])):
+            at = len(self._recent) - 1 - (change.detected - change.at)
+            onset = self._recent[max(at, 0)]
+            self._onset, self._steps = onset, 0
+            self._extra = 0.0
+            for s in list(self._recent)[max(at, 0) : -1]:
+                self._note(s)
+        if self._onset is None or self._reference is None:
             return None
-        excess = obs.duration / self._baseline - 1.0
-        # capped at twice the alarm level, so that a long episode ends within a few healthy steps
-        limit = self.threshold * self.patience
-        self._cusum = min(2 * limit, max(0.0, self._cusum + excess - self.threshold / 2))
-        if self._cusum == 0.0:
-            self._on_quiet()
+        self._note(obs)
+        current = statistics.median(s.duration for s in list(self._recent)[-(2 * self.min_steps + 1) :])
+        ratio = current / self._reference if self._reference > 0 else 1.0
+        material = abs(ratio - 1.0) > self.threshold
+        if not material or self._steps < self.min_steps:
+            if not material and self._steps >= 2 * self.min_steps + 1:
+                self._onset = None  # the change stayed within the threshold: not drift
             return None
-        self._quiet_steps = 0
-        if self._onset is None:
-            self._onset = obs
-        if excess > self.threshold / 2:
-            self._slow_steps += 1
-        if len(self._episode) < 10_000:
-            self._episode.append(obs)
-        if not self._alarmed and self._cusum > limit and self._slow_steps >= self.min_steps:
-            self._alarmed = True
-            return self._finding(obs)
-        return None
+        return self._finding(obs, current)
 
-    def _on_quiet(self) -> None:
-        self._onset, self._episode, self._slow_steps = None, [], 0
-        self._quiet_steps += 1
-        if self._alarmed and self._quiet_steps >= self.warmup:
-            self._alarmed = False
+    def _note(self, s: StepObs) -> None:
+        assert self._reference is not None
+        self._extra += s.duration - self._reference
+        self._steps += 1
 
-    def _finding(self, last: StepObs) -> Finding:
-        assert self._onset is not None and self._baseline is not None
-        durations = [s.duration for s in self._episode]
-        observed = statistics.median(durations)
-        extra = sum(d - self._baseline for d in durations)
-        return Finding(
+    def _finding(self, last: StepObs, current: float) -> Finding:
+        assert self._onset is not None and self._reference is not None
+        onset, baseline = self._onset, self._reference
+        since = [s.duration for s in self._recent if s.step >= onset.step]
+        observed = statistics.median(since)
+        finding = Finding(
             kind="step_time_drift",
-            subjects=(f"job:{self.job}",),
-            start=self._onset.start,
+            subjects=(elements.job(self.job),),
+            start=onset.start,
             end=last.start + last.duration,
-            severity=round(observed / self._baseline, 6),
+            severity=round(observed / baseline, 6),
             evidence={
-                "baseline_step_s": self._baseline,
+                "baseline_step_s": baseline,
                 "observed_step_s": observed,
-                "onset_step": self._onset.step,
+                "direction": "up" if observed > baseline else "down",
+                "onset_step": onset.step,
                 "detected_at_step": last.step,
-                "steps": len(durations),
+                "steps": self._steps,
             },
-            cost={"extra_step_seconds": round(extra, 6)},
+            cost={"extra_step_seconds": round(self._extra, 6)},
         )
+        self._reference, self._onset = current, None
+        return finding

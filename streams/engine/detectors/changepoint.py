@@ -1,0 +1,319 @@
+"""A scale-free, two-sided, restarting change detector for many series at once (numpy, one row per series).
+
+Per series it keeps the last ``window`` values of its current segment (the points since the last change).
+Every update tests that window for one change, at every split with at least ``min_side`` points a side:
+
+- **level or slope**: a line fitted to the whole window against two lines, one either side of the split
+  (the generalised likelihood ratio, in units of the noise): a level shift, a change of slope, or both;
+  a steady trend is one line, so it raises nothing once its start has been found;
+- **variance**: the mean of ``log(d²)`` of the first differences ``d`` either side of the split; that
+  mean moves by ``log(r²)`` when the noise is scaled by ``r``, and its spread is the known ``π²/2`` of a
+  log chi-square, so this test needs no scale at all.
+
+Scale-free: values are standardised by a robust noise estimate taken from the segment itself (the median
+absolute deviation of its first differences, which neither a level nor a slope moves), never by
+thresholds in data units or ratios, so negative, near-zero and huge series behave alike. Each value is
+winsorised to ``clip`` noise units around the median of it and its neighbours, so a single outlier moves
+a test by a bounded amount. False alarms are controlled by a threshold that grows with the segment's
+length (``a + b·log n``: the more splits were tried, the more evidence a change needs).
+
+On an alarm the change is located at the best split (not at the alarm), reported, and the detector
+restarts from the points after it: they are the new segment, its noise is learned again from them once
+there are ``warmup`` of them. State per series: two rows of ``window`` floats and a few scalars.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+F = npt.NDArray[np.float64]
+I = npt.NDArray[np.int64]  # noqa: E741
+
+LOG_CHI2_VAR = math.pi**2 / 2  # variance of log(z²), z standard normal
+MAD_TO_SIGMA = 1.4826 / math.sqrt(2)  # a difference of two points has √2 times the noise
+CHUNK = 256  # series tested at once (their temporaries stay in the cache)
+
+
+class Change(NamedTuple):
+    """One change of one series: ``at`` is the first sample after the change (counted per series from
+    0), ``detected`` the sample whose arrival raised it; ``before``/``after`` are the level (kind
+    ``level``/``slope``: the fitted values either side of the split) or the noise (kind ``variance``) in
+    data units; ``slope_before``/``slope_after`` in data units per sample; ``score`` the test statistic
+    over its threshold (> 1)."""
+
+    series: int
+    at: int
+    detected: int
+    kind: str
+    before: float
+    after: float
+    slope_before: float
+    slope_after: float
+    score: float
+
+    @property
+    def direction(self) -> str:
+        if self.kind == "slope":
+            return "up" if self.slope_after > self.slope_before else "down"
+        return "up" if self.after > self.before else "down"
+
+
+@dataclass
+class ChangePoint:
+    """``update(rows, values)`` appends one value to each listed series (rows unique within a call) and
+    returns the changes found. ``grow(n)`` adds series. Defaults were set on stationary Gaussian noise for
+    about one false alarm per 100k points per test (see ``bench/bench_changepoint.py``), not on changes."""
+
+    series: int = 0
+    window: int = 128
+    warmup: int = 20
+    min_side: int = 5
+    clip: float = 4.0
+    line_a: float = 18.0  # level/slope threshold: line_a + line_b·log(n)
+    line_b: float = 2.0
+    var_a: float = 28.0  # variance threshold: var_a + var_b·log(n)
+    var_b: float = 1.0
+    every: int = 1  # test a series every this many of its samples (a change is found up to every - 1 later)
+    _x: F = field(init=False, repr=False)
+    _y: F = field(init=False, repr=False)  # log of squared first differences
+    _n: I = field(init=False, repr=False)  # points in the current segment (the window holds the last ones)
+    _seen: I = field(init=False, repr=False)  # samples of the series so far
+    _sigma: F = field(init=False, repr=False)  # noise of the segment (NaN while it warms up)
+
+    def __post_init__(self) -> None:
+        count, self.series = self.series, 0
+        self._x = np.zeros((0, self.window))
+        self._y = np.zeros((0, self.window))
+        self._n = np.zeros(0, np.int64)
+        self._seen = np.zeros(0, np.int64)
+        self._sigma = np.zeros(0)
+        self.grow(count)
+
+    def grow(self, count: int) -> None:
+        """Add ``count`` series (rows ``series .. series + count - 1``)."""
+        w = self.window
+        self._x = np.vstack([self._x, np.zeros((count, w))])
+        self._y = np.vstack([self._y, np.zeros((count, w))])
+        self._n = np.concatenate([self._n, np.zeros(count, np.int64)])
+        self._seen = np.concatenate([self._seen, np.zeros(count, np.int64)])
+        self._sigma = np.concatenate([self._sigma, np.full(count, np.nan)])
+        self.series += count
+
+    def update(self, rows: I, values: F) -> list[Change]:
+        rows = np.asarray(rows, np.int64)
+        values = np.asarray(values, np.float64)
+        ok = np.isfinite(values)
+        rows, values = rows[ok], values[ok]
+        if rows.size == 0:
+            return []
+        self._append(rows, values)
+        learn = rows[np.isnan(self._sigma[rows]) & (self._n[rows] >= self.warmup)]
+        n = self._n[rows]
+        # relearned as the segment doubles, then once per window: a longer segment, a better estimate
+        refresh = rows[((n & (n - 1)) == 0) & (n > self.warmup) & (n <= self.window) | (n % self.window == 0)]
+        self._learn(np.concatenate([learn, refresh]))
+        due = (self._seen[rows] + rows) % self.every == 0  # spread over calls, a series every ``every``
+        ready = rows[np.isfinite(self._sigma[rows]) & (self._n[rows] >= 2 * self.min_side) & due]
+        # in chunks, so that the tests' temporaries (a dozen arrays of chunk x window) stay small
+        return [c for i in range(0, ready.size, CHUNK) for c in self._test(ready[i : i + CHUNK])]
+
+    def _append(self, rows: I, values: F) -> None:
+        x, n = self._x[rows], self._n[rows]
+        d = np.where(n > 0, values - x[:, -1], np.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = np.log(d * d)
+        self._x[rows, :-1] = x[:, 1:]
+        self._x[rows, -1] = values
+        self._y[rows, :-1] = self._y[rows, 1:]
+        self._y[rows, -1] = y
+        self._n[rows] = n + 1
+        self._seen[rows] += 1
+
+    def _learn(self, rows: I) -> None:
+        """The noise of each row's segment: the median absolute deviation of the first differences in its
+        window (a level shift is one outlier among them, a slope moves their median, not their spread)."""
+        if rows.size == 0:
+            return
+        rows = np.unique(rows)
+        w = self.window
+        k = np.minimum(self._n[rows], w)
+        valid = np.arange(1, w)[None, :] > (w - k)[:, None]
+        d = np.where(valid, np.diff(self._x[rows], axis=1), np.nan)
+        with np.errstate(all="ignore"):
+            dev = np.abs(d - np.nanmedian(d, axis=1)[:, None])
+            mad = np.nanmedian(dev, axis=1)
+            # quantised or constant data: the mean absolute deviation instead, then a floor far below
+            mad = np.where(mad > 0, mad, np.nanmean(dev, axis=1) / 1.2533)
+        level = np.abs(self._x[rows, -1])
+        self._sigma[rows] = np.maximum(mad * MAD_TO_SIGMA, np.maximum(level, 1.0) * 1e-9)
+
+    def _test(self, rows: I) -> list[Change]:
+        """Both tests on these rows, computed time-major (window × rows: the prefix sums run along
+        contiguous memory)."""
+        w, m = self.window, self.min_side
+        n_seg = self._n[rows]
+        k = np.minimum(n_seg, w)
+        cols = np.arange(w)[:, None]
+        valid = cols >= (w - k)[None, :]
+        sigma = self._sigma[rows]
+        x = _winsorise(np.ascontiguousarray(self._x[rows].T), valid, self.clip * sigma)
+        z = np.where(valid, (x - x[-1:]) / sigma[None, :], 0.0)
+        line, line_at, line_slope = _line_glr(z, valid, k, m)
+        y_valid = cols > (w - k)[None, :]  # the first point of a segment has no difference
+        floor, top = 2 * np.log(1e-2 * sigma), 2 * np.log(6 * sigma)
+        y = np.clip(np.ascontiguousarray(self._y[rows].T), floor[None, :], top[None, :])
+        var, var_at = _mean_glr(np.where(y_valid, y, 0.0), y_valid, m)
+        log_n = np.log(n_seg.astype(np.float64))
+        line_score = line / (self.line_a + self.line_b * log_n)
+        var_score = var / (self.var_a + self.var_b * log_n) / LOG_CHI2_VAR
+        alarm = np.maximum(line_score, var_score) > 1.0
+        changes = []
+        for i in np.flatnonzero(alarm):
+            by_line = line_score[i] >= var_score[i]
+            split = int(line_at[i] if by_line else var_at[i])  # last column of the old segment
+            kind = ("slope" if line_slope[i] else "level") if by_line else "variance"
+            changes.append(self._report(int(rows[i]), split, kind, float(max(line_score[i], var_score[i]))))
+        return changes
+
+    def _report(self, row: int, split: int, kind: str, score: float) -> Change:
+        w = self.window
+        k = int(min(self._n[row], w))
+        left, right = self._x[row, w - k : split + 1], self._x[row, split + 1 :]
+        (lb, l_at), (rb, r_at) = _fit(left, len(left) - 1), _fit(right, -0.5)
+        noise_l, noise_r = _noise(left), _noise(right)
+        jump = abs(float(np.median(right)) - float(np.median(left[-len(right) :])))
+        if kind == "level" and max(noise_l, noise_r) >= 2 * min(noise_l, noise_r) and jump < 3 * max(noise_l, noise_r):
+            kind = "variance"  # the new noise's first excursions, not a step: the levels hardly differ
+        if kind == "level":  # the median either side: a few points after a step do not make a slope
+            before, after = float(np.median(left[-max(len(right), self.warmup) :])), float(np.median(right))
+        elif kind == "slope":  # the left line at its last point, the right one half a step before its first
+            before, after = l_at, r_at
+        else:
+            before, after = noise_l, noise_r
+        seen = int(self._seen[row])
+        change = Change(row, seen - len(right), seen - 1, kind, float(before), float(after), lb, rb, score)
+        self._restart(row, len(right))
+        return change
+
+    def _restart(self, row: int, keep: int) -> None:
+        """The points after the split become the new segment; their noise is learned anew."""
+        self._n[row] = keep
+        self._sigma[row] = np.nan
+        if keep >= self.warmup:
+            self._learn(np.array([row]))
+
+    def level(self, rows: I) -> F:
+        """The median of each series' current window (NaN before its first value)."""
+        w = self.window
+        k = np.minimum(self._n[rows], w)
+        x = np.where(np.arange(w)[None, :] >= (w - k)[:, None], self._x[rows], np.nan)
+        with np.errstate(all="ignore"):
+            out: F = np.nanmedian(x, axis=1) if x.size else np.zeros(0)
+        return out
+
+
+def _winsorise(x: F, valid: npt.NDArray[np.bool_], bound: F) -> F:
+    """Each value (time-major: window × series) clipped to ``bound`` around the median of itself and its
+    two neighbours (the newest: of itself and the two before it). A lone outlier is cut down; a step is
+    not (its neighbours follow it)."""
+    before = np.roll(x, 1, axis=0)
+    after = np.roll(x, -1, axis=0)
+    after[-1] = x[-3]
+    first = valid & ~np.roll(valid, 1, axis=0)
+    before = np.where(first, after, before)  # the oldest value: its two successors
+    med = np.clip(x, np.minimum(before, after), np.maximum(before, after))
+    out: F = np.clip(x, med - bound[None, :], med + bound[None, :])
+    return out
+
+
+def _line_glr(z: F, valid: npt.NDArray[np.bool_], k: I, m: int) -> tuple[F, I, npt.NDArray[np.bool_]]:
+    """Residuals of each series (time-major: window × series) against one line through its window, and
+    the best split for a level shift (a step added after the split) or a change of slope (a hinge added
+    there), one degree of freedom each: (reduction of the squared residuals in noise units, last index of
+    the left side, whether a slope change is best)."""
+    w = z.shape[0]
+    grid = np.arange(w, dtype=np.float64)[:, None] / w - 0.5
+    t = np.where(valid, grid, 0.0)
+    n_left, st_left, stt_left = _grid_sums(w, k)
+    n, st, stt = k.astype(np.float64), st_left[-1], stt_left[-1]
+    det = n * stt - st * st
+    slope = (n * (t * z).sum(axis=0) - st * z.sum(axis=0)) / det
+    e = np.where(valid, z - ((z.sum(axis=0) - slope * st) / n)[None, :] - slope[None, :] * t, 0.0)
+    sse = (e * e).sum(axis=0)
+
+    def explained(v1: F, v2: F) -> F:  # v·G⁻¹·v, G the Gram matrix of (1, t) over the window
+        out: F = (stt * v1 * v1 - 2 * st * v1 * v2 + n * v2 * v2) / det
+        return out
+
+    n_r = n - n_left
+    st_r = st - st_left
+    stt_r = stt - stt_left
+    e_r = -np.cumsum(e, axis=0)  # the residuals sum to zero
+    te_r = -np.cumsum(t * e, axis=0)
+    h, ht, hh = st_r - grid * n_r, stt_r - grid * st_r, stt_r - 2 * grid * st_r + grid * grid * n_r
+    with np.errstate(divide="ignore", invalid="ignore"):
+        level = e_r * e_r / (n_r - explained(n_r, st_r))
+        he = te_r - grid * e_r
+        bend = he * he / (hh - explained(h, ht))
+    # the best split over every step, also those too recent to be confirmed (a step in the newest points
+    # would else be placed earlier, where it has enough points after it); a slope change must beat them all
+    # (a fresh step also looks like a steep hinge) and have a longer arm
+    left_ok = n_left >= m
+    level = np.where(left_ok & (n_r >= 1) & np.isfinite(level), level, -np.inf)
+    bend = np.where(left_ok & (n_r >= 2 * m) & np.isfinite(bend), bend, -np.inf)
+    gain = np.maximum(level, bend)
+    at: I = np.argmax(gain, axis=0)
+    pick = np.arange(gain.shape[1])
+    best = gain[at, pick]
+    is_slope = bend[at, pick] > level[at, pick]
+    best = np.where(n_r[at, pick] >= m, best, 0.0)  # confirmed: enough points after the split
+    # in units of the larger of two noise estimates: the robust one the values were scaled by (1), and the
+    # residual variance with the change fitted (a noise estimate learned from few points can be too small)
+    residual = np.maximum((sse - best) / np.maximum(k - 3, 1), 1.0)
+    return best / residual, at, is_slope
+
+
+def _grid_sums(w: int, k: I) -> tuple[F, F, F]:
+    """For each index j of a window of ``w`` whose last ``k`` are valid (time-major): the count, the sum
+    and the sum of squares of the positions ``i / w - 0.5`` of the valid indices up to j (closed form: the
+    prefix sums the tests need, without a pass over the data)."""
+    first = (w - k)[None, :].astype(np.float64)
+    j = np.maximum(np.arange(w, dtype=np.float64)[:, None], first - 1)
+    count = j - first + 1
+    total = (first + j) * count / 2  # of the indices i
+    squares = (j * (j + 1) * (2 * j + 1) - (first - 1) * first * (2 * first - 1)) / 6
+    return count, total / w - 0.5 * count, squares / (w * w) - total / w + 0.25 * count
+
+
+def _mean_glr(y: F, valid: npt.NDArray[np.bool_], m: int) -> tuple[F, I]:
+    """Best split of each series (time-major) into two means: (n_l·n_r/n · (mean_l - mean_r)², last index
+    of the left side)."""
+    w = y.shape[0]
+    n_left = np.maximum(np.arange(1, w + 1, dtype=np.float64)[:, None] - (w - valid.sum(axis=0))[None, :], 0.0)
+    s_left = np.cumsum(y, axis=0)
+    n, s = n_left[-1:], s_left[-1:]
+    n_right, s_right = n - n_left, s - s_left
+    with np.errstate(divide="ignore", invalid="ignore"):
+        diff = s_left / n_left - s_right / n_right
+        stat = n_left * n_right / n * diff * diff
+    stat = np.where((n_left >= m) & (n_right >= m), stat, -np.inf)
+    at: I = np.argmax(stat, axis=0)
+    return stat[at, np.arange(stat.shape[1])], at
+
+
+def _fit(x: F, at: float) -> tuple[float, float]:
+    """(slope, value at position ``at``) of the least-squares line through ``x`` (positions 0, 1, ...)."""
+    if len(x) < 2:
+        return 0.0, float(x[0]) if len(x) else math.nan
+    slope, intercept = np.polyfit(np.arange(len(x), dtype=np.float64), x, 1)
+    return float(slope), float(intercept + slope * at)
+
+
+def _noise(x: F) -> float:
+    d = np.diff(x)
+    return float(np.median(np.abs(d - np.median(d))) * MAD_TO_SIGMA) if len(d) else math.nan

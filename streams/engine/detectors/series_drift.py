@@ -1,0 +1,115 @@
+"""Drift of many named series at once: one ``ChangePoint`` row per series, findings by name.
+
+A series is named by ``series_key(element, metric)`` (``"latency_p99_s@service:chat"``: the metric, then
+the operator-graph element it belongs to); ``update(keys, times, values)`` takes arrays of samples in
+input order (a key may repeat: its samples are applied in order) and returns ``series_drift`` findings:
+
+- ``subjects``: the element; ``start``: the time of the first sample after the change (the best split,
+  not the alarm); ``end``: the time of the sample that raised it;
+- ``evidence``: ``metric``, ``change`` (``level``, ``slope`` or ``variance``), ``direction`` (``up`` or
+  ``down``), ``before``/``after`` (the level either side, or the noise for a variance change, in the
+  series' units), ``slope_before``/``slope_after`` (per sample), ``detected_after_samples``;
+- ``severity``: the test statistic over its threshold (scale-free: > 1, larger is clearer).
+
+Series whose metric is in ``warn_on`` also get an ``EarlyWarning`` (``early_warning`` findings). State:
+per series a fixed window of values and times (and an early-warning window), so it is bounded by the
+number of series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from streams.engine.detectors.base import Detector
+from streams.engine.detectors.changepoint import Change, ChangePoint
+from streams.engine.detectors.early_warning import EarlyWarning
+from streams.engine.findings import Finding
+
+
+def series_key(element: str, metric: str) -> str:
+    return f"{metric}@{element}"
+
+
+def parse_series_key(key: str) -> tuple[str, str]:
+    """(element, metric) of a ``series_key``."""
+    metric, _, element = key.partition("@")
+    return element, metric
+
+
+@dataclass
+class SeriesDrift(Detector):
+    warn_on: tuple[str, ...] = ()
+    detector: ChangePoint = field(default_factory=ChangePoint)
+    _rows: dict[str, int] = field(default_factory=dict)
+    _keys: list[str] = field(default_factory=list)
+    _times: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros((0, ChangePoint.window)))
+    _warnings: dict[str, EarlyWarning] = field(default_factory=dict)
+    job: str = ""  # the key whose series these are (a job, or '' for the control plane)
+
+    def update(self, keys: Sequence[str], times: npt.ArrayLike, values: npt.ArrayLike) -> list[Finding]:
+        t = np.asarray(times, np.float64)
+        v = np.asarray(values, np.float64)
+        keep = np.isfinite(v) & np.isfinite(t)
+        self._add(keys)
+        rows = np.fromiter((self._rows[k] for k in keys), np.int64, len(keys))[keep]
+        t, v = t[keep], v[keep]
+        out: list[Finding] = []
+        # a key that repeats within the batch: its first samples in one round, the next ones in the next
+        order = np.argsort(rows, kind="stable")
+        first = np.r_[True, rows[order][1:] != rows[order][:-1]] if rows.size else np.zeros(0, bool)
+        starts = np.maximum.accumulate(np.where(first, np.arange(rows.size), 0))
+        occurrence = np.empty(rows.size, np.int64)
+        occurrence[order] = np.arange(rows.size) - starts
+        for r in range(int(occurrence.max()) + 1 if rows.size else 0):
+            pick = np.flatnonzero(occurrence == r)
+            out += self._round(rows[pick], t[pick], v[pick])
+        return out
+
+    def _add(self, keys: Sequence[str]) -> None:
+        new = [k for k in dict.fromkeys(keys) if k not in self._rows]
+        if not new:
+            return
+        for key in new:
+            self._rows[key] = len(self._keys)
+            self._keys.append(key)
+            element, metric = parse_series_key(key)
+            if metric in self.warn_on:
+                self._warnings[key] = EarlyWarning(element, metric)
+        self.detector.grow(len(new))
+        self._times = np.vstack([self._times, np.zeros((len(new), self.detector.window))])
+
+    def _round(self, rows: npt.NDArray[np.int64], times: npt.NDArray[np.float64],
+               values: npt.NDArray[np.float64]) -> list[Finding]:  # fmt: skip
+        self._times[rows, :-1] = self._times[rows, 1:]
+        self._times[rows, -1] = times
+        found = [self._finding(c) for c in self.detector.update(rows, values)]
+        for row, time, value in zip(rows.tolist(), times.tolist(), values.tolist(), strict=True):
+            warning = self._warnings.get(self._keys[row])
+            if warning is not None and (f := warning.update(time, value)) is not None:
+                found.append(f)
+        return found
+
+    def _finding(self, c: Change) -> Finding:
+        element, metric = parse_series_key(self._keys[c.series])
+        w = self.detector.window
+        return Finding(
+            kind="series_drift",
+            subjects=(element,),
+            start=float(self._times[c.series, w - 1 - (c.detected - c.at)]),
+            end=float(self._times[c.series, -1]),
+            severity=round(c.score, 6),
+            evidence={
+                "metric": metric,
+                "change": c.kind,
+                "direction": c.direction,
+                "before": c.before,
+                "after": c.after,
+                "slope_before": c.slope_before,
+                "slope_after": c.slope_after,
+                "detected_after_samples": c.detected - c.at,
+            },
+        )

@@ -1,0 +1,94 @@
+"""The scale-free change detector: two-sided, located at the best split, restarting, scale-free, vectorised."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from streams.engine.detectors.changepoint import Change, ChangePoint
+
+
+def run(x: np.ndarray) -> list[Change]:
+    """Feed each row of ``x`` (series × time) as one series, all series together."""
+    detector = ChangePoint(x.shape[0])
+    rows = np.arange(x.shape[0])
+    return [c for t in range(x.shape[1]) for c in detector.update(rows, x[:, t])]
+
+
+def noise(n: int = 400, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(n)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_level_shift_up_or_down_is_found_at_its_start(sign: float) -> None:
+    x = noise()
+    x[200:] += sign * 3.0
+    changes = run(x[None, :])
+    assert [(c.kind, c.direction) for c in changes] == [("level", "up" if sign > 0 else "down")]
+    assert abs(changes[0].at - 200) <= 5  # the margin change-point scores allow
+    assert 200 < changes[0].detected <= 215  # found after the fact, placed at the best split
+    assert changes[0].after - changes[0].before == pytest.approx(3.0 * sign, abs=0.5)
+
+
+@pytest.mark.parametrize("scale, level", [(1e-6, 0.0), (1.0, -50.0), (1e6, 3e9), (1e-3, -1e-3)])
+def test_the_same_shape_gives_the_same_changes_at_any_scale_and_level(scale: float, level: float) -> None:
+    x = noise()
+    x[150:] += 2.5
+    x[300:] -= 4.0
+    reference = [(c.at, c.kind, c.direction) for c in run(x[None, :])]
+    assert [(c.at, c.kind, c.direction) for c in run(level + scale * x[None, :])] == reference
+    assert [c[0] for c in reference] == [150, 300]  # restarted after the first and found the second
+
+
+def test_stationary_noise_raises_nothing() -> None:
+    x = np.random.default_rng(3).standard_normal((20, 1000))
+    assert run(x) == []
+
+
+def test_a_steady_trend_is_one_change_of_slope_not_an_alarm_per_step() -> None:
+    x = noise(600)
+    x[200:] += 0.08 * np.arange(400)  # from 200 on, up by 0.08 noise units per step
+    changes = run(x[None, :])
+    assert len(changes) == 1
+    assert changes[0].kind in ("slope", "level") and changes[0].direction == "up"
+    assert abs(changes[0].at - 200) <= 30
+
+
+def test_a_change_of_noise_is_found() -> None:
+    x = noise(600)
+    x[300:] *= 4.0
+    changes = run(x[None, :])
+    assert changes and changes[0].kind == "variance" and changes[0].direction == "up"
+    assert abs(changes[0].at - 300) <= 20
+
+
+def test_a_single_outlier_is_not_a_change() -> None:
+    x = noise()
+    x[250] += 40.0
+    assert run(x[None, :]) == []
+
+
+def test_series_are_independent_of_each_other_and_of_their_order() -> None:
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 300))
+    x[2, 120:] += 3.0
+    x[5, 200:] -= 3.0
+    together = {(c.series, c.at, c.kind) for c in run(x)}
+    alone = {(i, c.at, c.kind) for i in range(6) for c in run(x[i : i + 1])}
+    assert together == alone
+    assert sorted((series, kind) for series, _, kind in together) == [(2, "level"), (5, "level")]
+    assert all(abs(at - {2: 120, 5: 200}[series]) <= 5 for series, at, _ in together)
+
+
+def test_state_is_a_fixed_size_however_long_it_runs() -> None:
+    detector = ChangePoint(50)
+    rows = np.arange(50)
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        detector.update(rows, rng.standard_normal(50))
+    size = len(pickle.dumps(detector))
+    for _ in range(3000):
+        detector.update(rows, rng.standard_normal(50))
+    assert len(pickle.dumps(detector)) == size
