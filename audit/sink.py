@@ -23,6 +23,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ from aiokafka.errors import KafkaError
 
 from audit.checkpoint import Signer, append_line, last_seq
 from audit.duckdb_store import DuckDBStore
-from audit.sql_service import Limits, require_token_off_loopback, sql_routes
+from audit.serve import SqlServing
 from audit.store import AuditStore, Run
 from streams import ops
 from streams.config import Settings
@@ -62,10 +63,18 @@ class _Batch:
 
 
 class AuditSink:
-    def __init__(self, settings: Settings, store: AuditStore, routes: Sequence[web.RouteDef] = ()) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: AuditStore,
+        routes: Sequence[web.RouteDef] = (),
+        on_stop: Callable[[], None] = lambda: None,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.routes = routes
+        self.on_stop = on_stop  # before the store closes (e.g. stop the SQL snapshot publisher)
+        self.writer = ThreadPoolExecutor(1, "driftlog-writer")  # commits only: never behind anything else
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=settings.kafka_bootstrap_servers,
             group_id=settings.sink_group,
@@ -142,7 +151,9 @@ class AuditSink:
             await self.consumer.stop()
             await self.producer.stop()
             await runner.cleanup()
+            self.on_stop()
             self.store.close()
+            self.writer.shutdown()
 
     async def _one_batch(self) -> None:
         """Fetch, prepare (hash) what came into the filling batch, seal it when it is due (see
@@ -226,7 +237,7 @@ class AuditSink:
 
     async def _commit(self, prepared: list[Any], rows: int, offsets: dict[TopicPartition, int]) -> None:
         started = time.perf_counter()
-        await asyncio.to_thread(self.store.commit, prepared)
+        await self._in_writer(self.store.commit, prepared)
         ops.SINK_COMMIT_SECONDS.observe(time.perf_counter() - started)
         ops.SINK_ROWS.inc(rows)
         self.rows_written += rows
@@ -235,6 +246,9 @@ class AuditSink:
             await self.consumer.commit(offsets)
         except KafkaError as exc:
             log.debug("monitoring commit to Kafka failed (harmless)", extra={"error": repr(exc)})
+
+    async def _in_writer(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.writer, fn, *args)
 
     async def finish_pending(self) -> None:
         """Wait for the batch being committed, if any (its failure stops the sink)."""
@@ -251,22 +265,22 @@ class AuditSink:
             return
         self.checkpoint_seq += 1
         line = self.signer.checkpoint(self.checkpoint_seq, heads)
-        await asyncio.to_thread(append_line, self.settings.checkpoint_path, line)
+        await self._in_writer(append_line, self.settings.checkpoint_path, line)
+        if self.settings.checkpoint_witness is not None:
+            await self._in_writer(append_line, self.settings.checkpoint_witness, line)
         await self.producer.send_and_wait(self.settings.checkpoint_topic, orjson.dumps(line), key=b"checkpoint")
-        await asyncio.to_thread(self.store.add_checkpoint, self.checkpoint_seq, line)
+        await self._in_writer(self.store.add_checkpoint, self.checkpoint_seq, line)
         self.checkpointed, self.last_checkpoint = heads, time.monotonic()
         ops.CHECKPOINTS.inc()
 
 
 def run(settings: Settings, store: DuckDBStore) -> None:
     """Run the sink until SIGTERM/SIGINT; the batch in flight is written before it exits. It also serves
-    read-only SQL over the store on its HTTP port (``POST /sql``)."""
-    require_token_off_loopback(settings.http_host, settings.sql_token)
-    limits = Limits(settings.query_max_rows, settings.query_timeout_s)
-    routes = sql_routes(store.con.cursor(), settings.sql_token, limits)
+    read-only SQL over the snapshots it publishes on its HTTP port (``POST /sql``, audit/serve.py)."""
+    serving = SqlServing(settings, store)
 
     async def main() -> None:
-        sink = AuditSink(settings, store, routes)
+        sink = AuditSink(settings, store, serving.routes(), on_stop=serving.stop)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, sink.stopping.set)

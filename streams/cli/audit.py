@@ -51,6 +51,7 @@ EXPORT_TABLES = (
     "audit_log", "findings", "attributions", "decisions", "graph_snapshots", "metrics_rollup", "dead_letters",
     "checkpoints", "sink_offsets",
 )  # fmt: skip
+EXPORT_TIMEOUT_S = 600.0
 
 
 @cli.command()
@@ -69,12 +70,14 @@ def export(
     import pyarrow.parquet as pq
 
     from audit.query import Endpoint, fetch_arrow
+    from audit.sql_run import Limits
 
     s = settings_of(ctx)
     endpoint = Endpoint(url or f"http://127.0.0.1:{s.sink_http_port}/sql", s.sql_token)
+    limits = Limits(max_rows, max(s.query_timeout_s, EXPORT_TIMEOUT_S), sys.maxsize)  # (the sink caps its own)
     out_dir.mkdir(parents=True, exist_ok=True)
     for table in tables or EXPORT_TABLES:
-        data = fetch_arrow(db_path or s.db_path, f"SELECT * FROM {table}", max_rows=max_rows, endpoint=endpoint)
+        data = fetch_arrow(db_path or s.db_path, f"SELECT * FROM {table}", limits=limits, endpoint=endpoint)
         target = out_dir / f"{table}.{fmt}"
         partial = target.with_name(target.name + ".partial")
         pq.write_table(data, partial)
@@ -90,7 +93,7 @@ def export(
 @click.option("--db", "db_path", type=click.Path(path_type=Path), help="DuckDB file (default: DRIFTLOG_DB_PATH).")
 @click.option("--url", help="SQL endpoint of a running sink (default: http://127.0.0.1:DRIFTLOG_SINK_HTTP_PORT/sql).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
-@click.option("--max-rows", default=10_000, show_default=True, help="Refuse results larger than this.")
+@click.option("--max-rows", type=int, help="Refuse results larger than this (default: DRIFTLOG_QUERY_MAX_ROWS).")
 @click.pass_context
 def query(
     ctx: click.Context,
@@ -101,14 +104,16 @@ def query(
     db_path: Path | None,
     url: str | None,
     fmt: str,
-    max_rows: int,
+    max_rows: int | None,
 ) -> None:
     """Run a read-only SQL query (or a named one) over the audit trail, also while the sink runs.
 
     Without a running sink the DuckDB file is opened read-only; while the sink holds it, the query goes to
-    the sink's SQL endpoint and sees every committed record."""
+    the sink's SQL endpoint and sees its latest snapshot (DRIFTLOG_SQL_SNAPSHOT_INTERVAL_S behind). Either
+    way DRIFTLOG_QUERY_TIMEOUT_S, DRIFTLOG_QUERY_MAX_ROWS and DRIFTLOG_QUERY_MAX_BYTES apply."""
     from audit.queries import library, named
     from audit.query import Endpoint, run_query
+    from audit.sql_run import Limits
     from streams.produce import parse_pairs
 
     if list_queries:
@@ -125,7 +130,8 @@ def query(
     s = settings_of(ctx)
     endpoint = Endpoint(url or f"http://127.0.0.1:{s.sink_http_port}/sql", s.sql_token)
     assert sql is not None
-    result = run_query(db_path or s.db_path, sql, bound, max_rows=max_rows, endpoint=endpoint)
+    limits = Limits(s.query_max_rows, s.query_timeout_s, s.query_max_bytes).narrowed(max_rows)
+    result = run_query(db_path or s.db_path, sql, bound, limits=limits, endpoint=endpoint)
     if fmt == "json":
         click.echo(orjson.dumps(result.records(), default=str, option=orjson.OPT_INDENT_2).decode())
     elif fmt == "csv":
