@@ -26,9 +26,14 @@ from streams.errors import StoreError
 Heads = dict[tuple[str, int], tuple[int, bytes]]
 
 
-def _key_id(public: Ed25519PublicKey) -> str:
+def fingerprint(public: Ed25519PublicKey) -> str:
+    """SHA-256 of the raw public key, hex (what ``DRIFTLOG_CHECKPOINT_KEY_FINGERPRINT`` pins)."""
     raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return hashlib.sha256(raw).hexdigest()[:16]
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _key_id(public: Ed25519PublicKey) -> str:
+    return fingerprint(public)[:16]
 
 
 def public_key_path(private_path: Path) -> Path:
@@ -93,15 +98,15 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
 class Checkpoint:
     seq: int
     heads: Heads
+    payload: str = ""  # the exact signed text (two copies of one checkpoint have the same)
 
 
-def read_checkpoints(path: Path, public: Ed25519PublicKey) -> tuple[list[Checkpoint], list[str]]:
-    """The checkpoints of a file whose signatures hold, and a problem line for each that does not."""
+def parse_lines(lines: list[bytes], origin: str, public: Ed25519PublicKey) -> tuple[list[Checkpoint], list[str]]:
+    """The checkpoints among ``lines`` whose signatures hold, and a problem naming ``origin:line`` for each
+    that does not."""
     good: list[Checkpoint] = []
     problems: list[str] = []
-    if not path.exists():
-        return good, [f"checkpoint file {path} does not exist"]
-    for number, line in enumerate(path.read_bytes().splitlines(), 1):
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
@@ -111,12 +116,21 @@ def read_checkpoints(path: Path, public: Ed25519PublicKey) -> tuple[list[Checkpo
             heads = {
                 (h["topic"], h["partition"]): (h["next_offset"], bytes.fromhex(h["head"])) for h in payload["heads"]
             }
-            good.append(Checkpoint(payload["seq"], heads))
+            good.append(Checkpoint(payload["seq"], heads, doc["payload"]))
         except InvalidSignature:
-            problems.append(f"{path}:{number}: signature does not match (forged or altered checkpoint)")
-        except (ValueError, KeyError, TypeError) as exc:
-            problems.append(f"{path}:{number}: not a checkpoint line ({exc!r})")
+            problems.append(
+                f"{origin}:{number}: signature does not match the pinned key (forged, altered or re-signed)"
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            problems.append(f"{origin}:{number}: not a checkpoint line ({exc!r})")
     return good, problems
+
+
+def read_checkpoints(path: Path, public: Ed25519PublicKey) -> tuple[list[Checkpoint], list[str]]:
+    """The checkpoints of a file whose signatures hold, and a problem line for each that does not."""
+    if not path.exists():
+        return [], [f"checkpoint file {path} does not exist"]
+    return parse_lines(path.read_bytes().splitlines(), str(path), public)
 
 
 def append_line(path: Path, line: dict[str, Any]) -> None:

@@ -44,9 +44,7 @@ def too_many_bytes(limits: Limits) -> QueryError:
     )
 
 
-def batches(
-    cursor: duckdb.DuckDBPyConnection, sql: str, params: Params, limits: Limits
-) -> Generator[pa.RecordBatch]:
+def batches(cursor: duckdb.DuckDBPyConnection, sql: str, params: Params, limits: Limits) -> Generator[pa.RecordBatch]:
     """The result in Arrow batches; raises :class:`QueryError` when the query is refused, fails, runs longer
     than ``timeout_s`` (also while the caller consumes it) or returns more than ``max_rows`` rows. The
     first item is an empty batch carrying the schema. ``cursor`` is closed at the end."""

@@ -11,6 +11,7 @@ import click
 import orjson
 
 from streams.cli.root import cli, settings_of
+from streams.config import Settings
 from streams.errors import ConfigError
 
 
@@ -21,30 +22,57 @@ from streams.errors import ConfigError
 @click.option(
     "--public-key", type=click.Path(path_type=Path), help="Public key (default: DRIFTLOG_SIGNING_KEY + .pub)."
 )
+@click.option("--offline", is_flag=True, help="Do not read the checkpoints topic (compare only this host's copies).")
 @click.pass_context
-def verify(ctx: click.Context, db_path: Path | None, checkpoint_file: Path | None, public_key: Path | None) -> None:
-    """Check the hash chains, offsets, signed checkpoints and derived tables; name the first mismatch.
+def verify(
+    ctx: click.Context, db_path: Path | None, checkpoint_file: Path | None, public_key: Path | None, offline: bool
+) -> None:
+    """Check the hash chains, offsets, signed checkpoints (file, witness, checkpoints topic, table; against
+    the pinned key) and schema objects; name the first mismatch.
 
     Exit code 0 when everything matches, 2 when something does not."""
     from audit.checkpoint import public_key_path
+    from audit.checkpoint_topic import read_topic
     from audit.verify import verify as run_verify
+    from audit.verify_anchors import Anchors
 
     s = settings_of(ctx)
     if db_path is not None:
         s = s.model_copy(update={"db_path": db_path})
+    anchors = Anchors(
+        public_key=s.checkpoint_public_key,
+        fingerprint=s.checkpoint_key_fingerprint,
+        topic=None if offline else lambda: read_topic(_bootstrap(s), s.checkpoint_topic),
+        topic_name=f"checkpoints topic {s.checkpoint_topic}",
+        witness=s.checkpoint_witness,
+    )
     report = run_verify(
-        s.db_path, checkpoint_file or s.checkpoint_path, public_key or public_key_path(s.signing_key_path)
+        s.db_path,
+        checkpoint_file or s.checkpoint_path,
+        public_key or public_key_path(s.signing_key_path),
+        anchors=anchors,
     )
     click.echo(
         f"{report.records:,} records in {report.partitions} partitions, {report.checkpoints} signed checkpoints, "
         f"{report.seconds:.2f}s ({report.rate:,.0f} records/s)"
     )
+    for note in report.notes:
+        click.echo(f"NOTE: {note}")
     if report.ok:
-        click.echo("OK: the audit trail matches its hash chains, offsets, checkpoints and derived tables")
+        click.echo("OK: the audit trail matches its hash chains, offsets, checkpoints and schema")
         return
     for problem in report.problems:
         click.echo(f"MISMATCH: {problem}")
     ctx.exit(2)
+
+
+def _bootstrap(s: Settings) -> str:
+    from streams.cli.root import with_broker
+
+    try:
+        return with_broker(s).kafka_bootstrap_servers
+    except ConfigError:
+        return ""
 
 
 EXPORT_TABLES = (
