@@ -69,7 +69,7 @@ def fetch_arrow(
     except WriterHoldsFile:
         if endpoint is None:
             raise
-        return _over_http(endpoint, sql, params, limits)
+        return fetch_over_http(endpoint, sql, params, limits)
 
 
 def run_query(db_path: Path, sql: str, params: Params = None, **options: Any) -> Result:
@@ -92,7 +92,8 @@ def _on_file(db_path: Path, sql: str, params: Params, limits: Limits) -> pa.Tabl
         con.close()
 
 
-def _over_http(endpoint: Endpoint, sql: str, params: Params, limits: Limits) -> pa.Table:
+def fetch_over_http(endpoint: Endpoint, sql: str, params: Params, limits: Limits) -> pa.Table:
+    """One query through a running sink's SQL endpoint."""
     body = orjson.dumps({"sql": sql, "params": params, "max_rows": limits.max_rows, "format": "arrow"})
     request = urllib.request.Request(endpoint.url, data=body, method="POST")
     request.add_header("Content-Type", "application/json")

@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     query_memory_mb: int = Field(512, ge=16, description="Memory one snapshot's queries may use together, MB.")
     http_read_timeout_s: float = Field(5.0, gt=0, description="Longest the sink waits for a request body, s (408).")
     sql_snapshot_interval_s: float = Field(
-        1.0, gt=0, description="Seconds between the read-only snapshots the sink publishes for SQL (their lag)."
+        0.5, gt=0, description="Seconds between the read-only snapshots the sink publishes for SQL (their lag)."
     )
     checkpoint_public_key: Path | None = Field(
         None,
