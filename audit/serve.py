@@ -22,7 +22,7 @@ class SqlServing:
         grace = 2 * settings.query_timeout_s + 2 * settings.sql_snapshot_interval_s + 5
         self.publisher = Publisher(store.con.cursor(), self.directory, settings.sql_snapshot_interval_s, grace)
         self.publisher.publish()  # a first snapshot before SQL is served
-        self.publisher.start(store.heads)
+        self.publisher.start()
         limits = ServiceLimits(
             Limits(settings.query_max_rows, settings.query_timeout_s, settings.query_max_bytes),
             settings.query_concurrency, settings.query_queue, settings.http_read_timeout_s,
@@ -34,7 +34,7 @@ class SqlServing:
     def current(self) -> Snapshot | None:
         """The newest published snapshot, opened once per version."""
         manifest = Manifest.load(self.directory)
-        if manifest is None:
+        if manifest is None or self.publisher.failed is not None:
             return self._open
         with self._lock:
             if self._open is None or self._open.version != manifest.version:

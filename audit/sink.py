@@ -238,7 +238,9 @@ class AuditSink:
     async def _commit(self, prepared: list[Any], rows: int, offsets: dict[TopicPartition, int]) -> None:
         started = time.perf_counter()
         await self._in_writer(self.store.commit, prepared)
-        ops.SINK_COMMIT_SECONDS.observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        ops.SINK_COMMIT_SECONDS.observe(took)
+        log.debug("committed", extra={"rows": rows, "seconds": round(took, 6)})
         ops.SINK_ROWS.inc(rows)
         self.rows_written += rows
         self.last_commit = time.monotonic()

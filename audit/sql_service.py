@@ -210,7 +210,7 @@ class SqlService:
             return _error(400, f"expected JSON {{'sql': ...}}: {exc}")
         snap = self.snapshot()
         if snap is None:
-            return _error(503, "no snapshot of the audit store is published yet; retry in a moment")
+            return _error(503, "no current snapshot of the audit store (starting, or publishing failed: see the log)")
         channel = _Channel(asyncio.get_running_loop())
         job = asyncio.get_running_loop().run_in_executor(
             self.executor, _produce, channel, snap, sql, body.get("params"), limits, arrow
