@@ -22,8 +22,8 @@ from streams.demo import produce
 from streams.errors import QueryError
 from streams.kafka.admin import ensure_topics
 from streams.supervise import Child
-from tests.integration.helpers import read_all
 from tests.hidden_writes import HIDDEN_WRITES, corpus
+from tests.integration.helpers import read_all
 from tests.integration.test_sink_exactly_once import audit_records
 
 pytestmark = pytest.mark.integration
