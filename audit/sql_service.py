@@ -208,15 +208,14 @@ class SqlService:
             arrow = body.get("format") == "arrow"
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             return _error(400, f"expected JSON {{'sql': ...}}: {exc}")
-        snap = self.snapshot()
-        if snap is None:
+        if self.snapshot() is None:
             return _error(503, "no current snapshot of the audit store (starting, or publishing failed: see the log)")
         channel = _Channel(asyncio.get_running_loop())
         job = asyncio.get_running_loop().run_in_executor(
-            self.executor, _produce, channel, snap, sql, body.get("params"), limits, arrow
+            self.executor, _produce, channel, self.snapshot, sql, body.get("params"), limits, arrow
         )
         try:
-            return await _respond(request, channel, arrow, snap.version)
+            return await _respond(request, channel, arrow)
         finally:
             channel.gone.set()
             await asyncio.shield(job)
@@ -226,8 +225,16 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-def _produce(channel: _Channel, snap: Snapshot, sql: str, params: Any, limits: Limits, arrow: bool) -> None:
-    """In a query thread: run, encode and hand over chunks; the first item says how to answer."""
+def _produce(
+    channel: _Channel, snapshot: Callable[[], Snapshot | None], sql: str, params: Any, limits: Limits, arrow: bool
+) -> None:
+    """In a query thread: take the newest snapshot (when the query starts, not when it was admitted: a
+    replaced snapshot's files are kept only for as long as a query may run), run, encode and hand over
+    chunks; the first item says how to answer."""
+    snap = snapshot()
+    if snap is None:
+        channel.put("error", "no current snapshot of the audit store", limits.timeout_s)
+        return
     deadline = time.monotonic() + limits.timeout_s
     it: Generator[pa.RecordBatch] = batches(snap.con.cursor(), sql, params, limits)
     try:
@@ -268,15 +275,14 @@ def _produce(channel: _Channel, snap: Snapshot, sql: str, params: Any, limits: L
         channel.put("end", None, 1)
 
 
-async def _respond(request: web.Request, channel: _Channel, arrow: bool, version: int) -> web.StreamResponse:
+async def _respond(request: web.Request, channel: _Channel, arrow: bool) -> web.StreamResponse:
     content_type = ARROW_STREAM if arrow else "application/json"
-    headers = {"X-Driftlog-Snapshot": str(version)}
     kind, item = await channel.get()
     if kind == "error":
         return _error(400, item)
     if kind == "whole":
-        return web.Response(body=item, content_type=content_type, headers=headers)
-    response = web.StreamResponse(headers={**headers, "Content-Type": content_type})
+        return web.Response(body=item, content_type=content_type)
+    response = web.StreamResponse(headers={"Content-Type": content_type})
     await response.prepare(request)
     while True:
         kind, item = await channel.get()
