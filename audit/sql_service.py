@@ -38,6 +38,7 @@ from streams.errors import ConfigError, QueryError
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 STREAM_AFTER = 1024 * 1024  # bytes buffered before the response starts streaming
 CHANNEL_DEPTH = 4  # encoded chunks a query may run ahead of a slow client
+QUERY_NICE = 10  # query threads: ~1/10 the CPU share of the sink's threads when both want a core
 TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/=")
 
 
@@ -83,7 +84,7 @@ class ServiceLimits:
 def _low_priority() -> None:
     """Query threads yield the CPU to the sink's commits (Linux: nice applies per thread)."""
     with contextlib.suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), QUERY_NICE)
 
 
 class _Channel:
