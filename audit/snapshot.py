@@ -10,8 +10,8 @@ renamed; ``manifest.json`` (renamed last) names the current set. A replaced file
 ``grace_s``, so a query that started on the previous manifest can finish.
 
 Query side (:func:`open_snapshot`): an in-memory DuckDB whose ``audit_log`` and small tables are views over
-the manifest's files and whose record views are the migrations' own, with file access limited to the
-snapshot directory and the configuration locked.
+the manifest's files and whose record views are the migrations' own, with file access limited to exactly
+those files (``allowed_paths``: it cannot even create one beside them) and the configuration locked.
 """
 
 from __future__ import annotations
@@ -197,15 +197,16 @@ def open_snapshot(directory: Path, memory_limit_mb: int = 512) -> Snapshot | Non
     if m is None:
         return None
     con = duckdb.connect(config={"threads": 1, "memory_limit": f"{memory_limit_mb}MB"})
-    root = str(directory.resolve())
-    con.execute(f"SET allowed_directories = ['{_quote(root)}/']")
+    root = directory.resolve()
+    segments = [f"'{_quote(str(root / s.name))}'" for s in m.segments]
+    tables = {table: f"'{_quote(str(root / name))}'" for table, name in m.tables.items()}
+    con.execute(f"SET allowed_paths = [{', '.join([*segments, *tables.values()])}]")  # these files, nothing else
     con.execute("SET enable_external_access = false")
-    files = ", ".join(f"'{_quote(root)}/{_quote(s.name)}'" for s in m.segments)
-    con.execute(f"CREATE VIEW audit_log AS SELECT * FROM read_parquet([{files}])")
-    for table, name in m.tables.items():
-        con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{_quote(root)}/{_quote(name)}')")
-    for _, _, path in available():
-        for statement in con.extract_statements(path.read_text()):
+    con.execute(f"CREATE VIEW audit_log AS SELECT * FROM read_parquet([{', '.join(segments)}])")
+    for table, quoted in tables.items():
+        con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({quoted})")
+    for _, _, migration in available():
+        for statement in con.extract_statements(migration.read_text()):
             text = "\n".join(line for line in statement.query.splitlines() if not line.lstrip().startswith("--"))
             if _VIEW.match(text):
                 con.execute(text)

@@ -124,6 +124,7 @@ def test_even_past_the_guard_a_snapshot_cannot_reach_the_store(store: DuckDBStor
         snapshot = open_snapshot(store.path.with_name(store.path.name + ".sql-snapshot"))
     assert snapshot is not None
     before = fingerprint(store)
+    files = sorted(store.path.parent.rglob("*"))
     succeeded = []
     for sql in corpus(str(store.path)):
         try:
@@ -132,6 +133,7 @@ def test_even_past_the_guard_a_snapshot_cannot_reach_the_store(store: DuckDBStor
         except Exception:  # any refusal will do: what matters is the store afterwards
             continue
     assert fingerprint(store) == before
+    assert sorted(store.path.parent.rglob("*")) == files  # not even a new file beside the snapshot
     assert not any(("ATTACH" in s or "read_" in s or "COPY" in s) for s in succeeded), succeeded
 
 
