@@ -48,7 +48,9 @@ class _Segment:
 @dataclass
 class Manifest:
     version: int = 0
-    rows: int = 0  # audit_log rows published (rowid of the next one)
+    rows: int = 0  # audit_log rows published
+    next_rowid: int = 0  # rowid after the last row published
+    last_hash: str = ""  # chain_hash of that row, hex: the same file when resumed
     segments: list[_Segment] = field(default_factory=list)
     tables: dict[str, str] = field(default_factory=dict)
     published_at: float = 0.0
@@ -58,6 +60,8 @@ class Manifest:
             {
                 "version": self.version,
                 "rows": self.rows,
+                "next_rowid": self.next_rowid,
+                "last_hash": self.last_hash,
                 "published_at": self.published_at,
                 "tables": self.tables,
                 "segments": [[s.name, s.level, s.rows] for s in self.segments],
@@ -68,8 +72,8 @@ class Manifest:
     def load(cls, directory: Path) -> Manifest | None:
         try:
             doc = orjson.loads((directory / MANIFEST).read_bytes())
-            return cls(doc["version"], doc["rows"], [_Segment(*s) for s in doc["segments"]], doc["tables"],
-                       doc["published_at"])  # fmt: skip
+            return cls(doc["version"], doc["rows"], doc["next_rowid"], doc["last_hash"],
+                       [_Segment(*s) for s in doc["segments"]], doc["tables"], doc["published_at"])  # fmt: skip
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -88,11 +92,10 @@ class Publisher:
     def __init__(self, cursor: duckdb.DuckDBPyConnection, directory: Path, interval_s: float, grace_s: float) -> None:
         self.cursor, self.directory, self.interval_s, self.grace_s = cursor, directory, interval_s, grace_s
         directory.mkdir(parents=True, exist_ok=True)
-        stored = cursor.execute("SELECT count(*) FROM audit_log").fetchall()[0]
         found = Manifest.load(directory)
         resumable = (
             found is not None
-            and found.rows <= (stored[0] if stored else 0)
+            and found.last_hash == self._hash_before(found.next_rowid)
             and sum(s.rows for s in found.segments) == found.rows
             and all((directory / s.name).exists() for s in found.segments)
         )  # else a manifest of another (or a larger, older) file: publish everything again
@@ -108,15 +111,25 @@ class Publisher:
         self._last: Any = None
         self.failed: BaseException | None = None
 
+    def _hash_before(self, rowid: int) -> str:
+        found = self.cursor.execute(
+            "SELECT chain_hash FROM audit_log WHERE rowid < $n ORDER BY rowid DESC LIMIT 1", {"n": rowid}
+        ).fetchall()
+        return bytes(found[0][0]).hex() if found else ""
+
     def publish(self, marker: Any = None) -> bool:
         """Publish what is new (``marker``: e.g. the chain heads; nothing is done when it did not change)."""
         if marker is not None and marker == self._last:
             return False
         m = self.manifest
         new = self.cursor.sql(
-            "SELECT * FROM audit_log WHERE rowid >= $n ORDER BY rowid", params={"n": m.rows}
+            "SELECT rowid AS _rowid, * FROM audit_log WHERE rowid >= $n ORDER BY rowid", params={"n": m.next_rowid}
         ).to_arrow_table()
         seq = m.version + 1
+        if new.num_rows:
+            m.next_rowid = new.column(0)[-1].as_py() + 1
+            m.last_hash = new.column("chain_hash")[-1].as_py().hex()
+        new = new.drop_columns(["_rowid"])
         if new.num_rows or not m.segments:
             m.segments.append(_Segment(_write(self.directory, f"audit_log-{seq:09d}-0.parquet", new), 0, new.num_rows))
             m.rows += new.num_rows
