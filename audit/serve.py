@@ -21,8 +21,7 @@ class SqlServing:
         self.memory_mb = settings.query_memory_mb
         grace = 2 * settings.query_timeout_s + 2 * settings.sql_snapshot_interval_s + 5
         self.publisher = Publisher(store.con.cursor(), self.directory, settings.sql_snapshot_interval_s, grace)
-        self.publisher.publish()  # a first snapshot before SQL is served
-        self.publisher.start()
+        self.publisher.start()  # (the first publish, of everything stored, on its thread: 503 until then)
         limits = ServiceLimits(
             Limits(settings.query_max_rows, settings.query_timeout_s, settings.query_max_bytes),
             settings.query_concurrency, settings.query_queue, settings.http_read_timeout_s,

@@ -16,6 +16,7 @@ those files (``allowed_paths``: it cannot even create one beside them) and the c
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import threading
@@ -34,6 +35,7 @@ from audit.migrations import available
 log = logging.getLogger("driftlog.snapshot")
 MANIFEST = "manifest.json"
 FAN_IN = 8  # segments of one level merged into one of the next
+CHUNK_ROWS = 131_072  # rows read from the store and written as one segment at a time
 SMALL_TABLES = ("sink_offsets", "checkpoints", "schema_migrations")
 _VIEW = re.compile(r"^\s*CREATE\s+(OR\s+REPLACE\s+)?VIEW\b", re.IGNORECASE)
 
@@ -122,22 +124,27 @@ class Publisher:
         if marker is not None and marker == self._last:
             return False
         m = self.manifest
-        new = self.cursor.sql(
-            "SELECT rowid AS _rowid, * FROM audit_log WHERE rowid >= $n ORDER BY rowid", params={"n": m.next_rowid}
-        ).to_arrow_table()
         seq = m.version + 1
-        if new.num_rows:
-            m.next_rowid = new.column(0)[-1].as_py() + 1
-            m.last_hash = new.column("chain_hash")[-1].as_py().hex()
-        new = new.drop_columns(["_rowid"])
-        if new.num_rows or not m.segments:
-            m.segments.append(_Segment(_write(self.directory, f"audit_log-{seq:09d}-0.parquet", new), 0, new.num_rows))
-            m.rows += new.num_rows
+        for part in itertools.count():  # at most CHUNK_ROWS rows in memory at a time
+            new = self.cursor.sql(
+                "SELECT rowid AS _rowid, * FROM audit_log WHERE rowid >= $n ORDER BY rowid LIMIT $k",
+                params={"n": m.next_rowid, "k": CHUNK_ROWS},
+            ).to_arrow_table()
+            if new.num_rows:
+                m.next_rowid = new.column(0)[-1].as_py() + 1
+                m.last_hash = new.column("chain_hash")[-1].as_py().hex()
+            new = new.drop_columns(["_rowid"])
+            if new.num_rows or not m.segments:
+                name = _write(self.directory, f"audit_log-{seq:09d}-{part:04d}-0.parquet", new)
+                m.segments.append(_Segment(name, 0, new.num_rows))
+                m.rows += new.num_rows
+            self._merge(f"{seq:09d}-{part:04d}")
+            if new.num_rows < CHUNK_ROWS:
+                break
         old_tables = dict(m.tables)
         for table in SMALL_TABLES:
             data = self.cursor.sql(f"SELECT * FROM {table}").to_arrow_table()
             m.tables[table] = _write(self.directory, f"{table}-{seq:09d}.parquet", data)
-        self._merge(seq)
         m.version, m.published_at = seq, time.time()
         partial = self.directory / f".{MANIFEST}.partial"
         partial.write_bytes(m.dumps())
@@ -148,17 +155,27 @@ class Publisher:
         self._last = marker
         return True
 
-    def _merge(self, seq: int) -> None:
+    def _merge(self, tag: str) -> None:
+        """Merge ``FAN_IN`` segments of a level into one of the next, row group by row group (bounded memory)."""
         segments = self.manifest.segments
         for level in range(64):
             same = [s for s in segments if s.level == level]
             if len(same) < FAN_IN:
                 break
-            merged = pa.concat_tables([pq.read_table(self.directory / s.name) for s in same])
-            name = _write(self.directory, f"audit_log-{seq:09d}-{level + 1}.parquet", merged)
+            name = f"audit_log-{tag}-{level + 1}.parquet"
+            partial = self.directory / f".{name}.partial"
+            rows = 0
+            with pq.ParquetWriter(partial, pq.read_schema(self.directory / same[0].name), compression="zstd") as out:
+                for s in same:
+                    source = pq.ParquetFile(self.directory / s.name)
+                    for group in range(source.num_row_groups):
+                        table = source.read_row_group(group)
+                        out.write_table(table)
+                        rows += table.num_rows
+            partial.replace(self.directory / name)
             keep = [s for s in segments if s.level != level]
             at = segments.index(same[0])  # segments stay in rowid order: a level's run is contiguous
-            segments[:] = [*keep[:at], _Segment(name, level + 1, merged.num_rows), *keep[at:]]
+            segments[:] = [*keep[:at], _Segment(name, level + 1, rows), *keep[at:]]
             self.retired += [(time.monotonic(), s.name) for s in same]
 
     def _delete_retired(self, now: float) -> None:
@@ -178,6 +195,7 @@ class Publisher:
 
         def loop() -> None:
             try:
+                self.publish(self.changes())
                 while not self._stop.wait(self.interval_s):
                     self.publish(self.changes())
                 self.publish(self.changes())

@@ -100,3 +100,18 @@ def test_the_snapshot_reads_nothing_outside_its_directory(store: DuckDBStore, tm
     with pytest.raises(duckdb.InvalidInputException, match="lock"):
         snap.con.execute("SET threads = 4")
     assert not beside.exists() and not Path(f"{beside}.csv").exists()
+
+
+def test_a_large_store_is_published_in_bounded_chunks(
+    store: DuckDBStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import audit.snapshot
+
+    monkeypatch.setattr(audit.snapshot, "CHUNK_ROWS", 7)
+    write(store, 0, 7 * FAN_IN * 3 + 5)
+    snap_dir = tmp_path / "snap"
+    Publisher(store.con.cursor(), snap_dir, 0.1, grace_s=0).publish()
+    expected = store.con.execute('SELECT "partition", "offset" FROM audit_log ORDER BY rowid').fetchall()
+    assert rows(snap_dir) == expected
+    manifest = Manifest.load(snap_dir)
+    assert manifest is not None and [s.level for s in manifest.segments] == [1, 1, 1, 0]

@@ -77,7 +77,7 @@ def serving(store: DuckDBStore, **settings: Any) -> Iterator[int]:
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    while "port" not in ready:
+    while "port" not in ready or sql.current() is None:
         time.sleep(0.01)
     try:
         yield int(ready["port"])
