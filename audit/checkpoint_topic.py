@@ -18,17 +18,15 @@ async def _read(bootstrap: str, topic: str) -> list[bytes]:
     found = await partitions(bootstrap, [topic])
     if not found:
         raise StoreError(f"topic {topic} does not exist")
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     try:
         consumer.assign(found)
-        ends = await consumer.end_offsets(found)
-        await consumer.seek_to_beginning(*found)
+        starts, ends = await consumer.beginning_offsets(found), await consumer.end_offsets(found)
+        for tp in found:
+            consumer.seek(tp, starts[tp])
         values: list[tuple[int, int, bytes]] = []
-        remaining: set[TopicPartition] = {tp for tp in found if ends[tp] > 0}
-        for tp in set(remaining):
-            if await consumer.position(tp) >= ends[tp]:
-                remaining.discard(tp)  # (retention removed everything)
+        remaining: set[TopicPartition] = {tp for tp in found if ends[tp] > starts[tp]}
         while remaining:
             for tp, msgs in (await consumer.getmany(timeout_ms=1000)).items():
                 values += [(tp.partition, m.offset, m.value or b"") for m in msgs if m.offset < ends[tp]]
