@@ -37,6 +37,7 @@ MANIFEST = "manifest.json"
 FAN_IN = 8  # segments of one level merged into one of the next
 CHUNK_ROWS = 131_072  # rows read from the store and written as one segment at a time
 SMALL_TABLES = ("sink_offsets", "checkpoints", "schema_migrations")
+CATALOG_PREFIX = "catalog-"  # catalog-<version>.duckdb: the views of one version (built by open_snapshot)
 _VIEW = re.compile(r"^\s*CREATE\s+(OR\s+REPLACE\s+)?VIEW\b", re.IGNORECASE)
 
 
@@ -108,6 +109,7 @@ class Publisher:
             if resumable or found is None
             else [(0.0, n) for n in [*(s.name for s in found.segments), *found.tables.values()]]
         )
+        self._seen: set[str] = set()  # catalogs already retired
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last: Any = None
@@ -179,6 +181,10 @@ class Publisher:
             self.retired += [(time.monotonic(), s.name) for s in same]
 
     def _delete_retired(self, now: float) -> None:
+        for catalog in self.directory.glob(f"{CATALOG_PREFIX}*.duckdb"):
+            if catalog.name < f"{CATALOG_PREFIX}{self.manifest.version:09d}" and catalog.name not in self._seen:
+                self._seen.add(catalog.name)
+                self.retired.append((now, catalog.name))  # a version replaced: deleted after the grace period
         due = [name for at, name in self.retired if now - at >= self.grace_s]
         self.retired = [(at, name) for at, name in self.retired if now - at < self.grace_s]
         for name in due:
@@ -222,27 +228,44 @@ class Snapshot:
 
 
 def open_snapshot(directory: Path, memory_limit_mb: int = 512) -> Snapshot | None:
-    """The current snapshot as an in-memory DuckDB that can read nothing but its files (None before the
-    first publish)."""
+    """The current snapshot (None before the first publish): a small DuckDB file holding only the views
+    over the manifest's files (``catalog-<version>.duckdb``, built once), opened **read-only**, so that no
+    statement can change it either, able to read those files and nothing else (``allowed_paths``: it
+    cannot even create a file beside them), with its configuration locked."""
     m = Manifest.load(directory)
     if m is None:
         return None
-    con = duckdb.connect(config={"threads": 1, "memory_limit": f"{memory_limit_mb}MB"})
     root = directory.resolve()
     segments = [f"'{_quote(str(root / s.name))}'" for s in m.segments]
     tables = {table: f"'{_quote(str(root / name))}'" for table, name in m.tables.items()}
-    con.execute(f"SET allowed_paths = [{', '.join([*segments, *tables.values()])}]")  # these files, nothing else
-    con.execute("SET enable_external_access = false")
-    con.execute(f"CREATE VIEW audit_log AS SELECT * FROM read_parquet([{', '.join(segments)}])")
-    for table, quoted in tables.items():
-        con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({quoted})")
-    for _, _, migration in available():
-        for statement in con.extract_statements(migration.read_text()):
-            text = "\n".join(line for line in statement.query.splitlines() if not line.lstrip().startswith("--"))
-            if _VIEW.match(text):
-                con.execute(text)
-    con.execute("SET lock_configuration = true")
+    catalog = root / f"{CATALOG_PREFIX}{m.version:09d}.duckdb"
+    if not catalog.exists():
+        _build_catalog(catalog, segments, tables)
+    con = duckdb.connect(str(catalog), read_only=True, config={"threads": 1, "memory_limit": f"{memory_limit_mb}MB"})
+    if not con.execute("SELECT current_setting('lock_configuration')").fetchall()[0][0]:  # (else: the
+        # process already has this version open, configured and locked: DuckDB shares the instance)
+        con.execute(f"SET allowed_paths = [{', '.join([*segments, *tables.values()])}]")  # these files only
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
     return Snapshot(m.version, m.published_at, con)
+
+
+def _build_catalog(catalog: Path, segments: list[str], tables: dict[str, str]) -> None:
+    partial = catalog.with_name(f".{catalog.name}.partial")
+    partial.unlink(missing_ok=True)
+    con = duckdb.connect(str(partial))
+    try:
+        con.execute(f"CREATE VIEW audit_log AS SELECT * FROM read_parquet([{', '.join(segments)}])")
+        for table, quoted in tables.items():
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({quoted})")
+        for _, _, migration in available():
+            for statement in con.extract_statements(migration.read_text()):
+                text = "\n".join(line for line in statement.query.splitlines() if not line.lstrip().startswith("--"))
+                if _VIEW.match(text):
+                    con.execute(text)
+    finally:
+        con.close()
+    partial.replace(catalog)
 
 
 def _quote(text: str) -> str:
@@ -254,5 +277,6 @@ def remove_stale(directory: Path) -> None:
     m = Manifest.load(directory)
     named = {MANIFEST} | ({s.name for s in m.segments} | set(m.tables.values()) if m else set())
     for path in directory.glob("*"):
-        if path.name not in named and path.is_file() and (path.suffix == ".parquet" or path.name.endswith(".partial")):
+        stale = path.suffix == ".parquet" or path.name.endswith(".partial") or path.name.startswith(CATALOG_PREFIX)
+        if path.name not in named and path.is_file() and stale:
             path.unlink(missing_ok=True)
