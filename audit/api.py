@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from audit.queries import library, named
 from audit.query import Endpoint, fetch_arrow
+from audit.sql_run import Limits
 
 
 class AuditDB:
@@ -34,7 +35,8 @@ class AuditDB:
 
     def sql(self, text: str, params: dict[str, Any] | None = None) -> pa.Table:
         """Any read-only SELECT over the audit views, as an Arrow table."""
-        return fetch_arrow(self.path, text, params, max_rows=self.max_rows, endpoint=self.endpoint)
+        limits = Limits(self.max_rows, 300.0)
+        return fetch_arrow(self.path, text, params, limits=limits, endpoint=self.endpoint)
 
     def query(self, name: str, **params: Any) -> pa.Table:
         """A named query (``queries()`` lists them) with its parameters as keyword arguments."""

@@ -26,9 +26,14 @@ from streams.errors import StoreError
 Heads = dict[tuple[str, int], tuple[int, bytes]]
 
 
-def _key_id(public: Ed25519PublicKey) -> str:
+def fingerprint(public: Ed25519PublicKey) -> str:
+    """SHA-256 of the raw public key, hex (what ``DRIFTLOG_CHECKPOINT_KEY_FINGERPRINT`` pins)."""
     raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return hashlib.sha256(raw).hexdigest()[:16]
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _key_id(public: Ed25519PublicKey) -> str:
+    return fingerprint(public)[:16]
 
 
 def public_key_path(private_path: Path) -> Path:
@@ -104,39 +109,49 @@ def load_public_keys(path: Path) -> dict[str, Ed25519PublicKey]:
 class Checkpoint:
     seq: int
     heads: Heads
+    payload: str = ""  # the exact signed text (two copies of one checkpoint have the same)
 
 
-def read_checkpoints(
-    path: Path, public: Ed25519PublicKey | dict[str, Ed25519PublicKey]
-) -> tuple[list[Checkpoint], list[str]]:
-    """The checkpoints of a file whose signatures hold, and a problem line for each that does not. With
-    several public keys (a key ring) each checkpoint is checked with the key its ``key_id`` names."""
+Keys = Ed25519PublicKey | dict[str, Ed25519PublicKey]  # one pinned key, or a ring of them by key id
+
+
+def parse_lines(lines: list[bytes], origin: str, public: Keys) -> tuple[list[Checkpoint], list[str]]:
+    """The checkpoints among ``lines`` whose signatures hold, and a problem naming ``origin:line`` for each
+    that does not. With several public keys (a key ring, after rotations) each checkpoint is checked with
+    the key its ``key_id`` names."""
     keys = public if isinstance(public, dict) else {_key_id(public): public}
     only = next(iter(keys.values())) if len(keys) == 1 else None
     good: list[Checkpoint] = []
     problems: list[str] = []
-    if not path.exists():
-        return good, [f"checkpoint file {path} does not exist"]
-    for number, line in enumerate(path.read_bytes().splitlines(), 1):
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             doc = orjson.loads(line)
             key = keys.get(doc.get("key_id")) or only
             if key is None:
-                problems.append(f"{path}:{number}: signed by key {doc.get('key_id')!r}, not in the public key file")
+                problems.append(f"{origin}:{number}: signed by key {doc.get('key_id')!r}, not a pinned key")
                 continue
             key.verify(bytes.fromhex(doc["signature"]), doc["payload"].encode())
             payload = orjson.loads(doc["payload"])
             heads = {
                 (h["topic"], h["partition"]): (h["next_offset"], bytes.fromhex(h["head"])) for h in payload["heads"]
             }
-            good.append(Checkpoint(payload["seq"], heads))
+            good.append(Checkpoint(payload["seq"], heads, doc["payload"]))
         except InvalidSignature:
-            problems.append(f"{path}:{number}: signature does not match (forged or altered checkpoint)")
+            problems.append(
+                f"{origin}:{number}: signature does not match the pinned key (forged, altered or re-signed)"
+            )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            problems.append(f"{path}:{number}: not a checkpoint line ({exc!r})")
+            problems.append(f"{origin}:{number}: not a checkpoint line ({exc!r})")
     return good, problems
+
+
+def read_checkpoints(path: Path, public: Keys) -> tuple[list[Checkpoint], list[str]]:
+    """The checkpoints of a file whose signatures hold, and a problem line for each that does not."""
+    if not path.exists():
+        return [], [f"checkpoint file {path} does not exist"]
+    return parse_lines(path.read_bytes().splitlines(), str(path), public)
 
 
 def append_line(path: Path, line: dict[str, Any]) -> None:

@@ -30,6 +30,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +42,7 @@ from aiokafka.errors import KafkaError, KafkaTimeoutError, OffsetOutOfRangeError
 from audit import offsets_guard
 from audit.checkpoint import Signer, append_line, last_seq
 from audit.duckdb_store import DuckDBStore
-from audit.sql_service import Limits, require_token_off_loopback, sql_routes
+from audit.serve import SqlServing
 from audit.store import AuditStore, RawRecord, Run
 from streams import ops
 from streams.config import Settings
@@ -75,10 +76,18 @@ class _Batch:
 
 
 class AuditSink:
-    def __init__(self, settings: Settings, store: AuditStore, routes: Sequence[web.RouteDef] = ()) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: AuditStore,
+        routes: Sequence[web.RouteDef] = (),
+        on_stop: Callable[[], None] = lambda: None,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.routes = routes
+        self.on_stop = on_stop  # before the store closes (e.g. stop the SQL snapshot publisher)
+        self.writer = ThreadPoolExecutor(1, "driftlog-writer")  # commits only: never behind anything else
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=settings.kafka_bootstrap_servers,
             group_id=settings.sink_group,
@@ -252,7 +261,9 @@ class AuditSink:
             await bounded(self.consumer.stop(), left(), "closing the consumer")
             await bounded(self.producer.stop(), left(), "closing the producer")
             await runner.cleanup()
+            self.on_stop()
             self.store.close()
+            self.writer.shutdown()
 
     async def _hold_fault(self, exc: BaseException) -> None:
         """Keep answering /health with the fault (503) for a while, so that it is seen; SIGTERM ends it."""
@@ -362,8 +373,10 @@ class AuditSink:
 
     async def _commit(self, prepared: list[Any], rows: int, offsets: dict[TopicPartition, int]) -> None:
         started = time.perf_counter()
-        await asyncio.to_thread(self.store.commit, prepared)
-        ops.SINK_COMMIT_SECONDS.observe(time.perf_counter() - started)
+        await self._in_writer(self.store.commit, prepared)
+        took = time.perf_counter() - started
+        ops.SINK_COMMIT_SECONDS.observe(took)
+        log.debug("committed", extra={"rows": rows, "seconds": round(took, 6)})
         ops.SINK_ROWS.inc(rows)
         self.rows_written += rows
         self.last_commit = time.monotonic()
@@ -372,6 +385,9 @@ class AuditSink:
             await asyncio.wait_for(self.consumer.commit(offsets), PROBE_S)
         except (KafkaError, TimeoutError) as exc:
             log.debug("monitoring commit to Kafka failed (harmless)", extra={"error": repr(exc)})
+
+    async def _in_writer(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.writer, fn, *args)
 
     async def finish_pending(self) -> None:
         """Wait for the batch being committed, if any (its failure stops the sink)."""
@@ -389,11 +405,14 @@ class AuditSink:
             return
         self.checkpoint_seq += 1
         line = self.signer.checkpoint(self.checkpoint_seq, heads)
-        try:
-            await asyncio.to_thread(append_line, self.settings.checkpoint_path, line)
-        except OSError as exc:
-            raise StoreError(f"cannot write the checkpoint file {self.settings.checkpoint_path}: {exc}") from exc
-        await asyncio.to_thread(self.store.add_checkpoint, self.checkpoint_seq, line)
+        for path in (self.settings.checkpoint_path, self.settings.checkpoint_witness):
+            if path is None:
+                continue
+            try:
+                await self._in_writer(append_line, path, line)
+            except OSError as exc:
+                raise StoreError(f"cannot write the checkpoint file {path}: {exc}") from exc
+        await self._in_writer(self.store.add_checkpoint, self.checkpoint_seq, line)
         self.checkpointed, self.last_checkpoint = heads, time.monotonic()
         ops.CHECKPOINTS.inc()
         self.unpublished.append(orjson.dumps(line))
@@ -424,13 +443,11 @@ class AuditSink:
 
 def run(settings: Settings, store: DuckDBStore) -> None:
     """Run the sink until SIGTERM/SIGINT; the batch in flight is written before it exits. It also serves
-    read-only SQL over the store on its HTTP port (``POST /sql``)."""
-    require_token_off_loopback(settings.http_host, settings.sql_token)
-    limits = Limits(settings.query_max_rows, settings.query_timeout_s)
-    routes = sql_routes(store.con.cursor(), settings.sql_token, limits)
+    read-only SQL over the snapshots it publishes on its HTTP port (``POST /sql``, audit/serve.py)."""
+    serving = SqlServing(settings, store)
 
     async def main() -> None:
-        sink = AuditSink(settings, store, routes)
+        sink = AuditSink(settings, store, serving.routes(), on_stop=serving.stop)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, sink.stopping.set)

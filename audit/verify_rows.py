@@ -23,8 +23,10 @@ import pyarrow.compute as pc
 
 from audit.chain import LINK, chain_arrow, genesis
 from audit.classify import classify_sql
-from audit.query import READ_ONLY_CONFIG
+from audit.verify_catalog import STORE
+from streams.errors import StoreError
 
+AUDIT_LOG = f"{STORE}.audit_log"
 RANGE_ROWS = 65_536  # rows per range: small enough to share work, large enough to amortise a query
 PARALLEL_ROWS = 200_000  # fewer rows are checked in this process: starting a worker costs ~0.5 s
 
@@ -57,7 +59,7 @@ def plan(con: duckdb.DuckDBPyConnection, wanted: set[tuple[str, int, int]], rows
     bounds = con.execute(
         'SELECT topic, "partition", "offset", chain_hash, i FROM ('
         ' SELECT topic, "partition", "offset", chain_hash, count(*) OVER w AS n,'
-        '  row_number() OVER (w ORDER BY "offset") AS i FROM audit_log'
+        f'  row_number() OVER (w ORDER BY "offset") AS i FROM {AUDIT_LOG}'
         ' WINDOW w AS (PARTITION BY topic, "partition"))'
         ' WHERE i % $rows = 0 OR i = n ORDER BY topic, "partition", "offset"',
         {"rows": rows},
@@ -77,18 +79,32 @@ def plan(con: duckdb.DuckDBPyConnection, wanted: set[tuple[str, int, int]], rows
 _connections: dict[str, duckdb.DuckDBPyConnection] = {}
 
 
+def open_store(db_path: Path | str) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the store attached read-only as ``store``: what verify calls resolves to
+    built-ins, never to macros defined in the file; no file or network access after the attachment."""
+    con = duckdb.connect()
+    try:
+        con.execute(f"ATTACH '{str(db_path).replace(chr(39), chr(39) * 2)}' AS {STORE} (READ_ONLY)")
+    except duckdb.IOException as exc:
+        con.close()
+        raise StoreError(f"{db_path} is held by a writer; stop the sink (SIGTERM) and verify again: {exc}") from exc
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
 def check_range(db_path: str, r: Range) -> RangeResult:
     """Recompute one range (in a worker process: its own read-only connection, kept for the next range)."""
     con = _connections.get(db_path)
     if con is None:
-        con = _connections[db_path] = duckdb.connect(db_path, read_only=True, config=READ_ONLY_CONFIG)
+        con = _connections[db_path] = open_store(db_path)
     return _check(con.cursor(), r)
 
 
 def _check(con: duckdb.DuckDBPyConnection, r: Range) -> RangeResult:
     rows = (
         'SELECT "offset", kafka_ts_ms, key, value, chain_hash, record_type AS stored_type, record_id AS stored_id'
-        ' FROM audit_log WHERE topic = $topic AND "partition" = $partition AND "offset" > $after'
+        f' FROM {AUDIT_LOG} WHERE topic = $topic AND "partition" = $partition AND "offset" > $after'
         ' AND "offset" <= $last'
     )
     reader = con.sql(

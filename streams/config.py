@@ -76,6 +76,33 @@ class Settings(BaseSettings):
     )
     query_max_rows: int = Field(100_000, ge=1, description="Most rows one SQL query may return.")
     query_timeout_s: float = Field(10.0, gt=0, description="Longest one SQL query may run before it is stopped, s.")
+    query_max_bytes: int = Field(
+        64 * 1024 * 1024, ge=1, description="Most bytes one SQL result may take on the wire (JSON or Arrow)."
+    )
+    query_concurrency: int = Field(2, ge=1, le=64, description="SQL queries the sink runs at once (its own threads).")
+    query_queue: int = Field(
+        8, ge=0, le=1024, description="SQL queries that may wait for a free query thread; beyond that: HTTP 429."
+    )
+    query_memory_mb: int = Field(512, ge=16, description="Memory one snapshot's queries may use together, MB.")
+    http_read_timeout_s: float = Field(5.0, gt=0, description="Longest the sink waits for a request body, s (408).")
+    sql_snapshot_interval_s: float = Field(
+        0.5, gt=0, description="Seconds between the read-only snapshots the sink publishes for SQL (their lag)."
+    )
+    checkpoint_public_key: Path | None = Field(
+        None,
+        description="Pinned public key (PEM) verify checks checkpoint signatures against (not the .pub beside "
+        "the private key, which the host could replace).",
+    )
+    checkpoint_key_fingerprint: str = Field(
+        "",
+        description="Pinned SHA-256 fingerprint (hex, 16+ digits) of the checkpoint signing key; verify refuses "
+        "a key that does not match it.",
+    )
+    checkpoint_witness: Path | None = Field(
+        None,
+        description="External witness file (another host's mount) the sink also appends every checkpoint to; "
+        "verify compares it.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("warning", description="Log level.")
     log_format: Literal["json", "text"] = Field("json", description="Log line format.")
     allowed_lateness_s: float = Field(
@@ -160,7 +187,7 @@ class Settings(BaseSettings):
     def _any_case(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
 
-    @field_validator("checkpoint_file", "signing_key", mode="before")
+    @field_validator("checkpoint_file", "signing_key", "checkpoint_public_key", "checkpoint_witness", mode="before")
     @classmethod
     def _empty_is_default(cls, value: object) -> object:
         return None if value == "" else value
@@ -168,6 +195,10 @@ class Settings(BaseSettings):
     @property
     def checkpoint_path(self) -> Path:
         return self.checkpoint_file or self.db_path.with_name(self.db_path.name + ".checkpoints.jsonl")
+
+    @property
+    def sql_snapshot_dir(self) -> Path:
+        return self.db_path.with_name(self.db_path.name + ".sql-snapshot")
 
     @property
     def signing_key_path(self) -> Path:

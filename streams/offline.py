@@ -91,6 +91,7 @@ def write_run(
     from audit.duckdb_store import DuckDBStore
     from streams.analyze import store_records
 
+    settings = settings.model_copy(update={"db_path": db})  # its key and checkpoint file beside it by default
     store = DuckDBStore(db)
     try:
         if store.next_offsets():
@@ -99,7 +100,7 @@ def write_run(
         heads = store.heads()
         if sign and heads:
             line = Signer.load_or_create(settings.signing_key_path).checkpoint(1, heads)
-            append_line(settings.checkpoint_path if settings.db_path == db else Path(f"{db}.checkpoints.jsonl"), line)
+            append_line(settings.checkpoint_path, line)
             store.add_checkpoint(1, line)
         run = {
             "command": command,

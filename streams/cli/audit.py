@@ -11,6 +11,7 @@ import click
 import orjson
 
 from streams.cli.root import cli, settings_of
+from streams.config import Settings
 from streams.errors import ConfigError
 
 
@@ -21,36 +22,64 @@ from streams.errors import ConfigError
 @click.option(
     "--public-key", type=click.Path(path_type=Path), help="Public key (default: DRIFTLOG_SIGNING_KEY + .pub)."
 )
+@click.option("--offline", is_flag=True, help="Do not read the checkpoints topic (compare only this host's copies).")
 @click.pass_context
-def verify(ctx: click.Context, db_path: Path | None, checkpoint_file: Path | None, public_key: Path | None) -> None:
-    """Check the hash chains, offsets, signed checkpoints and derived tables; name the first mismatch.
+def verify(
+    ctx: click.Context, db_path: Path | None, checkpoint_file: Path | None, public_key: Path | None, offline: bool
+) -> None:
+    """Check the hash chains, offsets, signed checkpoints (file, witness, checkpoints topic, table; against
+    the pinned key) and schema objects; name the first mismatch.
 
     Exit code 0 when everything matches, 2 when something does not."""
     from audit.checkpoint import public_key_path
+    from audit.checkpoint_topic import read_topic
     from audit.verify import verify as run_verify
+    from audit.verify_anchors import Anchors
 
     s = settings_of(ctx)
     if db_path is not None:
         s = s.model_copy(update={"db_path": db_path})
+    anchors = Anchors(
+        public_key=s.checkpoint_public_key,
+        fingerprint=s.checkpoint_key_fingerprint,
+        topic=None if offline else lambda: read_topic(_bootstrap(s), s.checkpoint_topic),
+        topic_name=f"checkpoints topic {s.checkpoint_topic}",
+        witness=s.checkpoint_witness,
+    )
     report = run_verify(
-        s.db_path, checkpoint_file or s.checkpoint_path, public_key or public_key_path(s.signing_key_path)
+        s.db_path,
+        checkpoint_file or s.checkpoint_path,
+        public_key or public_key_path(s.signing_key_path),
+        anchors=anchors,
     )
     click.echo(
         f"{report.records:,} records in {report.partitions} partitions, {report.checkpoints} signed checkpoints, "
         f"{report.seconds:.2f}s ({report.rate:,.0f} records/s)"
     )
+    for note in report.notes:
+        click.echo(f"NOTE: {note}")
     if report.ok:
-        click.echo("OK: the audit trail matches its hash chains, offsets, checkpoints and derived tables")
+        click.echo("OK: the audit trail matches its hash chains, offsets, checkpoints and schema")
         return
     for problem in report.problems:
         click.echo(f"MISMATCH: {problem}")
     ctx.exit(2)
 
 
+def _bootstrap(s: Settings) -> str:
+    from streams.cli.root import with_broker
+
+    try:
+        return with_broker(s).kafka_bootstrap_servers
+    except ConfigError:
+        return ""
+
+
 EXPORT_TABLES = (
     "audit_log", "findings", "attributions", "decisions", "graph_snapshots", "metrics_rollup", "dead_letters",
     "checkpoints", "sink_offsets",
 )  # fmt: skip
+EXPORT_TIMEOUT_S = 600.0
 
 
 @cli.command()
@@ -73,15 +102,17 @@ def export(
     import pyarrow.parquet as pq
 
     from audit.query import fetch_arrow
+    from audit.sql_run import Limits
 
     s = settings_of(ctx)
     endpoint = _endpoint(s, url)
+    limits = Limits(max_rows, max(s.query_timeout_s, EXPORT_TIMEOUT_S), sys.maxsize)  # (the sink caps its own)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create --out {out_dir}: {exc.strerror or exc}; give a writable directory") from exc
     for table in tables or EXPORT_TABLES:
-        data = fetch_arrow(db_path or s.db_path, f"SELECT * FROM {table}", max_rows=max_rows, endpoint=endpoint)
+        data = fetch_arrow(db_path or s.db_path, f"SELECT * FROM {table}", limits=limits, endpoint=endpoint)
         target = out_dir / f"{table}.{fmt}"
         partial = target.with_name(target.name + ".partial")
         try:
@@ -114,7 +145,7 @@ def _endpoint(s: Any, url: str | None) -> Any:
     "DRIFTLOG_SQL_TOKEN); default: the local file, or the local sink while it holds the file.",
 )
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
-@click.option("--max-rows", default=10_000, show_default=True, help="Refuse results larger than this.")
+@click.option("--max-rows", type=int, help="Refuse results larger than this (default: DRIFTLOG_QUERY_MAX_ROWS).")
 @click.pass_context
 def query(
     ctx: click.Context,
@@ -125,14 +156,16 @@ def query(
     db_path: Path | None,
     url: str | None,
     fmt: str,
-    max_rows: int,
+    max_rows: int | None,
 ) -> None:
     """Run a read-only SQL query (or a named one) over the audit trail, also while the sink runs.
 
     Without a running sink the DuckDB file is opened read-only; while the sink holds it, the query goes to
-    the sink's SQL endpoint and sees every committed record."""
+    the sink's SQL endpoint and sees its latest snapshot (DRIFTLOG_SQL_SNAPSHOT_INTERVAL_S behind). Either
+    way DRIFTLOG_QUERY_TIMEOUT_S, DRIFTLOG_QUERY_MAX_ROWS and DRIFTLOG_QUERY_MAX_BYTES apply."""
     from audit.queries import library, named
     from audit.query import run_query
+    from audit.sql_run import Limits
     from streams.produce import parse_pairs
 
     if list_queries:
@@ -153,7 +186,8 @@ def query(
         sql, bound = q.sql, q.bind(parse_pairs(params, "--param"))
     s = settings_of(ctx)
     assert sql is not None
-    result = run_query(db_path or s.db_path, sql, bound, max_rows=max_rows, endpoint=_endpoint(s, url))
+    limits = Limits(s.query_max_rows, s.query_timeout_s, s.query_max_bytes).narrowed(max_rows)
+    result = run_query(db_path or s.db_path, sql, bound, limits=limits, endpoint=_endpoint(s, url))
     if fmt == "json":
         click.echo(orjson.dumps(result.records(), default=str, option=orjson.OPT_INDENT_2).decode())
     elif fmt == "csv":

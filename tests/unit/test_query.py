@@ -4,6 +4,7 @@ import pytest
 
 from audit.duckdb_store import DuckDBStore
 from audit.query import run_query
+from audit.sql_run import Limits
 from audit.store import RawRecord
 from streams.errors import QueryError
 
@@ -43,7 +44,7 @@ def test_writes_files_and_config_changes_are_refused(db: Path, sql: str) -> None
 
 def test_row_limit(db: Path) -> None:
     with pytest.raises(QueryError, match="more than 3 rows"):
-        run_query(db, "SELECT * FROM audit_log", max_rows=3)
+        run_query(db, "SELECT * FROM audit_log", limits=Limits(max_rows=3))
 
 
 def test_missing_file_says_what_to_do(tmp_path: Path) -> None:
