@@ -85,6 +85,11 @@ class Signer:
         return {"payload": payload, "signature": self.private.sign(payload.encode()).hex(), "key_id": self.key_id}
 
 
+def load_public_key(path: Path) -> Ed25519PublicKey:
+    """The newest key of a public key file (its last PEM block)."""
+    return list(load_public_keys(path).values())[-1]
+
+
 def load_public_keys(path: Path) -> dict[str, Ed25519PublicKey]:
     """Every public key of a file (one PEM block per key: the keys before and after rotations), by key id."""
     try:
@@ -130,7 +135,7 @@ def parse_lines(lines: list[bytes], origin: str, public: Keys) -> tuple[list[Che
             doc = orjson.loads(line)
             key = keys.get(doc.get("key_id")) or only
             if key is None:
-                problems.append(f"{origin}:{number}: signed by key {doc.get('key_id')!r}, not a pinned key")
+                problems.append(f"{origin}:{number}: signed by key {doc.get('key_id')!r}, not in the public key file")
                 continue
             key.verify(bytes.fromhex(doc["signature"]), doc["payload"].encode())
             payload = orjson.loads(doc["payload"])

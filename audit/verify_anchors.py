@@ -72,7 +72,7 @@ def trusted_key(anchors: Anchors | None, beside: Path | None, history: History) 
     unpinned = [fingerprint(k) for k in ring.values() if not any(fingerprint(k).startswith(p) for p in pins)]
     if pins and unpinned:
         history.problems.append(
-            f"the public key {path} (fingerprint {unpinned[0][:16]}) is not a pinned one "
+            f"the public key {path} (fingerprint {unpinned[0][:16]}) is not the pinned one "
             f"({', '.join(p[:16] for p in pins)}): checkpoints may have been re-signed with another key"
         )
         return None

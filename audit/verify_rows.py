@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from audit.chain import LINK, chain_arrow, genesis
 from audit.classify import classify_sql
+from audit.diagnose import open_failure
 from audit.verify_catalog import STORE
 from streams.errors import StoreError
 
@@ -85,9 +86,12 @@ def open_store(db_path: Path | str) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     try:
         con.execute(f"ATTACH '{str(db_path).replace(chr(39), chr(39) * 2)}' AS {STORE} (READ_ONLY)")
-    except duckdb.IOException as exc:
+    except duckdb.Error as exc:
         con.close()
-        raise StoreError(f"{db_path} is held by a writer; stop the sink (SIGTERM) and verify again: {exc}") from exc
+        why = open_failure(Path(db_path), exc, read_only=True)
+        if "another process holds it" in why:
+            why = f"{db_path} is held by a writer; stop the sink (SIGTERM) and verify again: {exc}"
+        raise StoreError(why) from exc
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con

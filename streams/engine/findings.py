@@ -22,11 +22,12 @@ class Finding:
     severity: float
     evidence: dict[str, Any] = field(default_factory=dict)
     cost: dict[str, float] = field(default_factory=dict)
+    series: str = ""  # which of its subject's series (a metric), where a subject has several
 
     @property
     def id(self) -> str:
         """Derived from content that a replay reproduces exactly (never from wall time or arrival order)."""
-        key = f"{self.kind}|{','.join(self.subjects)}|{self.start!r}"
+        key = f"{self.kind}|{','.join(self.subjects)}|{self.start!r}" + (f"|{self.series}" if self.series else "")
         return hashlib.sha256(key.encode()).hexdigest()[:32]
 
     def as_dict(self) -> dict[str, Any]:

@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 
 from streams.engine import elements
+from streams.engine import series as named_series
 from streams.engine.compute import RankCompute
 from streams.engine.detectors.rerun import Reruns, lost_share
+from streams.engine.detectors.series_drift import SeriesDrift
 from streams.engine.detectors.step_time import StepObs, StepTimeDrift
 from streams.engine.detectors.straggler import CollectiveLateness
 from streams.engine.detectors.sync_loss import SyncLoss
@@ -24,7 +26,7 @@ from streams.engine.findings import Finding
 from streams.engine.opgraph import OperatorGraph
 from streams.engine.options import EngineConfig
 from streams.engine.output import EngineOutput
-from streams.engine.rollup import StepWindow
+from streams.engine.rollup import Rollup, StepWindow
 from streams.engine.services import Services, restart_causes
 from streams.engine.steps import JobSteps, StepReport
 from streams.engine.structural import Derived, JobDerivations
@@ -50,6 +52,7 @@ class JobState:
     reruns: Reruns = field(init=False)
     step_time: StepTimeDrift = field(init=False)
     services: Services = field(default_factory=Services)
+    series: SeriesDrift = field(init=False)
     _ranks_seen: set[int] = field(default_factory=set)
     _rank_device: dict[int, str] = field(default_factory=dict)
     _device_node: dict[str, str] = field(default_factory=dict)
@@ -65,6 +68,7 @@ class JobState:
         self.sync = SyncLoss(job)
         self.reruns = Reruns(job)
         self.step_time = StepTimeDrift(job, warmup=cfg.step_drift_warmup, threshold=cfg.step_drift_threshold)
+        self.series = SeriesDrift(warn_on=named_series.WARN_ON, job=job, min_change=cfg.step_drift_threshold)
 
     # -- what every key receives -------------------------------------------------------------------
 
@@ -123,6 +127,7 @@ class JobState:
     def step_summaries(self, c: dict[str, Any], out: EngineOutput) -> None:
         rows = zip(c["step"].tolist(), c["start"].tolist(), c["duration"].tolist(), c["output_units"].tolist(),
                    c["accelerators"].tolist(), c["attempts"].tolist(), c["status"].tolist(), strict=True)  # fmt: skip
+        outputs: list[tuple[float, float]] = []
         for step, start, duration, output_units, accelerators, attempts, status in rows:
             self.last_time = max(self.last_time, start)
             stale = step <= self._last_step
@@ -139,6 +144,8 @@ class JobState:
             finding = self.step_time.update(StepObs(self.job, step, start, duration))
             if finding is not None:
                 self._findings([finding], out)
+            outputs.append((start, output_units))
+        self._series(named_series.of_steps(self.job, outputs), out)
 
     def metrics(self, c: dict[str, Any], out: EngineOutput) -> None:
         """Service metrics go to the serving detectors (:mod:`services`); the job's ``power_w`` samples to
@@ -151,16 +158,28 @@ class JobState:
         out.attributions.extend(attributions)
         p = c["name"] == "power_w"
         self._energy(zip(c["entity"][p].tolist(), c["time"][p].tolist(), c["value"][p].tolist(), strict=True))
+        self._series(named_series.of_metrics(c), out)
 
     def close(self, out: EngineOutput) -> None:
         """The end of the job's input (end of a file or replay, or idle past the eviction period): analyse
         every step still waiting for later ones."""
         self._on_reports(self.steps.flush(), out, final=True)
-        out.rollups.extend(self.window.flush())
+        self._rollups(self.window.flush(), out)
 
     def due(self, time: float, out: EngineOutput) -> None:
         """Event time reached ``time``: the windows that ended by then."""
-        out.rollups.extend(self.window.due(time))
+        self._rollups(self.window.due(time), out)
+
+    def _rollups(self, rollups: list[Rollup], out: EngineOutput) -> None:
+        out.rollups.extend(rollups)
+        if rollups:
+            self._series(named_series.of_rollups(rollups), out)
+
+    def _series(self, found: named_series.Series, out: EngineOutput) -> None:
+        """Series of the job to the series-drift detector (``series_drift``, ``early_warning`` findings)."""
+        keys, times, values = found
+        if keys:
+            self._findings(self.series.update(keys, times, values), out)
 
     # -- internals -----------------------------------------------------------------------------------
 

@@ -25,8 +25,12 @@ RANKS = {"training-sync-loss": 32, "control-storm": 32, "control-storm-healthy":
 Records = dict[tuple[str, str], bytes]
 
 
+STEPS_OF = {"serving-saturation": 100, "serving-saturation-healthy": 100}
+
+
 def scenario(name: str, seed: int = 1) -> list[Item]:
-    return [(kind, value) for kind, _, value in SCENARIOS[name](seed, RANKS.get(name, 16), STEPS).run()]
+    steps = STEPS_OF.get(name, STEPS)
+    return [(kind, value) for kind, _, value in SCENARIOS[name](seed, RANKS.get(name, 16), steps).run()]
 
 
 def several_jobs() -> list[Item]:

@@ -142,6 +142,7 @@ class EarlyWarning(Detector):
         return Finding(
             kind="early_warning",
             subjects=(self.subject,),
+            series=self.metric,
             start=self._at[0],
             end=time,
             severity=round(self._var[-1] / max(self._var[0], 1e-300), 6),

@@ -11,7 +11,9 @@ input order (a key may repeat: its samples are applied in order) and returns ``s
   series' units), ``slope_before``/``slope_after`` (per sample), ``detected_after_samples``;
 - ``severity``: the test statistic over its threshold (scale-free: > 1, larger is clearer).
 
-Series whose metric is in ``warn_on`` also get an ``EarlyWarning`` (``early_warning`` findings). State:
+Changes smaller than ``min_change`` (relative to the level before; the engine uses the step-drift
+threshold) are not reported. Series whose metric is in ``warn_on`` also get an ``EarlyWarning``
+(``early_warning`` findings). State:
 per series a fixed window of values and times (and an early-warning window), so it is bounded by the
 number of series.
 """
@@ -49,6 +51,7 @@ class SeriesDrift(Detector):
     _times: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros((0, ChangePoint.window)))
     _warnings: dict[str, EarlyWarning] = field(default_factory=dict)
     job: str = ""  # the key whose series these are (a job, or '' for the control plane)
+    min_change: float = 0.0  # relative: changes smaller than this share of the level before are not reported
 
     def update(self, keys: Sequence[str], times: npt.ArrayLike, values: npt.ArrayLike) -> list[Finding]:
         t = np.asarray(times, np.float64)
@@ -86,12 +89,17 @@ class SeriesDrift(Detector):
                values: npt.NDArray[np.float64]) -> list[Finding]:  # fmt: skip
         self._times[rows, :-1] = self._times[rows, 1:]
         self._times[rows, -1] = times
-        found = [self._finding(c) for c in self.detector.update(rows, values)]
+        found = [self._finding(c) for c in self.detector.update(rows, values) if self._material(c)]
         for row, time, value in zip(rows.tolist(), times.tolist(), values.tolist(), strict=True):
             warning = self._warnings.get(self._keys[row])
             if warning is not None and (f := warning.update(time, value)) is not None:
                 found.append(f)
         return found
+
+    def _material(self, c: Change) -> bool:
+        """Whether the change moved the series by at least ``min_change`` of its level before (or its noise,
+        for a variance change): a statistically clear but tiny change is not reported."""
+        return abs(c.after - c.before) >= self.min_change * abs(c.before)
 
     def _finding(self, c: Change) -> Finding:
         element, metric = parse_series_key(self._keys[c.series])
@@ -99,6 +107,7 @@ class SeriesDrift(Detector):
         return Finding(
             kind="series_drift",
             subjects=(element,),
+            series=metric,
             start=float(self._times[c.series, w - 1 - (c.detected - c.at)]),
             end=float(self._times[c.series, -1]),
             severity=round(c.score, 6),

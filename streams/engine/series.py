@@ -1,0 +1,50 @@
+"""Which series of a job go to the series-drift detector (:mod:`detectors.series_drift`), as
+``(keys, times, values)``: output per step; p99 latency and p99/p50 per service and stage; device
+utilisation and power; cost and energy per output from the job's roll-up windows (at the window's end)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from streams.engine import elements
+from streams.engine.detectors.series_drift import series_key
+from streams.engine.rollup import Rollup
+
+METRICS = frozenset({"latency_p99_s", "util", "power_w"})
+ROLLUPS = frozenset({"cost_per_output", "energy_j_per_output"})
+WARN_ON = ("latency_p99_s",)  # early warnings (critical slowing down) on these
+Series = tuple[list[str], list[float], list[float]]
+
+
+def of_steps(job: str, rows: Iterable[tuple[float, float]]) -> Series:
+    """(start, output units) of the job's analysed step summaries."""
+    key = series_key(elements.job(job), "output_per_step")
+    starts, outputs = zip(*rows, strict=True) if rows else ((), ())
+    return [key] * len(starts), list(starts), list(outputs)
+
+
+def of_metrics(c: dict[str, Any]) -> Series:
+    """Metric columns: the named metrics per entity, and p99/p50 where a service reported both at once."""
+    names = c["name"]
+    keep = np.isin(names, list(METRICS))
+    keys = [series_key(e, n) for e, n in zip(c["entity"][keep].tolist(), names[keep].tolist(), strict=True)]
+    times, values = c["time"][keep].tolist(), c["value"][keep].tolist()
+    p50 = {(e, t): v for e, n, t, v in zip(c["entity"].tolist(), names.tolist(), c["time"].tolist(),
+                                           c["value"].tolist(), strict=True) if n == "latency_p50_s"}  # fmt: skip
+    for key, t, v in list(zip(keys, times, values, strict=True)):
+        element, metric = key.partition("@")[2], key.partition("@")[0]
+        median = p50.get((element, t))
+        if metric == "latency_p99_s" and median:
+            keys.append(series_key(element, "latency_p99_over_p50"))
+            times.append(t)
+            values.append(v / median)
+    return keys, times, values
+
+
+def of_rollups(rollups: Iterable[Rollup]) -> Series:
+    rows = [(series_key(r.entity, r.name), r.window_end, r.total / max(1, len(r.values)) if r.name in ROLLUPS
+             else 0.0) for r in rollups if r.name in ROLLUPS]  # fmt: skip
+    return [k for k, _, _ in rows], [t for _, t, _ in rows], [v for _, _, v in rows]
