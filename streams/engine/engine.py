@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from streams.contract.envelope import SampleBatch
-from streams.engine import elements
 from streams.engine.control import ControlPlane, Relation
 from streams.engine.job import JobState
 from streams.engine.options import EngineConfig
@@ -111,7 +110,7 @@ class Engine:
         return state
 
     def _decision(self, decision: dict[str, Any], out: EngineOutput) -> None:
-        self._control(lambda o: self.control.decision(decision, o), out)
+        self.control.decision(decision)
         for job in sorted(self.jobs):
             self.jobs[job].decision(decision, out)
 
@@ -122,7 +121,7 @@ class Engine:
             c["job"].tolist(), zip(c["relation"].tolist(), c["src"].tolist(), c["dst"].tolist(), strict=True),
             strict=True))  # fmt: skip
         shared = [r for j, r in relations if not j]
-        self.control.topology([r for _, r in relations], shared)
+        self.control.topology(shared)
         if shared:
             for job in sorted(self.jobs):
                 self.jobs[job].shared_topology(shared, at, out)
@@ -135,11 +134,6 @@ class Engine:
                 state.topology(by_job[job], at, out)
 
     def _metrics(self, batch: SampleBatch, out: EngineOutput) -> None:
-        c = batch.columns
-        power = (c["name"] == "power_w") & ~np.char.startswith(c["entity"].astype(str), elements.prefix("device"))
-        if power.any():
-            self.control.power(list(zip(c["entity"][power].tolist(), c["time"][power].tolist(),
-                                        c["value"][power].tolist(), strict=True)))  # fmt: skip
         for job, cols in _by_job(batch):
             if job:
                 if state := self._job(job, float(cols["time"].min()), out):

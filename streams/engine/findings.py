@@ -22,7 +22,8 @@ class Finding:
     severity: float
     evidence: dict[str, Any] = field(default_factory=dict)
     cost: dict[str, float] = field(default_factory=dict)
-    series: str = ""  # which of its subject's series (a metric), where a subject has several
+    series: str = ""  # tells apart findings of one kind, subjects and start: a subject's series (a metric), or
+    # the job that judged it (a control conflict seen by two jobs)
 
     @property
     def id(self) -> str:

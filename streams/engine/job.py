@@ -17,6 +17,7 @@ import numpy as np
 from streams.engine import elements
 from streams.engine import series as named_series
 from streams.engine.compute import RankCompute
+from streams.engine.detectors.coherence import ControlCoherence
 from streams.engine.detectors.rerun import Reruns, lost_share
 from streams.engine.detectors.series_drift import SeriesDrift
 from streams.engine.detectors.step_time import StepObs, StepTimeDrift
@@ -53,6 +54,7 @@ class JobState:
     step_time: StepTimeDrift = field(init=False)
     services: Services = field(default_factory=Services)
     series: SeriesDrift = field(init=False)
+    coherence: ControlCoherence = field(init=False)
     _ranks_seen: set[int] = field(default_factory=set)
     _rank_device: dict[int, str] = field(default_factory=dict)
     _device_node: dict[str, str] = field(default_factory=dict)
@@ -68,6 +70,7 @@ class JobState:
         self.sync = SyncLoss(job)
         self.reruns = Reruns(job)
         self.step_time = StepTimeDrift(job, warmup=cfg.step_drift_warmup, threshold=cfg.step_drift_threshold)
+        self.coherence = ControlCoherence(job=job)
         self.series = SeriesDrift(warn_on=named_series.WARN_ON, job=job, min_change=cfg.step_drift_threshold)
 
     # -- what every key receives -------------------------------------------------------------------
@@ -80,11 +83,14 @@ class JobState:
 
     def shared_power(self, rows: Iterable[tuple[str, float, float]]) -> None:
         """``power_w`` samples of no job, (entity, time, watts): counted when the job's graph holds the entity."""
-        self._energy((e, t, w) for e, t, w in rows if self.graph.graph.has_node(e))
+        mine = [(e, t, w) for e, t, w in rows if self.graph.graph.has_node(e)]
+        self._energy(mine)
+        self._rack_power(mine)
 
     def decision(self, decision: dict[str, Any], out: EngineOutput) -> None:
-        """Every decision: kept for naming causes; one for this job (or touching its operator graph) joins
-        the graph, and a regression check waits for the steps after it."""
+        """Every decision: kept for naming causes; one for this job (or touching its operator graph) is
+        judged for conflicts with the other controllers acting on the job (:mod:`detectors.coherence`, on
+        the job's graph), joins the graph, and a regression check waits for the steps after it."""
         self.services.decision(decision)
         targets = tuple(decision["targets"])
         if decision.get("job"):
@@ -93,6 +99,7 @@ class JobState:
         elif not any(self.graph.graph.has_node(t) for t in targets):
             return
         at = float(decision["time"])
+        self._findings(self.coherence.update(decision, self.graph), out)
         self.graph.add_decision(decision["id"], decision["controller"], targets)
         self.derived.on_decision(decision["id"], at, targets)
         out.snapshots.extend(self.graph.snapshot(at))
@@ -157,7 +164,9 @@ class JobState:
         out.findings.extend(findings)
         out.attributions.extend(attributions)
         p = c["name"] == "power_w"
-        self._energy(zip(c["entity"][p].tolist(), c["time"][p].tolist(), c["value"][p].tolist(), strict=True))
+        power = list(zip(c["entity"][p].tolist(), c["time"][p].tolist(), c["value"][p].tolist(), strict=True))
+        self._energy(power)
+        self._rack_power(power)
         self._series(named_series.of_metrics(c), out)
 
     def close(self, out: EngineOutput) -> None:
@@ -182,6 +191,12 @@ class JobState:
             self._findings(self.series.update(keys, times, values), out)
 
     # -- internals -----------------------------------------------------------------------------------
+
+    def _rack_power(self, rows: list[tuple[str, float, float]]) -> None:
+        """Power of racks and nodes (not single devices) for the energy-feedback-loop check."""
+        for entity, t, watts in rows:
+            if not elements.is_kind(entity, "device"):
+                self.coherence.power(entity, t, watts)
 
     def _energy(self, rows: Iterable[tuple[str, float, float]]) -> None:
         for entity, t, watts in rows:

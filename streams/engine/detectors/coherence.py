@@ -73,6 +73,10 @@ class ControlCoherence(Detector):
     def power(self, entity: str, time: float, watts: float) -> None:
         self._power.setdefault(entity, deque(maxlen=POWER_SAMPLES)).append((time, watts))
 
+    def _scope(self) -> str:
+        """Tells apart the findings of two jobs that both see one conflict (the job that judged it)."""
+        return elements.job(self.job) if self.job else ""
+
     def update(self, d: dict[str, Any], fabric: OperatorGraph) -> list[Finding]:
         """The next decision (in time order), with the operator graph as it stands (what relates two
         elements besides being the same or a service and its replica: one placed on the other); the
@@ -127,6 +131,7 @@ class ControlCoherence(Detector):
             element = services[0] if services else max(sorted(either), key=either.__getitem__)
         return Finding(
             kind="control_conflict",
+            series=self._scope(),
             subjects=(element, *(elements.controller(c) for c in key)),
             start=float(pairs[0].first["time"]),
             end=pairs[-1].time,
@@ -158,6 +163,7 @@ class ControlCoherence(Detector):
         service = max(sorted(acted), key=lambda t: (elements.is_kind(t, "service"), acted[t]))
         return Finding(
             kind="energy_feedback_loop",
+            series=self._scope(),
             subjects=(service, entity),
             start=float(pairs[0].first["time"]),
             end=pairs[-1].time,
