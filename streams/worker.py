@@ -15,7 +15,6 @@ splitting the partitions, with state moving on rebalance, is not done yet).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -26,10 +25,10 @@ from audit.records import SourcePosition
 from streams import ops
 from streams.config import Settings
 from streams.contract.envelope import Reject
-from streams.durable import Transactions
 from streams.health import Health, probe
 from streams.logs import config_dict
-from streams.pipeline import Output, build_processor
+from streams.pipeline import Output
+from streams.tasks import Tasks, on_rebalance
 from streams.worker_state import WorkerState
 
 log = logging.getLogger("driftlog.worker")
@@ -50,7 +49,7 @@ class OpsService(Service):
         self.runner: Any = None
         self.port = 0
         self.processed: dict[tuple[str, int], int] = {}
-        self.worker_state: Any = None  # the WorkerState once its snapshot is loaded
+        self.tasks: Any = None  # the worker's Tasks (one per assigned telemetry partition)
         self.status = Health("worker", settings.health_broker_timeout_s, settings.health_stall_s)
 
     async def on_start(self) -> None:
@@ -71,13 +70,14 @@ class OpsService(Service):
         consumer = app.consumer if app.producer is not None else None
         assigned = sorted(f"{tp.topic}/{tp.partition}" for tp in consumer.assignment()) if consumer else []
         joined = app.rebalancing_count > 0 and not app.rebalancing
-        state = self.worker_state
-        self.status.ready = joined and state is not None
+        tasks = self.tasks.each() if self.tasks is not None else []
+        ready = bool(tasks) and all(t.ready.is_set() for t in tasks)
+        self.status.ready = joined and ready
         self.status.stopping = bool(app.should_stop)
         self.status.details = {
-            "assigned": assigned, "rebalancing": app.rebalancing,
-            "state_loaded": state is not None, "snapshot": state.seq if state is not None else None,
-            "input_ended": state is not None and state.flushed and not state.dirty,
+            "assigned": assigned, "rebalancing": app.rebalancing, "state_loaded": ready,
+            "snapshots": {t.partition: t.seq for t in tasks},
+            "input_ended": ready and all(t.flushed and not t.dirty for t in tasks),
         }  # fmt: skip
         return self.status.verdict()
 
@@ -171,61 +171,47 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
     """Create the Faust application, register its agents; also return the ops service to run beside it."""
     app = faust_app(settings)
     telemetry = app.topic(settings.telemetry_topic, value_serializer="raw", key_serializer="raw")
-    decisions = app.topic(settings.decisions_topic, value_serializer="raw", key_serializer="raw")
     ops_service = OpsService(app, settings)
-    transactions = Transactions(
-        settings.kafka_bootstrap_servers, settings.worker_group, settings.state_topic, settings.audit_topic,
-        settings.dead_letter_topic,
-    )  # fmt: skip
-    state = WorkerState(build_processor(settings), transactions, ops_service.highwater, settings.idle_flush_s)
-    ready = asyncio.Event()
+    tasks = Tasks(settings, ops_service.highwater)
+    ops_service.tasks = tasks
+    revoked, assigned = on_rebalance(tasks, settings.telemetry_topic)
+    app.on_partitions_revoked.connect(revoked)
+    app.on_partitions_assigned.connect(assigned)
 
     async def consume(stream: Any, kind: str) -> None:
-        await ready.wait()
         manual = stream.noack()
         async for event in manual.events():
-            await handle_event(state, ops_service, manual, event, kind, settings.metrics_encoding)
+            task = await tasks.of(event.message.partition)
+            await handle_event(task, ops_service, manual, event, kind, settings.metrics_encoding)
 
     @app.agent(telemetry)
     async def on_telemetry(stream: Any) -> None:
         await consume(stream, "telemetry")
 
-    @app.agent(decisions)
-    async def on_decisions(stream: Any) -> None:
-        await consume(stream, "decisions")
-
-    inputs = [settings.telemetry_topic, settings.decisions_topic]
-    if settings.metrics_topic:  # an OpenTelemetry Collector's metrics (streams/formats/otlp.py)
+    if settings.metrics_topic:  # an OpenTelemetry Collector's metrics (streams/formats/otlp.py), by partition
         metrics = app.topic(settings.metrics_topic, value_serializer="raw", key_serializer="raw")
-        inputs.append(settings.metrics_topic)
 
         @app.agent(metrics)
         async def on_metrics(stream: Any) -> None:
             await consume(stream, "metrics")
 
-    @app.task  # type: ignore[untyped-decorator]
-    async def on_start() -> None:
-        """Fence an earlier instance, load the newest committed snapshot, then let the agents consume."""
-        await state.start(settings.kafka_bootstrap_servers, settings.state_topic, settings.worker_group, inputs)
-        ops_service.worker_state = state
-        ready.set()
-        log.info("worker state ready", extra={"snapshot": state.seq, "offsets": len(state.offsets)})
-
     @app.timer(interval=settings.state_interval_s)  # type: ignore[untyped-decorator]
     async def commit() -> None:
-        if not ready.is_set():
-            return
-        out = state.tick()
-        if out is not None:
-            publish_metrics(out)
-        try:
-            if await state.commit() or not state.dirty:
-                ops_service.status.committed()
-        except Exception as exc:  # nothing is acknowledged: a restart resumes from the last snapshot
-            ops_service.status.fail(exc)
-            log.error("a transaction of the worker's output failed; stopping (a restart loses nothing)",
-                      extra={"error": repr(exc)})  # fmt: skip
-            await app.crash(exc)
+        for task in tasks.each():
+            if not task.ready.is_set():
+                continue
+            out = task.tick()
+            if out is not None:
+                publish_metrics(out)
+            try:
+                if await task.commit() or not task.dirty:
+                    ops_service.status.committed()
+            except Exception as exc:  # nothing is acknowledged: a restart resumes from the last snapshot
+                ops_service.status.fail(exc)
+                log.error("a transaction of the worker's output failed; stopping (a restart loses nothing)",
+                          extra={"error": repr(exc)})  # fmt: skip
+                await app.crash(exc)
+                return
 
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
     async def broker() -> None:

@@ -1,5 +1,9 @@
-"""What the live worker keeps between Kafka and the processor: the offsets its state covers, the outputs and
-acknowledgements waiting for the next transaction, and when to commit one (:mod:`durable`).
+"""What the live worker keeps per telemetry partition (a *task*, as Kafka Streams calls it) between Kafka
+and its processor: the offsets its state covers, the outputs and acknowledgements waiting for the next
+transaction, and when to commit one (:mod:`durable`). A task's input is its telemetry partition (and the
+metrics partition of the same number) plus **every** partition of the decisions topic, which the task reads
+itself from the offsets its snapshot covers: so each job sees every decision whichever worker holds it, and
+a task's records do not depend on how many workers share the partitions.
 
 - Input below the restored snapshot's offsets was already processed: it is acknowledged and skipped.
 - A channel (topic partition) whose next offset has reached its high watermark is *caught up*: it does not
@@ -13,10 +17,13 @@ acknowledgements waiting for the next transaction, and when to commit one (:mod:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from audit.records import SourcePosition
 from streams.durable import Offsets, Snapshot, Transactions, ensure_state_topic, load_snapshot
@@ -29,6 +36,7 @@ SNAPSHOT_SHARE = 0.2  # at most this share of the time goes to encoding snapshot
 
 @dataclass
 class WorkerState:
+    partition: int
     processor: Processor
     transactions: Transactions
     highwater: Highwater
@@ -45,20 +53,61 @@ class WorkerState:
     committed_at: float = 0.0  # monotonic time of the last commit
 
     channels: list[str] = field(default_factory=list)
+    decisions: AIOKafkaConsumer | None = None
+    reader: asyncio.Task[None] | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def start(self, bootstrap: str, state_topic: str, group: str, topics: list[str]) -> None:
-        """Fence an earlier instance (its open transaction is aborted), restore the newest committed
-        snapshot, and declare every partition of ``topics`` as an input channel."""
+    async def start(self, bootstrap: str, state_topic: str, topics: list[str], decisions_topic: str) -> None:
+        """Fence an earlier owner of the task (its open transaction is aborted), restore the task's newest
+        committed snapshot, declare its input channels (partition ``partition`` of ``topics``, every
+        partition of ``decisions_topic``) and start reading the decisions."""
         await ensure_state_topic(bootstrap, state_topic)
         await self.transactions.start()
-        snapshot = await load_snapshot(bootstrap, state_topic, group)
+        snapshot = await load_snapshot(bootstrap, state_topic, self.transactions.group)
         if snapshot is not None:
             self.processor, self.offsets, self.seq = snapshot.processor, dict(snapshot.offsets), snapshot.seq
-        inputs = await partitions(bootstrap, topics)
+        everything = await partitions(bootstrap, [*topics, decisions_topic])
+        inputs = [tp for tp in everything if tp.topic == decisions_topic or tp.partition == self.partition]
         for tp in inputs:
             self.channels.append(f"{tp.topic}/{tp.partition}")
             self.offsets.setdefault((tp.topic, tp.partition), 0)
         self.processor.declare(SourcePosition(tp.topic, tp.partition, 0) for tp in inputs)
+        self.decisions = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                          isolation_level="read_committed")  # fmt: skip
+        await self.decisions.start()
+        mine = [tp for tp in inputs if tp.topic == decisions_topic]
+        self.decisions.assign(mine)
+        for tp in mine:
+            self.decisions.seek(tp, self.offsets[(tp.topic, tp.partition)])
+        self.reader = asyncio.ensure_future(self._read_decisions())
+        self.ready.set()
+
+    async def stop(self) -> None:
+        if self.reader is not None:
+            self.reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.reader
+        if self.decisions is not None:
+            with contextlib.suppress(Exception):
+                await self.decisions.stop()
+        await self.transactions.stop()
+
+    async def _read_decisions(self) -> None:
+        assert self.decisions is not None
+        while True:
+            batch = await self.decisions.getmany(timeout_ms=500)
+            for tp, messages in batch.items():
+                for m in messages:
+                    if not self.covered(tp.topic, tp.partition, m.offset):
+                        self.handle("decisions", m.value or b"", SourcePosition(tp.topic, tp.partition, m.offset))
+
+    def _highwater(self, topic: str, partition: int) -> int | None:
+        if self.decisions is not None and (topic, partition) in self._decision_tps():
+            return self.decisions.last_stable_offset(TopicPartition(topic, partition))  # type: ignore[no-any-return]
+        return self.highwater(topic, partition)
+
+    def _decision_tps(self) -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in self.decisions.assignment()} if self.decisions else set()
 
     def covered(self, topic: str, partition: int, offset: int) -> bool:
         """Whether the state already holds this input (a re-delivery after a restart)."""
@@ -67,7 +116,7 @@ class WorkerState:
     def caught_up(self) -> list[str]:
         out = []
         for (topic, partition), next_offset in self.offsets.items():
-            high = self.highwater(topic, partition)
+            high = self._highwater(topic, partition)
             if high is not None and next_offset >= high:
                 out.append(f"{topic}/{partition}")
         return out
