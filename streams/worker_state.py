@@ -56,6 +56,7 @@ class WorkerState:
     decisions: AIOKafkaConsumer | None = None
     reader: asyncio.Task[None] | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    telemetry_partitions: int = 1
 
     async def start(self, bootstrap: str, state_topic: str, topics: list[str], decisions_topic: str) -> None:
         """Fence an earlier owner of the task (its open transaction is aborted), restore the task's newest
@@ -68,6 +69,7 @@ class WorkerState:
             self.processor, self.offsets, self.seq = snapshot.processor, dict(snapshot.offsets), snapshot.seq
         everything = await partitions(bootstrap, [*topics, decisions_topic])
         inputs = [tp for tp in everything if tp.topic == decisions_topic or tp.partition == self.partition]
+        self.telemetry_partitions = max(1, len({tp.partition for tp in everything if tp.topic == topics[0]}))
         for tp in inputs:
             self.channels.append(f"{tp.topic}/{tp.partition}")
             self.offsets.setdefault((tp.topic, tp.partition), 0)
@@ -135,6 +137,8 @@ class WorkerState:
             out = self.processor.telemetry(value, position, caught_up, now)
         else:
             out = self.processor.decision(value, position, caught_up)
+            if position.partition % self.telemetry_partitions != self.partition:
+                _not_recorded_here(out, position)
         self._keep(out)
         self.idle_since, self.flushed = None, False
         return out
@@ -183,3 +187,11 @@ class WorkerState:
             for stream, event in acks:
                 await stream.ack(event)
             return sum(len(o.audit) for o in outputs)
+
+
+def _not_recorded_here(out: Output, position: SourcePosition) -> None:
+    """Every task reads every decision; the decision's own records (the decision, or its dead letter) are
+    written by one task only: the one whose partition number is the decision partition's (modulo)."""
+    out.audit = [r for r in out.audit if not (r.type in ("decision", "dead_letter") and r.source == position)]
+    out.dead_letters = [d for d in out.dead_letters if d.source != position]
+    out.samples_by_kind.pop("decision", None)
