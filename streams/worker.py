@@ -1,16 +1,15 @@
-"""The Faust worker: thin agents around :class:`streams.pipeline.Processor` (via :mod:`worker_state`).
+"""The Faust worker: a thin agent that routes each telemetry message to the task of its partition
+(:mod:`tasks`, :mod:`worker_state`), which runs the processor.
 
-Delivery: an exactly-once *effect* into the audit and dead-letter topics (:mod:`durable`). The agents
-consume with manual acknowledgement; every ``DRIFTLOG_STATE_INTERVAL_S`` (or ``COMMIT_EVERY_MESSAGES``
-messages) one Kafka transaction writes the records produced since the last one together with a snapshot of
-the worker's state and the input offsets it covers; only then are the input messages acknowledged, so
-Faust's committed offsets trail the snapshots. A restarted worker (after SIGKILL too) fences the old one,
-loads the newest snapshot and skips the input it covers: the sink (``read_committed``) sees every record
-once. Nothing in the agent may raise on bad input (Faust would ack and skip the message): the processor
-turns every input problem into a dead letter.
-
-One worker per consumer group: its snapshot holds the state of every job it has seen (several workers
-splitting the partitions, with state moving on rebalance, is not done yet).
+Delivery: an exactly-once *effect* into the audit and dead-letter topics (:mod:`durable`). The agent consumes
+with manual acknowledgement; every ``DRIFTLOG_STATE_INTERVAL_S`` (or ``COMMIT_EVERY_MESSAGES`` messages) each
+task writes, in one Kafka transaction of its own producer, the records produced since its last one together
+with a snapshot of its state and the input offsets it covers; only then are the input messages acknowledged,
+so Faust's committed offsets trail the snapshots. A task is committed when Kafka revokes its partition and
+loaded (fencing the previous owner) where it is assigned next, after a SIGKILL too: the sink
+(``read_committed``) sees every record once, whatever the number of workers. Nothing in the agent may raise
+on bad input (Faust would ack and skip the message): the processor turns every input problem into a dead
+letter.
 """
 
 from __future__ import annotations
