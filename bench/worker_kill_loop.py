@@ -61,7 +61,9 @@ def main() -> int:
         started = time.monotonic()
         try:
             sink.wait_healthy(cfg.sink_http_port)
-            to_healthy = worker_kill_loop(cfg, args.kills, work, seed=args.seed, max_pause_s=args.max_pause)
+            mid: list[bool] = []
+            to_healthy = worker_kill_loop(cfg, args.kills, work, seed=args.seed, max_pause_s=args.max_pause,
+                                          mid_stream=mid)  # fmt: skip
             asyncio.run(wait_drained(cfg, [sink], 600, print, worker=False))
         finally:
             sink.stop()
@@ -71,7 +73,8 @@ def main() -> int:
     kinds = Counter(t for t, _ in expected)
     found = Counter(t for t, _ in stored)
     same = stored == {k: _body(r) for k, r in expected.items()}
-    print(f"kills: {args.kills}; restart to healthy: median {statistics.median(to_healthy):.1f}s, "
+    print(f"kills: {args.kills}, {sum(mid)} of them before the worker had ended its input; restart to healthy: "
+          f"median {statistics.median(to_healthy):.1f}s, "
           f"max {max(to_healthy):.1f}s (first start included: {to_healthy[0]:.1f}s)")  # fmt: skip
     print(f"findings expected {kinds['finding']} found {found['finding']}; attributions expected "
           f"{kinds['attribution']} found {found['attribution']}; records expected {len(expected)} found "

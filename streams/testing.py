@@ -85,11 +85,17 @@ def sigkill_loop(
 
 
 def worker_kill_loop(
-    cfg: Settings, kills: int, logdir: Path, seed: int = 12, max_pause_s: float = 3.0
+    cfg: Settings,
+    kills: int,
+    logdir: Path,
+    seed: int = 12,
+    max_pause_s: float = 3.0,
+    mid_stream: list[bool] | None = None,
 ) -> list[float]:
     """With a sink running throughout: start the worker, SIGKILL it at a random moment after it is healthy,
     ``kills`` times; then run it until its input has ended and is committed, and stop it cleanly. Returns the
-    seconds each restarted worker took from start to healthy."""
+    seconds each restarted worker took from start to healthy; ``mid_stream`` gets, per kill, whether the
+    worker had not yet ended its input when it was killed."""
     import random
     import signal
     import time
@@ -106,6 +112,8 @@ def worker_kill_loop(
         worker.wait_healthy(cfg.worker_http_port, timeout=120)
         to_healthy.append(time.monotonic() - started)
         time.sleep(rng.uniform(0.0, max_pause_s))
+        if mid_stream is not None:
+            mid_stream.append(not input_ended(cfg.worker_http_port))
         worker.stop(grace=0, sig=signal.SIGKILL)
     worker = Child(["worker"], env, logdir / "worker-final.log")
     worker.wait_healthy(cfg.worker_http_port, timeout=120)
