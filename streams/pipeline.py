@@ -101,6 +101,7 @@ class Processor:
     engine: Engine = field(default_factory=Engine)
     admission: Admission = field(default_factory=Admission)
     epoch_s: float = 1.0
+    decision_share: tuple[int, int] = (0, 1)  # (index, count): the decision partitions whose records it writes
     timeline: Timeline = field(init=False)
 
     def __post_init__(self) -> None:
@@ -162,28 +163,32 @@ class Processor:
         return out
 
     def decision(self, raw: bytes, source: SourcePosition, caught_up: Iterable[str] = ()) -> Output:
+        """A decision message. Every engine (every worker task) reads every decision; the decision's own
+        record (or its dead letter) is written by one of them only (:meth:`records_decisions_of`)."""
         out = Output()
         decision, reject = decode_decision(raw)
         if decision is not None and self.admission.duplicate_decision(decision["id"]):
             reject = Reject("duplicate", f"decision {decision['id']!r} was already recorded")
             decision = None
-        if decision is not None and not self._buffer_decision(decision, source):
+        if decision is not None and not self.timeline.add_decision(channel(source), decision, source.offset):
             reject = Reject("late", "decision older than the watermark (the steps it could affect were analysed)")
             decision = None
-        if not self.engine.owns_control:  # every engine reads the decisions; one records them
-            out = Output()
-        elif decision is None:
-            out.reject(raw, source, [reject] if reject is not None else [])
-        else:
+        recorded = self.records_decisions_of(source)
+        if decision is None:
+            if recorded:
+                out.reject(raw, source, [reject] if reject is not None else [])
+            return out
+        if recorded:
             out.samples_by_kind["decision"] += 1
             out.audit.append(_decision_record(decision, source))
-        if decision is None:
-            return out
         self._release(out, caught_up)
         return out
 
-    def _buffer_decision(self, decision: dict[str, Any], source: SourcePosition) -> bool:
-        return self.timeline.add_decision(channel(source), decision, source.offset)
+    def records_decisions_of(self, source: SourcePosition) -> bool:
+        """Whether this processor writes the records of decisions read from ``source``: it must own the
+        control plane, and ``source.partition`` must fall in its ``decision_share`` (index, count)."""
+        index, count = self.decision_share
+        return self.engine.owns_control and source.partition % count == index
 
     def advance(self, caught_up: Iterable[str]) -> Output:
         """Release what the watermark allows now that ``caught_up`` channels have nothing more to read."""
@@ -217,8 +222,7 @@ class Processor:
         name, offset = self.timeline.origin
         if offset < 0:
             return None
-        topic, _, partition = name.rpartition("/")
-        return SourcePosition(topic, int(partition), offset)
+        return SourcePosition(*parse_channel(name), offset)
 
 
 def build_processor(settings: Settings, **engine: Any) -> Processor:
@@ -234,7 +238,18 @@ def build_processor(settings: Settings, **engine: Any) -> Processor:
 
 
 def channel(source: SourcePosition) -> str:
-    return f"{source.topic}/{source.partition}"
+    """The input channel of the timeline a message was read from: ``<topic>/<partition>`` (a file: its
+    path and partition 0)."""
+    return channel_of(source.topic, source.partition)
+
+
+def channel_of(topic: str, partition: int) -> str:
+    return f"{topic}/{partition}"
+
+
+def parse_channel(name: str) -> tuple[str, int]:
+    topic, _, partition = name.rpartition("/")
+    return topic, int(partition)
 
 
 def _records(result: EngineOutput, source: SourcePosition, out: Output) -> None:

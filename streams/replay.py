@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from audit.records import SourcePosition
 from streams.errors import ConfigError
 from streams.kafka.admin import partitions
-from streams.pipeline import Output, Processor
+from streams.pipeline import Output, Processor, channel_of
 
 Progress = Callable[[float, float, str], None]
 
@@ -87,10 +87,10 @@ async def replay(
                 if await consumer.position(tp) >= end:
                     todo.pop(tp, None)
                     consumer.pause(tp)
-                    processor.timeline.forget(f"{tp.topic}/{tp.partition}")
+                    processor.timeline.forget(channel_of(tp.topic, tp.partition))
             if progress is not None:
                 progress(done, total, " msg")
         out.extend(processor.flush(last))
-        return out, {f"{tp.topic}/{tp.partition}": list(r) for tp, r in sorted(ranges.items())}
+        return out, {channel_of(tp.topic, tp.partition): list(r) for tp, r in sorted(ranges.items())}
     finally:
         await consumer.stop()

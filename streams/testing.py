@@ -6,11 +6,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from audit.records import SourcePosition
 from streams.config import Settings, to_env
 from streams.engine.engine import Engine, EngineConfig
 from streams.pipeline import Output, Processor
+
+if TYPE_CHECKING:
+    from streams.supervise import Child
 
 
 def run_messages(
@@ -73,15 +77,27 @@ def sigkill_loop(
         before_last()
     sink = Child(["sink"], env, logdir / "sink-final.log")
     sink.wait_healthy(cfg.sink_http_port)
-    deadline = time.monotonic() + 300
-    while sum(asyncio.run(group_lag(cfg.kafka_bootstrap_servers, cfg.sink_group, [cfg.audit_topic])).values()):
-        sink.check_alive()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the sink did not reach the end of {cfg.audit_topic}:\n{sink.tail()}")
-        time.sleep(0.5)
-    if sink.stop() != 0:
-        raise RuntimeError(f"the sink did not stop cleanly:\n{sink.tail()}")
+    def drained() -> bool:
+        return not sum(asyncio.run(group_lag(cfg.kafka_bootstrap_servers, cfg.sink_group, [cfg.audit_topic])).values())
+
+    run_to_end(sink, drained, 300, f"reach the end of {cfg.audit_topic}")
     return seen
+
+
+def run_to_end(child: Child, done: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Let a started child run until ``done()`` (checked every 0.5 s), then stop it cleanly; raises with the
+    end of its log when it dies, does not get there in ``timeout_s`` (``what``: what it had to do), or does
+    not stop cleanly."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        child.check_alive()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"`driftlog {' '.join(child.args)}` did not {what}:\n{child.tail()}")
+        time.sleep(0.5)
+    if child.stop() != 0:
+        raise RuntimeError(f"`driftlog {' '.join(child.args)}` did not stop cleanly:\n{child.tail()}")
 
 
 def worker_kill_loop(
@@ -117,14 +133,7 @@ def worker_kill_loop(
         worker.stop(grace=0, sig=signal.SIGKILL)
     worker = Child(["worker"], env, logdir / "worker-final.log")
     worker.wait_healthy(cfg.worker_http_port, timeout=120)
-    deadline = time.monotonic() + 600
-    while not input_ended(cfg.worker_http_port):
-        worker.check_alive()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the worker did not end its input:\n{worker.tail()}")
-        time.sleep(0.5)
-    if worker.stop() != 0:
-        raise RuntimeError(f"the worker did not stop cleanly:\n{worker.tail()}")
+    run_to_end(worker, lambda: input_ended(cfg.worker_http_port), 600, "end its input")
     return to_healthy
 
 

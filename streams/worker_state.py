@@ -28,7 +28,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from audit.records import SourcePosition
 from streams.durable import Offsets, Snapshot, Transactions, ensure_state_topic, load_snapshot
 from streams.kafka.admin import partitions
-from streams.pipeline import Output, Processor
+from streams.pipeline import Output, Processor, channel_of
 
 Highwater = Callable[[str, int], int | None]
 SNAPSHOT_SHARE = 0.2  # at most this share of the time goes to encoding snapshots
@@ -56,7 +56,6 @@ class WorkerState:
     decisions: AIOKafkaConsumer | None = None
     reader: asyncio.Task[None] | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
-    telemetry_partitions: int = 1
 
     async def start(self, bootstrap: str, state_topic: str, topics: list[str], decisions_topic: str) -> None:
         """Fence an earlier owner of the task (its open transaction is aborted), restore the task's newest
@@ -69,9 +68,10 @@ class WorkerState:
             self.processor, self.offsets, self.seq = snapshot.processor, dict(snapshot.offsets), snapshot.seq
         everything = await partitions(bootstrap, [*topics, decisions_topic])
         inputs = [tp for tp in everything if tp.topic == decisions_topic or tp.partition == self.partition]
-        self.telemetry_partitions = max(1, len({tp.partition for tp in everything if tp.topic == topics[0]}))
+        telemetry_partitions = max(1, len({tp.partition for tp in everything if tp.topic == topics[0]}))
+        self.processor.decision_share = (self.partition % telemetry_partitions, telemetry_partitions)
         for tp in inputs:
-            self.channels.append(f"{tp.topic}/{tp.partition}")
+            self.channels.append(channel_of(tp.topic, tp.partition))
             self.offsets.setdefault((tp.topic, tp.partition), 0)
         self.processor.declare(SourcePosition(tp.topic, tp.partition, 0) for tp in inputs)
         self.decisions = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
@@ -120,7 +120,7 @@ class WorkerState:
         for (topic, partition), next_offset in self.offsets.items():
             high = self._highwater(topic, partition)
             if high is not None and next_offset >= high:
-                out.append(f"{topic}/{partition}")
+                out.append(channel_of(topic, partition))
         return out
 
     def handle(
@@ -137,8 +137,6 @@ class WorkerState:
             out = self.processor.telemetry(value, position, caught_up, now)
         else:
             out = self.processor.decision(value, position, caught_up)
-            if position.partition % self.telemetry_partitions != self.partition:
-                _not_recorded_here(out, position)
         self._keep(out)
         self.idle_since, self.flushed = None, False
         return out
@@ -188,10 +186,3 @@ class WorkerState:
                 await stream.ack(event)
             return sum(len(o.audit) for o in outputs)
 
-
-def _not_recorded_here(out: Output, position: SourcePosition) -> None:
-    """Every task reads every decision; the decision's own records (the decision, or its dead letter) are
-    written by one task only: the one whose partition number is the decision partition's (modulo)."""
-    out.audit = [r for r in out.audit if not (r.type in ("decision", "dead_letter") and r.source == position)]
-    out.dead_letters = [d for d in out.dead_letters if d.source != position]
-    out.samples_by_kind.pop("decision", None)

@@ -42,10 +42,6 @@ class Engine:
     control: ControlPlane = field(default_factory=ControlPlane)
     evicted: int = 0
 
-    @property
-    def stale_steps(self) -> int:
-        return sum(j.stale_steps for j in self.jobs.values())
-
     def process(self, chunk: Chunk) -> EngineOutput:
         out = EngineOutput()
         if chunk.decision is not None:

@@ -83,9 +83,7 @@ class JobState:
 
     def shared_power(self, rows: Iterable[tuple[str, float, float]]) -> None:
         """``power_w`` samples of no job, (entity, time, watts): counted when the job's graph holds the entity."""
-        mine = [(e, t, w) for e, t, w in rows if self.graph.graph.has_node(e)]
-        self._energy(mine)
-        self._rack_power(mine)
+        self._power_samples([(e, t, w) for e, t, w in rows if self.graph.graph.has_node(e)])
 
     def decision(self, decision: dict[str, Any], out: EngineOutput) -> None:
         """Every decision: kept for naming causes; one for this job (or touching its operator graph) is
@@ -164,9 +162,8 @@ class JobState:
         out.findings.extend(findings)
         out.attributions.extend(attributions)
         p = c["name"] == "power_w"
-        power = list(zip(c["entity"][p].tolist(), c["time"][p].tolist(), c["value"][p].tolist(), strict=True))
-        self._energy(power)
-        self._rack_power(power)
+        self._power_samples(list(zip(c["entity"][p].tolist(), c["time"][p].tolist(), c["value"][p].tolist(),
+                                     strict=True)))  # fmt: skip
         self._series(named_series.of_metrics(c), out)
 
     def close(self, out: EngineOutput) -> None:
@@ -192,14 +189,12 @@ class JobState:
 
     # -- internals -----------------------------------------------------------------------------------
 
-    def _rack_power(self, rows: list[tuple[str, float, float]]) -> None:
-        """Power of racks and nodes (not single devices) for the energy-feedback-loop check."""
+    def _power_samples(self, rows: list[tuple[str, float, float]]) -> None:
+        """``power_w`` (entity, time, watts) of the job: its energy (a reading holds until the entity's
+        next one), and the power of racks and nodes (not single devices) for the energy-feedback-loop check."""
         for entity, t, watts in rows:
             if not elements.is_kind(entity, "device"):
                 self.coherence.power(entity, t, watts)
-
-    def _energy(self, rows: Iterable[tuple[str, float, float]]) -> None:
-        for entity, t, watts in rows:
             last = self._power.get(entity)
             self._power[entity] = (t, watts)
             if last is not None and 0 < t - last[0] <= MAX_POWER_GAP_S:

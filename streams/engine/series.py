@@ -7,8 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-
 from streams.engine import elements
 from streams.engine.detectors.series_drift import series_key
 from streams.engine.rollup import Rollup
@@ -28,23 +26,24 @@ def of_steps(job: str, rows: Iterable[tuple[float, float]]) -> Series:
 
 def of_metrics(c: dict[str, Any]) -> Series:
     """Metric columns: the named metrics per entity, and p99/p50 where a service reported both at once."""
-    names = c["name"]
-    keep = np.isin(names, list(METRICS))
-    keys = [series_key(e, n) for e, n in zip(c["entity"][keep].tolist(), names[keep].tolist(), strict=True)]
-    times, values = c["time"][keep].tolist(), c["value"][keep].tolist()
-    p50 = {(e, t): v for e, n, t, v in zip(c["entity"].tolist(), names.tolist(), c["time"].tolist(),
-                                           c["value"].tolist(), strict=True) if n == "latency_p50_s"}  # fmt: skip
-    for key, t, v in list(zip(keys, times, values, strict=True)):
-        element, metric = key.partition("@")[2], key.partition("@")[0]
-        median = p50.get((element, t))
-        if metric == "latency_p99_s" and median:
-            keys.append(series_key(element, "latency_p99_over_p50"))
+    rows = list(zip(c["entity"].tolist(), c["name"].tolist(), c["time"].tolist(), c["value"].tolist(), strict=True))
+    p50 = {(e, t): v for e, n, t, v in rows if n == "latency_p50_s"}
+    keys, times, values = [], [], []
+    for entity, name, t, v in rows:
+        if name in METRICS:
+            keys.append(series_key(entity, name))
+            times.append(t)
+            values.append(v)
+        median = p50.get((entity, t)) if name == "latency_p99_s" else None
+        if median:
+            keys.append(series_key(entity, "latency_p99_over_p50"))
             times.append(t)
             values.append(v / median)
     return keys, times, values
 
 
 def of_rollups(rollups: Iterable[Rollup]) -> Series:
-    rows = [(series_key(r.entity, r.name), r.window_end, r.total / max(1, len(r.values)) if r.name in ROLLUPS
-             else 0.0) for r in rollups if r.name in ROLLUPS]  # fmt: skip
+    """Each window's mean cost or energy per output, at the window's end."""
+    rows = [(series_key(r.entity, r.name), r.window_end, sum(r.values) / len(r.values)) for r in rollups
+            if r.name in ROLLUPS and r.values]  # fmt: skip
     return [k for k, _, _ in rows], [t for _, t, _ in rows], [v for _, _, v in rows]

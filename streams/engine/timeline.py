@@ -65,12 +65,9 @@ class Timeline:
             self._newest.setdefault(c, -math.inf)
 
     def forget(self, channel: str) -> None:
-        """A channel this driver no longer reads (a partition revoked): it stops holding the watermark."""
+        """A channel that has ended (a file read to its end, a replayed partition read to its range's end):
+        it delivers nothing more, so it stops holding the watermark."""
         self._newest.pop(channel, None)
-
-    def newest(self, channel: str) -> float:
-        """The newest event time a channel delivered (-inf: nothing yet)."""
-        return self._newest.get(channel, -math.inf)
 
     @property
     def frontier(self) -> float:
@@ -131,10 +128,6 @@ class Timeline:
     def drain(self) -> Iterator[tuple[float, list[Chunk]]]:
         """Everything buffered (the end of the input)."""
         yield from self._take(max(self._epochs, default=-1) + 1)
-
-    @property
-    def buffered(self) -> int:
-        return sum(len(p) for e in self._epochs.values() for parts in e.parts.values() for p in parts)
 
     def _take(self, limit: int) -> Iterator[tuple[float, list[Chunk]]]:
         for k in sorted(k for k in self._epochs if k < limit):
