@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import random
 import socket
 import subprocess
 import sys
@@ -17,7 +18,18 @@ from streams.errors import DriftlogError
 
 
 def free_port() -> int:
-    """A loopback port that was free a moment ago."""
+    """A loopback port that was free a moment ago, drawn at random below Linux's ephemeral range
+    (32768-60999): a port the kernel hands out for port 0 can be taken a moment later as the source port of
+    an outgoing connection (a Kafka client's), before the service that was given it binds it."""
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(20_000, 32_768)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
