@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import signal
 import random
+import signal
 import socket
 import subprocess
 import sys
