@@ -45,6 +45,10 @@ def too_many_bytes(limits: Limits) -> QueryError:
     )
 
 
+def timed_out(limits: Limits) -> QueryError:
+    return QueryError(f"the query ran longer than {limits.timeout_s:g}s and was stopped")
+
+
 def batches(cursor: duckdb.DuckDBPyConnection, sql: str, params: Params, limits: Limits) -> Generator[pa.RecordBatch]:
     """The result in Arrow batches; raises :class:`QueryError` when the query is refused, fails, runs longer
     than ``timeout_s`` (also while the caller consumes it) or returns more than ``max_rows`` rows. The
@@ -64,10 +68,14 @@ def batches(cursor: duckdb.DuckDBPyConnection, sql: str, params: Params, limits:
             if rows > limits.max_rows:
                 raise too_many_rows(limits)
             if not timer.is_alive():
-                raise QueryError(f"the query ran longer than {limits.timeout_s:g}s and was stopped")
+                raise timed_out(limits)
             yield batch
     except duckdb.InterruptException as exc:
-        raise QueryError(f"the query ran longer than {limits.timeout_s:g}s and was stopped") from exc
+        raise timed_out(limits) from exc
+    except (pa.ArrowException, OSError) as exc:  # an interrupt that lands while the Arrow reader fetches a batch
+        if timer.is_alive():
+            raise QueryError(str(exc)) from exc
+        raise timed_out(limits) from exc
     except duckdb.Error as exc:
         raise QueryError(duckdb_message(exc)) from exc
     finally:

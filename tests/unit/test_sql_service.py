@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import orjson
 import pytest
 
@@ -26,7 +27,7 @@ from audit.query import Endpoint, fetch_over_http
 from audit.serve import SqlServing
 from audit.snapshot import open_snapshot
 from audit.sql_guard import check_read_only
-from audit.sql_run import Limits
+from audit.sql_run import Limits, batches
 from audit.sql_service import authorized, require_token_off_loopback
 from audit.store import RawRecord
 from streams import ops
@@ -200,6 +201,15 @@ def test_an_unusable_token_is_refused_at_start(token: str) -> None:
         require_token_off_loopback("127.0.0.1", token)
 
 
+def test_a_timeout_that_lands_while_batches_are_fetched_is_a_timeout() -> None:
+    """The interrupt can reach DuckDB inside the Arrow reader, which raises a bare OSError (CI, stop 18)."""
+    con = duckdb.connect()
+    streamed = "SELECT i, md5(i::VARCHAR) FROM range(100000000) t(i)"  # produced batch by batch, never at once
+    with pytest.raises(QueryError, match=r"ran longer than 0.2s and was stopped"):
+        for _ in batches(con.cursor(), streamed, None, Limits(max_rows=10**9, timeout_s=0.2)):
+            pass
+
+
 def test_query_on_a_file_honours_the_query_settings(store: DuckDBStore, tmp_path: Path) -> None:
     db = tmp_path / "copy.duckdb"
     store.con.execute("CHECKPOINT")
@@ -207,13 +217,14 @@ def test_query_on_a_file_honours_the_query_settings(store: DuckDBStore, tmp_path
     env = {**os.environ, "DRIFTLOG_QUERY_TIMEOUT_S": "0.5", "DRIFTLOG_QUERY_MAX_ROWS": "3",
            "DRIFTLOG_HOME": str(tmp_path)}  # fmt: skip
 
-    def query(*args: str) -> subprocess.CompletedProcess[str]:
+    def query(*args: str, timeout_s: str = "0.5") -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "streams.cli", "query", "--db", str(db), *args]
-        return subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=60)
+        run_env = {**env, "DRIFTLOG_QUERY_TIMEOUT_S": timeout_s}
+        return subprocess.run(argv, capture_output=True, text=True, env=run_env, check=False, timeout=60)
 
     slow = query(SLOW)
     assert (slow.returncode, slow.stderr) == (1, "driftlog: error: the query ran longer than 0.5s and was stopped\n")
-    many = query("SELECT * FROM audit_log")
+    many = query("SELECT * FROM audit_log", timeout_s="30")  # a loaded machine must not turn this into a timeout
     assert many.returncode == 1 and "more than 3 rows" in many.stderr
     few = query("--format", "json", "SELECT 1 AS n")
     assert few.returncode == 0 and orjson.loads(few.stdout) == [{"n": 1}]
