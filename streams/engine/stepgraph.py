@@ -309,7 +309,7 @@ def _program_order(d: _Draft, mi: Ints, barrier_of: Ints, n_barrier: int, extern
     n_chain = len(d.chain)
     rc = d.rank[d.chain]
     prev = np.arange(-1, n_chain - 1)
-    prev[np.r_[True, rc[1:] != rc[:-1]]] = -1
+    prev[np.r_[True, rc[1:] != rc[:-1]][:n_chain]] = -1
     is_member = np.zeros(n_chain, bool)
     is_member[mi] = True
     plain = np.flatnonzero(~is_member & (prev >= 0))
@@ -339,7 +339,7 @@ def _transfers(d: _Draft) -> None:
     sends = np.flatnonzero(~recv)
     s_rows = d.p2p[sends]
     j = np.searchsorted(rc * span_len + end[d.chain], rank[s_rows] * span_len + start[s_rows] + d.tol, side="right") - 1
-    ok = (j >= 0) & (rc[np.maximum(j, 0)] == rank[s_rows])
+    ok = (j >= 0) & (rc[np.maximum(j, 0)] == rank[s_rows]) if n_chain else np.zeros(len(sends), bool)
     d.edges(j[ok], n_chain + sends[ok])
     d.floor[n_chain + sends[~ok]] = start[s_rows[~ok]]
     d.intrinsic[n_chain + sends] = end[s_rows] - start[s_rows]
