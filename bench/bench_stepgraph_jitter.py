@@ -19,24 +19,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from streams.contract.envelope import decode_telemetry
 from streams.engine.stepgraph import CHAIN, RECV, Codebook, StepGraph, build
-from streams.formats.timestamps import as_exported
+from streams.formats.timestamps import as_exported, op_steps
 from streams.sim.scenarios import training_fabric
 
 Columns = dict[str, Any]
 
 
 def steps_of(ranks: int, steps: int) -> list[Columns]:
-    parts: dict[int, list[Columns]] = {}
-    for kind, _, value in training_fabric(seed=1, ranks=ranks, steps=steps).run():
-        if kind == "telemetry":
-            for b in decode_telemetry(value).batches:
-                if b.kind == "op":
-                    for s in np.unique(b.columns["step"]).tolist():
-                        rows = b.columns["step"] == s
-                        parts.setdefault(s, []).append({k: v[rows] for k, v in b.columns.items()})
-    return [{k: np.concatenate([p[k] for p in parts[s]]) for k in parts[s][0]} for s in sorted(parts)]
+    return op_steps(
+        value for kind, _, value in training_fabric(seed=1, ranks=ranks, steps=steps).run() if kind == "telemetry"
+    )
 
 
 def recv_edges(g: StepGraph) -> int:

@@ -4,13 +4,27 @@ seconds), with uniform jitter on every start and end, spans in no particular ord
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from streams.contract.envelope import decode_telemetry
+
 Columns = dict[str, npt.NDArray[Any]]
+
+
+def op_steps(telemetry: Iterable[bytes]) -> list[Columns]:
+    """The op span columns of each step (in step order) in telemetry messages."""
+    parts: dict[int, list[Columns]] = {}
+    for value in telemetry:
+        for b in decode_telemetry(value).batches:
+            if b.kind == "op":
+                for s in np.unique(b.columns["step"]).tolist():
+                    rows = b.columns["step"] == s
+                    parts.setdefault(s, []).append({k: v[rows] for k, v in b.columns.items()})
+    return [{k: np.concatenate([p[k] for p in parts[s]]) for k in parts[s][0]} for s in sorted(parts)]
 
 
 def as_exported(

@@ -11,9 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.contract.envelope import decode_telemetry
 from streams.engine.stepgraph import CHAIN, EPS, RECV, Codebook, StepGraph, build
-from streams.formats.timestamps import as_exported
+from streams.formats.timestamps import as_exported, op_steps
 from streams.sim.scenarios import SCENARIOS
 
 Columns = dict[str, Any]
@@ -22,15 +21,7 @@ Columns = dict[str, Any]
 @functools.cache
 def sim_steps(name: str) -> tuple[Columns, ...]:
     """The op span columns of each step of a small simulated run (16 ranks, 4 steps)."""
-    parts: dict[int, list[Columns]] = {}
-    for kind, _, value in SCENARIOS[name](2, 16, 4).run():
-        if kind == "telemetry":
-            for b in decode_telemetry(value).batches:
-                if b.kind == "op":
-                    for s in np.unique(b.columns["step"]).tolist():
-                        rows = b.columns["step"] == s
-                        parts.setdefault(s, []).append({k: v[rows] for k, v in b.columns.items()})
-    return tuple({k: np.concatenate([p[k] for p in parts[s]]) for k in parts[s][0]} for s in sorted(parts))
+    return tuple(op_steps(value for kind, _, value in SCENARIOS[name](2, 16, 4).run() if kind == "telemetry"))
 
 
 def graph(c: Columns) -> StepGraph:
