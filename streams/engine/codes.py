@@ -39,7 +39,15 @@ def dense(*cols: Ints) -> Ints:
     """One small integer per distinct tuple of the integer columns (0, 1, ... in the tuples' sorted order)."""
     if not len(cols[0]):
         return np.zeros(0, np.int64)
+    _, inverse = np.unique(radix_key(*cols), return_inverse=True)
+    return np.asarray(inverse, np.int64).ravel()
+
+
+def radix_key(*cols: Ints) -> Ints:
+    """One integer per row that orders rows like the tuples of the integer columns (the first column first)."""
     key = np.zeros(len(cols[0]), np.int64)
+    if not len(key):
+        return key
     radix = 1
     for col in cols:
         lo, hi = int(col.min()), int(col.max())
@@ -48,5 +56,4 @@ def dense(*cols: Ints) -> Ints:
         if radix >= 1 << 62:
             raise OverflowError("too many distinct values to combine into one key")
         key = key * width + (col - lo)
-    _, inverse = np.unique(key, return_inverse=True)
-    return np.asarray(inverse, np.int64).ravel()
+    return key

@@ -167,9 +167,9 @@ def build(
     rank, mb, peer, seq = (np.asarray(c[k], np.int64) for k in ("rank", "microbatch", "peer", "seq"))
     op, grp = ops.encode(c["op"]), groups.encode(c["group"])
     op_class = c["op_class"]
-    sync = op_class == "sync"
-    member = (grp > 0) & (seq >= 0) & ((op_class == "comm") | sync)
-    direction = transfers.directions(c, op, ops, ~member)
+    comm, sync = op_class == "comm", op_class == "sync"
+    member = (grp > 0) & (seq >= 0) & (comm | sync)
+    direction = transfers.directions(c, op, ops, comm, ~member)
     blocks = transfers.blocking(c, direction)
     asynchronous = (direction >= 0) & ~blocks
     ci = np.flatnonzero(~asynchronous)
@@ -236,19 +236,18 @@ def build(
 
 def tolerance(start: Floats, end: Floats, rank: Ints, chain: Ints) -> float:
     """How far apart two times of this step may be and still be "at the same time": twice the larger of the
-    timestamps' resolution (the smallest step between distinct times) and their jitter (the 90th percentile
-    of the overlaps of consecutive program spans of a rank, which cannot really overlap); at least ``EPS``,
-    at most ``MAX_TOLERANCE`` and ``MAX_TOLERANCE_SHARE`` of the step (spans that do run concurrently, on
-    other streams, must not widen it without bound)."""
-    times = np.unique(np.concatenate([start, end]))
-    gaps = np.diff(times)
-    gaps = gaps[gaps > 0]
-    resolution = float(gaps.min()) if len(gaps) else 0.0
+    timestamps' resolution and their jitter; at least ``EPS``, at most ``MAX_TOLERANCE`` and
+    ``MAX_TOLERANCE_SHARE`` of the step (spans that do run concurrently, on other streams, must not widen
+    it without bound). Both are read off the boundaries of consecutive program spans of a rank, which
+    really meet or leave a gap: the resolution is the smallest nonzero distance between them (quantised
+    times are never closer), the jitter the 90th percentile of their overlaps (which cannot be real)."""
     rc = rank[chain]
-    overlap = (end[chain[:-1]] - start[chain[1:]])[rc[1:] == rc[:-1]]
-    overlap = overlap[overlap > 0]
+    apart = (start[chain[1:]] - end[chain[:-1]])[rc[1:] == rc[:-1]]
+    nonzero = np.abs(apart[apart != 0])
+    resolution = float(nonzero.min()) if len(nonzero) else 0.0
+    overlap = -apart[apart < 0]
     jitter = float(np.quantile(overlap, 0.9)) if len(overlap) else 0.0
-    cap = min(MAX_TOLERANCE, MAX_TOLERANCE_SHARE * float(times[-1])) if len(times) else EPS
+    cap = min(MAX_TOLERANCE, MAX_TOLERANCE_SHARE * float(end.max(initial=0.0)))
     return max(EPS, min(2.0 * max(resolution, jitter), cap))
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from streams.engine.codes import Codebook, Ints, dense
+from streams.engine.codes import Codebook, Ints, radix_key
 
 SEND_OPS = ("send", "isend")
 RECV_OPS = ("recv", "irecv")
@@ -31,17 +31,16 @@ DECLARED = {"send": TO, "recv": FROM, "sendrecv": BOTH}
 Mask = npt.NDArray[np.bool_]
 
 
-def directions(c: Mapping[str, npt.NDArray[Any]], op: Ints, ops: Codebook, eligible: Mask) -> Ints:
-    """Per span: TO, FROM, BOTH, or NONE for a span that is not a transfer (``eligible``: may be one)."""
-    comm = c["op_class"] == "comm"
+def directions(c: Mapping[str, npt.NDArray[Any]], op: Ints, ops: Codebook, comm: Mask, eligible: Mask) -> Ints:
+    """Per span: TO, FROM, BOTH, or NONE for a span that is not a transfer (``comm``: of op class comm;
+    ``eligible``: may be a transfer)."""
     inferred = np.where(np.isin(op, ops.of(SEND_OPS)), TO, np.where(np.isin(op, ops.of(RECV_OPS)), FROM, NONE))
     out = np.where(comm, inferred, NONE)
     declared = c.get("p2p")
-    if declared is not None and len(declared):
+    if declared is not None:
         names = np.asarray(declared, dtype=object)
-        for name, code in DECLARED.items():
-            out = np.where(names == name, code, out)
-        out = np.where((names != "") & ~np.isin(names, list(DECLARED)), NONE, out)
+        given = np.flatnonzero(names != "")  # '' (the default) infers the direction from op
+        out[given] = np.fromiter((DECLARED.get(v, NONE) for v in names[given].tolist()), np.int64, len(given))
     peer = np.asarray(c["peer"], np.int64)
     return np.where(eligible & (peer >= 0), out, NONE).astype(np.int64)
 
@@ -62,19 +61,20 @@ def partners(rank: Ints, peer: Ints, mb: Ints, start: npt.NDArray[np.float64], d
     if len(t) < 2:
         return out
     r, p, m, d = rank[t], peer[t], mb[t], direction[t]
-    by_run = np.lexsort((start[t], m, d, p, r))
-    run = dense(r, p, d, m)[by_run]
-    first = np.flatnonzero(np.r_[True, run[1:] != run[:-1]])
-    occurrence = np.empty(len(t), np.int64)
-    occurrence[by_run] = np.arange(len(t)) - np.repeat(first, np.diff(np.r_[first, len(t)]))
     both = d == BOTH
     src = np.where(both, np.minimum(r, p), np.where(d == FROM, p, r))
     dst = np.where(both, np.maximum(r, p), np.where(d == FROM, r, p))
-    side = np.where(both, (r > p).astype(np.int64), (d == FROM).astype(np.int64))
-    key = dense(both.astype(np.int64), src, dst, m, occurrence)
-    order = np.lexsort((side, key))
+    side = np.where(both, (r > p).astype(np.int64), (d == FROM).astype(np.int64))  # which end: 0 or 1
+    # one transfer's two ends share (kind, src, dst, microbatch); within it, each end's spans in start order
+    key = radix_key(both.astype(np.int64), src, dst, m)
+    order = np.lexsort((start[t], side, key))
     k, s = key[order], side[order]
-    pair = np.flatnonzero((k[1:] == k[:-1]) & (s[:-1] == 0) & (s[1:] == 1) & (r[order][1:] != r[order][:-1]))
-    a, b = t[order[pair]], t[order[pair + 1]]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    group = np.repeat(np.arange(len(first)), np.diff(np.r_[first, len(t)]))
+    ends0 = np.bincount(group, s == 0)[group].astype(np.int64)  # spans of end 0 in the element's group
+    size = np.diff(np.r_[first, len(t)])[group]
+    occurrence = np.arange(len(t)) - first[group] - np.where(s == 1, ends0, 0)
+    pair = np.flatnonzero((s == 0) & (occurrence < size - ends0))
+    a, b = t[order[pair]], t[order[first[group[pair]] + ends0[pair] + occurrence[pair]]]
     out[a], out[b] = b, a
     return out

@@ -129,9 +129,23 @@ def test_the_direction_is_declared_or_inferred_from_the_op_for_old_producers() -
     )
     ops = Codebook()
     op = ops.encode(c["op"])
-    assert directions(c, op, ops, np.ones(6, bool)).tolist() == [TO, FROM, NONE, BOTH, FROM, NONE]
+    assert directions(c, op, ops, c["op_class"] == "comm", np.ones(6, bool)).tolist() == [
+        TO,
+        FROM,
+        NONE,
+        BOTH,
+        FROM,
+        NONE,
+    ]
     old = {k: v for k, v in c.items() if k not in ("p2p", "blocking")}
-    assert directions(old, op, ops, np.ones(6, bool)).tolist() == [TO, FROM, NONE, NONE, NONE, NONE]
+    assert directions(old, op, ops, c["op_class"] == "comm", np.ones(6, bool)).tolist() == [
+        TO,
+        FROM,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+    ]
 
 
 def test_collective_members_stay_members_and_blocking_spans_are_not_collectives() -> None:
