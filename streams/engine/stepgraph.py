@@ -64,6 +64,10 @@ class StepGraphError(DriftlogError):
     """The spans of a step do not form a dependency graph (a cycle: times that contradict the order)."""
 
 
+class _PairingCycle(StepGraphError):
+    """A cycle in a graph with paired blocking transfers (which may be what made it)."""
+
+
 @dataclass(frozen=True)
 class Schedule:
     """Topological levels: per level the nodes, their predecessors flattened and where each node's begin."""
@@ -159,7 +163,22 @@ def build(
     c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook, cache: dict[bytes, Schedule]
 ) -> StepGraph:
     """The graph of one step from its op span columns (the contract's op fields, all of one job and step;
-    ``p2p`` and ``blocking`` may be absent, as from producers that predate them)."""
+    ``p2p`` and ``blocking`` may be absent, as from producers that predate them). When pairing blocking
+    transfers by order makes a cycle (their order differs between the two ranks, e.g. a span missing from a
+    trace), the step is rebuilt with every blocking transfer treated as waiting for an untraced peer."""
+    try:
+        return _build(c, ops, groups, cache, pair_blocking=True)
+    except _PairingCycle:
+        return _build(c, ops, groups, cache, pair_blocking=False)
+
+
+def _build(
+    c: Mapping[str, npt.NDArray[Any]],
+    ops: Codebook,
+    groups: Codebook,
+    cache: dict[bytes, Schedule],
+    pair_blocking: bool,
+) -> StepGraph:
     start_abs = np.asarray(c["start"], np.float64)
     t0 = float(start_abs.min())
     start = start_abs - t0
@@ -177,6 +196,10 @@ def build(
     pi = np.flatnonzero(asynchronous)
     pi = pi[np.lexsort((start[pi], peer[pi], mb[pi], direction[pi] == FROM, rank[pi]))]
     partner = transfers.partners(rank, peer, mb, start, direction)
+    if not pair_blocking:
+        alone = np.flatnonzero(blocks & (partner >= 0))
+        partner[partner[alone]] = -1
+        partner[alone] = -1
     node_of = np.empty(len(start), np.int64)
     node_of[np.concatenate([ci, pi])] = np.arange(len(ci) + len(pi))
     mi = np.flatnonzero(member[ci] | blocks[ci])  # chain positions of barrier members
@@ -203,9 +226,7 @@ def build(
     # a span with a predecessor starts when that lets it (a barrier keeps its arrivals without one)
     draft.floor[(np.diff(indptr) > 0) & (kind != BARRIER)] = -np.inf
     signature = hashlib.blake2b(indptr.tobytes() + indices.tobytes() + kind.tobytes(), digest_size=16).digest()
-    schedule = cache.get(signature)
-    if schedule is None:
-        schedule = cache[signature] = compile_schedule(indptr, indices)
+    schedule = _schedule(indptr, indices, signature, cache, pair_blocking and bool((blocks & (partner >= 0)).any()))
     order = np.concatenate([ci, pi])
 
     def per_node(values: npt.NDArray[Any], pad: int = -1) -> Ints:
@@ -232,6 +253,19 @@ def build(
         signature=signature,
         tolerance=tol,
     )
+
+
+def _schedule(indptr: Ints, indices: Ints, signature: bytes, cache: dict[bytes, Schedule], paired: bool) -> Schedule:
+    """The structure's schedule, compiled once (``paired``: a cycle may come from pairing blocking transfers)."""
+    schedule = cache.get(signature)
+    if schedule is None:
+        try:
+            schedule = cache[signature] = compile_schedule(indptr, indices)
+        except StepGraphError as exc:
+            if paired:
+                raise _PairingCycle(str(exc)) from None
+            raise
+    return schedule
 
 
 def tolerance(start: Floats, end: Floats, rank: Ints, chain: Ints) -> float:

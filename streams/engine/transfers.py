@@ -57,7 +57,7 @@ def partners(rank: Ints, peer: Ints, mb: Ints, start: npt.NDArray[np.float64], d
     """Per span: the row of the other end of its transfer, or -1 (not a transfer, or its peer's end is not
     in the step). One span pairs with at most one other."""
     out = np.full(len(rank), -1, np.int64)
-    t = np.flatnonzero(direction >= 0)
+    t = np.flatnonzero((direction >= 0) & (rank != peer))  # a rank does not transfer to itself
     if len(t) < 2:
         return out
     r, p, m, d = rank[t], peer[t], mb[t], direction[t]

@@ -154,3 +154,19 @@ def test_collective_members_stay_members_and_blocking_spans_are_not_collectives(
     g = graph(c)
     assert MEMBER not in g.kind.tolist()
     assert (g.kind == BLOCKING).sum() == 2
+
+
+def test_blocking_pairs_in_contradicting_orders_fall_back_to_waits_on_untraced_peers() -> None:
+    # each rank exchanges with both others, in an order that cannot all have happened (a pairing cycle)
+    c = columns(
+        (0, 0, "forward", "compute", 0.0, 1.0, 0, -1, "", False),
+        (0, 0, "x", "comm", 1.0, 1.0, -1, 1, "sendrecv", True),
+        (0, 0, "x", "comm", 2.0, 1.0, -1, 2, "sendrecv", True),
+        (1, 1, "x", "comm", 1.0, 1.0, -1, 2, "sendrecv", True),
+        (1, 1, "x", "comm", 2.0, 1.0, -1, 0, "sendrecv", True),
+        (2, 2, "x", "comm", 1.0, 1.0, -1, 0, "sendrecv", True),
+        (2, 2, "x", "comm", 2.0, 1.5, -1, 1, "sendrecv", True),
+    )
+    g = graph(c)
+    assert (g.kind == BLOCKING).sum() == 6
+    assert g.evaluate(g.intrinsic[None, :]).max() == pytest.approx(g.observed_s)
