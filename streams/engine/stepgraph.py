@@ -195,7 +195,7 @@ def _build(
     ci = ci[np.lexsort((start[ci] + end[ci], rank[ci]))]  # by midpoint: robust to rounding at span boundaries
     pi = np.flatnonzero(asynchronous)
     pi = pi[np.lexsort((start[pi], peer[pi], mb[pi], direction[pi] == FROM, rank[pi]))]
-    partner = transfers.partners(rank, peer, mb, start, direction)
+    partner = transfers.partners(rank, peer, mb, (start + end) / 2, direction)
     if not pair_blocking:
         alone = np.flatnonzero(blocks & (partner >= 0))
         partner[partner[alone]] = -1

@@ -8,7 +8,8 @@ class comm. A span is a transfer only with ``peer >= 0`` and when it is not a co
 ``blocking`` says the rank waits inside the span until the transfer completes; ``sendrecv`` always blocks.
 
 Pairing: a span pairs with its peer's mirrored span (a send with the peer's recv, a sendrecv with the
-peer's sendrecv) of the same microbatch and the same *occurrence*: its place, by start, among the spans of
+peer's sendrecv) of the same microbatch and the same *occurrence*: its place, by midpoint (as the rank's
+program is ordered, robust to jitter at span boundaries), among the spans of
 the same (rank, peer, direction, microbatch). Microbatch may be -1 (unknown): then the order of occurrence
 within the step alone pairs them. Pairing uses no time threshold, so jitter cannot change it.
 """
@@ -53,7 +54,7 @@ def blocking(c: Mapping[str, npt.NDArray[Any]], direction: Ints) -> Mask:
     return out
 
 
-def partners(rank: Ints, peer: Ints, mb: Ints, start: npt.NDArray[np.float64], direction: Ints) -> Ints:
+def partners(rank: Ints, peer: Ints, mb: Ints, midpoint: npt.NDArray[np.float64], direction: Ints) -> Ints:
     """Per span: the row of the other end of its transfer, or -1 (not a transfer, or its peer's end is not
     in the step). One span pairs with at most one other."""
     out = np.full(len(rank), -1, np.int64)
@@ -65,9 +66,9 @@ def partners(rank: Ints, peer: Ints, mb: Ints, start: npt.NDArray[np.float64], d
     src = np.where(both, np.minimum(r, p), np.where(d == FROM, p, r))
     dst = np.where(both, np.maximum(r, p), np.where(d == FROM, r, p))
     side = np.where(both, (r > p).astype(np.int64), (d == FROM).astype(np.int64))  # which end: 0 or 1
-    # one transfer's two ends share (kind, src, dst, microbatch); within it, each end's spans in start order
+    # one transfer's two ends share (kind, src, dst, microbatch); within it, each end's spans in order
     key = radix_key(both.astype(np.int64), src, dst, m)
-    order = np.lexsort((start[t], side, key))
+    order = np.lexsort((midpoint[t], side, key))
     k, s = key[order], side[order]
     first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
     group = np.repeat(np.arange(len(first)), np.diff(np.r_[first, len(t)]))
