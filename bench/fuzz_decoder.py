@@ -53,6 +53,7 @@ _FAR: dict[str, list[Any]] = {  # far out of range, beyond 64 bits, beyond float
     "enum": ["x" * 5000],
     "array": [["x"] * 50, [["x"]]],
     "object": [[{}]],
+    "boolean": [0, 1, "true", "false"],
 }
 _EDGES: dict[int, list[Any]] = {}
 
@@ -84,6 +85,8 @@ def edge_values(spec: dict[str, Any]) -> list[Any]:
             whole = int(bound)
             out += [whole - 1, whole, whole + 1, float(bound), math.nextafter(bound, -math.inf)]
             out += [math.nextafter(bound, math.inf), float(whole - 1), float(whole + 1)]
+    elif spec["type"] == "boolean":
+        out += [0, 1, 0.0, "true"]
     elif spec["type"] == "array":
         item = spec.get("items", {})
         out += [[], ["x"], "x", [""], [3], ["x", None], ["x" * item.get("maxLength", 256)]]
@@ -191,6 +194,8 @@ class Gen:
             if r < 0.45 and math.ceil(lo) <= math.floor(hi):  # an integer for a number
                 return rng.randint(math.ceil(lo), min(math.floor(hi), math.ceil(lo) + 1000))
             return rng.uniform(lo, min(hi, lo + 10) if r < 0.7 else hi)
+        if kind == "boolean":
+            return r < 0.5
         if kind == "array":
             items = spec.get("items", {})
             return [self.valid_value(items) for _ in range(self.rng.randint(0, 3))]
@@ -504,7 +509,12 @@ def _unsized(batch: Any) -> bool:
 
 # ---- the accounting invariant ---------------------------------------------------------------------------
 
-_DTYPES = {"integer": np.dtype(np.int64), "number": np.dtype(np.float64), "string": np.dtype(object)}
+_DTYPES = {
+    "integer": np.dtype(np.int64),
+    "number": np.dtype(np.float64),
+    "string": np.dtype(object),
+    "boolean": np.dtype(bool),
+}
 
 
 def accounting_violations(decoded: Decoded) -> list[str]:

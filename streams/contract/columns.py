@@ -28,6 +28,7 @@ MISSING: Any = _Missing()
 _NUMERIC = frozenset({int, float})
 _INT = frozenset({int})
 _STR = frozenset({str})
+_BOOL = frozenset({bool})
 
 Mask = npt.NDArray[np.bool_]
 
@@ -60,11 +61,13 @@ def check_column(rule: FieldRule, values: list[Any]) -> Checked:
         return _integers(rule, values, types)
     if rule.kind == "string":
         return _strings(rule, values, types)
+    if rule.kind == "boolean":
+        return _booleans(rule, values, types)
     return _objects(rule, values)
 
 
 def rule_placeholder(rule: FieldRule) -> Any:
-    return {"number": 0.0, "integer": 0, "string": ""}.get(rule.kind)
+    return {"number": 0.0, "integer": 0, "string": "", "boolean": False}.get(rule.kind)
 
 
 def _wrong(values: list[Any], ok: set[type], placeholder: Any) -> tuple[list[Any], Mask]:
@@ -122,6 +125,16 @@ def _bounds(rule: FieldRule, arr: npt.NDArray[Any], out: Checked) -> None:
         out.fail(arr <= rule.exclusive_minimum, "out_of_range", f"{rule.name}: must exceed {rule.exclusive_minimum}")
     if rule.maximum is not None:
         out.fail(arr > rule.maximum, "out_of_range", f"{rule.name}: above maximum {rule.maximum}")
+
+
+def _booleans(rule: FieldRule, values: list[Any], types: set[type]) -> Checked:
+    wrong: Mask | None = None
+    if not types <= _BOOL:  # JSON true/false only: not 0/1, not "true"
+        values, wrong = _wrong(values, {bool}, False)
+    out = Checked(np.array(values, dtype=bool))
+    if wrong is not None:
+        out.fail(wrong, "wrong_type", f"{rule.name}: expected true or false")
+    return out
 
 
 def _strings(rule: FieldRule, values: list[Any], types: set[type]) -> Checked:

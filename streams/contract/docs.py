@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ def _constraints(spec: dict[str, Any]) -> str:
     if "const" in spec:
         parts.append(f"`{spec['const']}`")
     if "enum" in spec:
-        parts.append(" \\| ".join(f"`{v}`" for v in spec["enum"]))
+        parts.append(" \\| ".join(f"`{v}`" if v else "`''`" for v in spec["enum"]))
     for key, label in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤")):
         if key in spec:
             parts.append(f"{label} {spec[key]:g}" if isinstance(spec[key], float) else f"{label} {spec[key]}")
@@ -26,12 +27,16 @@ def _constraints(spec: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _literal(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, bool) else repr(value)  # JSON's false, Python's '' and -1
+
+
 def _table(obj: dict[str, Any]) -> list[str]:
     required = set(obj.get("required", ()))
     lines = ["| Field | Type | Required | Default | Constraints | Meaning |", "| --- | --- | --- | --- | --- | --- |"]
     for name, spec in obj["properties"].items():
         kind = spec.get("type", "constant" if "const" in spec else "")
-        default = f"`{spec['default']!r}`" if "default" in spec else ""
+        default = f"`{_literal(spec['default'])}`" if "default" in spec else ""
         yes = "yes" if name in required else ""
         lines.append(
             f"| `{name}` | {kind} | {yes} | {default} | {_constraints(spec)} | {spec.get('description', '')} |"
@@ -68,6 +73,8 @@ def render() -> str:
     for kind in SAMPLE_KINDS:
         spec = telemetry["$defs"][kind]
         out += [f"### `{kind}` samples", "", spec["description"], "", *_table(spec), "", *_example(f"{kind}.json"), ""]
+        if kind == "op":
+            out += [_text("p2p.md"), "", *_example("op-p2p.json"), ""]
     columns = telemetry["$defs"]["columns"]
     out += ["### Columnar batches", "", columns["description"], "", *_table(columns), "", *_example("columnar.json")]
     out += ["", f"## Control decisions (`{DECISION_SCHEMA}`)", "", decision["description"], "", *_table(decision)]
@@ -76,4 +83,8 @@ def render() -> str:
 
 
 def _rules_text() -> str:
-    return (Path(__file__).resolve().parent / "reasons.md").read_text().rstrip()
+    return _text("reasons.md")
+
+
+def _text(name: str) -> str:
+    return (Path(__file__).resolve().parent / name).read_text().rstrip()

@@ -28,6 +28,8 @@ def _value_type(rule: FieldRule) -> Any:
         return Literal[tuple(sorted(rule.enum))]
     if rule.kind == "string":
         return Annotated[str, msgspec.Meta(min_length=rule.min_length or 0, max_length=rule.max_length)]
+    if rule.kind == "boolean":
+        return bool
     bounds: dict[str, Any] = {}
     if rule.minimum is not None:
         bounds["ge"] = rule.minimum
@@ -85,7 +87,7 @@ def _array(rule: FieldRule, values: Any) -> npt.NDArray[Any]:
         arr = np.empty(len(values), dtype=object)
         arr[:] = values
         return arr
-    return np.array(values, dtype=np.int64 if rule.kind == "integer" else np.float64)
+    return np.array(values, dtype={"integer": np.int64, "boolean": bool}.get(rule.kind, np.float64))
 
 
 def decode_fast(raw: bytes) -> tuple[str, int | None, list[tuple[str, int, dict[str, npt.NDArray[Any]]]], int] | None:

@@ -32,7 +32,7 @@ class FieldRule:
     """How one field is checked. ``kind`` is the JSON type; bounds are inclusive unless named exclusive."""
 
     name: str
-    kind: str  # string | integer | number | array | object
+    kind: str  # string | integer | number | boolean | array | object
     required: bool
     default: Any = None
     minimum: float | None = None

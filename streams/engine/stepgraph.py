@@ -1,20 +1,34 @@
 """The dependency graph of one training step, rebuilt from its op spans, and its longest-path evaluation.
 
-Nodes are the step's spans plus one virtual node per collective instance (a barrier). Edges:
+Nodes are the step's spans plus one virtual node per barrier (a collective instance, or the two ends of a
+blocking transfer). Edges:
 
-- **program order**: the blocking spans of a rank (everything except point-to-point ``send``/``recv``) run
-  one after another, in start order;
+- **program order**: a rank's program spans (everything except asynchronous transfers) run one after
+  another, in order of their midpoints (robust to rounding at span boundaries);
 - **barriers**: the spans of a collective ``(group, seq)`` (op class comm or sync) start when the last
   member has arrived: each member's previous span → the barrier → each member's span;
-- **pipeline transfers**: a ``send`` starts after the sender's last span that had ended by then and runs
-  asynchronously; the ``recv`` with the mirrored ``(rank, peer, microbatch)`` ends when the send does; the
-  receiver's first compute span of that microbatch starting after the receive waits for it.
+- **blocking transfers** (:mod:`transfers`: declared ``blocking``, or a batched ``sendrecv``) are program
+  spans that wait for their peer: the two ends of one transfer meet at a two-member barrier, so a blocking
+  span cannot finish before its peer's end has started, and healing a slow peer shortens the waiter;
+- **asynchronous transfers**: a ``send`` starts after the sender's last span that had ended by then and
+  runs alongside what follows; the paired ``recv`` ends when the send does; the receiver's first compute
+  span of that microbatch starting after the receive waits for it.
 
-Each node has an *intrinsic* duration: a span's own duration for compute and transfers, the time after the
-release for a collective member (its wait is not intrinsic), 0 for barriers, for ``recv`` and for syncs
-without a group. A node with no predecessor starts at its observed start. Evaluating the graph
-(``ready = max(predecessor ends)``, ``end = ready + intrinsic``) reproduces the step from its parts, so
-changing intrinsic durations answers "what if": how long the step would have taken (:mod:`whatif`).
+"At the same time" means within a tolerance derived from the step's own timestamps (:func:`tolerance`):
+their resolution and their jitter, so that float32 step-relative times with µs jitter, as real exporters
+write them, give the same edges as exact ones. Which spans pair (transfers, collectives) never depends on
+a time threshold.
+
+Each node has an *intrinsic* duration: a span's own duration for compute and asynchronous sends; for a
+barrier member (collective or blocking transfer) the time after the release (the last member's start),
+since its wait is not its own; 0 for barriers, for a paired ``recv`` and for syncs without a group. A
+blocking transfer whose peer is not in the step gets the step's *typical transfer time* (the median own
+time of its transfers whose peer is traced: paired blocking spans after their release, and asynchronous
+sends; without any, the shortest unpaired blocking span) and the rest of its span is a wait on an
+untraced peer: its barrier's floor, never transfer time. A node with no predecessor starts at its observed
+start. Evaluating the graph (``ready = max(predecessor ends)``, ``end = ready + intrinsic``) reproduces
+the step from its parts, so changing intrinsic durations answers "what if": how long the step would have
+taken (:mod:`whatif`).
 
 Evaluation is vectorised level by level over a schedule compiled once per *structure* (same spans in the
 same roles and order, as every step of a job has) and cached, and over many duration vectors at once.
@@ -23,49 +37,35 @@ same roles and order, as every step of a job has) and cached, and over many dura
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from streams.engine import transfers
+from streams.engine.codes import Codebook, Floats, Ints, dense
+from streams.engine.transfers import FROM, RECV_OPS, SEND_OPS, TO
 from streams.errors import DriftlogError
 
-Floats = npt.NDArray[np.float64]
-Ints = npt.NDArray[np.int64]
+__all__ = ["RECV_OPS", "SEND_OPS", "Codebook", "Floats", "Ints", "StepGraph", "build", "dense"]
 
-SEND_OPS = ("send", "isend")
-RECV_OPS = ("recv", "irecv")
-EPS = 2e-6  # s: event times are epoch floats (~0.24 µs resolution); closer than this counts as "at the same time"
+EPS = 2e-6  # s: the least tolerance (epoch floats have ~0.24 µs resolution)
+MAX_TOLERANCE = 1e-3  # s: the most; and at most MAX_TOLERANCE_SHARE of the step
+MAX_TOLERANCE_SHARE = 0.01
 
-CHAIN, MEMBER, SEND, RECV, BARRIER = range(5)  # node kinds
+CHAIN, MEMBER, SEND, RECV, BARRIER, BLOCKING = range(6)  # node kinds (BLOCKING: a blocking transfer)
+PROGRAM_KINDS = (CHAIN, MEMBER, BLOCKING)  # nodes in their rank's program order
+TRANSFER_KINDS = (SEND, RECV, BLOCKING)
 
 
 class StepGraphError(DriftlogError):
     """The spans of a step do not form a dependency graph (a cycle: times that contradict the order)."""
 
 
-@dataclass
-class Codebook:
-    """Stable small integers for strings (op names, group names), in first-seen order; "" is 0."""
-
-    codes: dict[str, int] = field(default_factory=lambda: {"": 0})
-    names: list[str] = field(default_factory=lambda: [""])
-
-    def encode(self, values: npt.NDArray[Any]) -> Ints:
-        items = values.tolist()
-        try:
-            return np.fromiter(map(self.codes.__getitem__, items), np.int64, len(items))
-        except KeyError:
-            for v in dict.fromkeys(items):
-                if v not in self.codes:
-                    self.codes[v] = len(self.names)
-                    self.names.append(v)
-            return np.fromiter(map(self.codes.__getitem__, items), np.int64, len(items))
-
-    def of(self, names: Iterable[str]) -> Ints:
-        return np.array([self.codes[n] for n in names if n in self.codes], np.int64)
+class _PairingCycle(StepGraphError):
+    """A cycle in a graph with paired blocking transfers (which may be what made it)."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class Schedule:
 @dataclass
 class StepGraph:
     """One step's graph. Node arrays are indexed by node; spans come first, in canonical order (per rank
-    blocking spans in start order, then transfers), then barriers; ``span`` maps a node to its row in the
+    program spans in order, then asynchronous transfers), then barriers; ``span`` maps a node to its row in the
     input (-1 for barriers). Times are relative to ``t0``, the step's first observed start."""
 
     t0: float
@@ -93,13 +93,14 @@ class StepGraph:
     op: Ints
     microbatch: Ints
     peer: Ints
-    n_chain: int  # nodes [0, n_chain) are blocking spans, by rank; then transfers; then barriers
+    n_chain: int  # nodes [0, n_chain) are program spans, by rank; then asynchronous transfers; then barriers
     intrinsic: Floats
     floor: Floats  # start of a node without predecessors (-inf otherwise)
     indptr: Ints  # predecessors of node i: indices[indptr[i]:indptr[i + 1]]
     indices: Ints
     schedule: Schedule
     signature: bytes
+    tolerance: float = EPS  # s: how far apart two times of the step count as the same (see :func:`tolerance`)
 
     @property
     def nodes(self) -> int:
@@ -141,12 +142,15 @@ class _Draft:
     rank: Ints
     mb: Ints
     peer: Ints
-    chain: Ints  # span rows of the blocking spans, in node order
-    p2p: Ints  # span rows of the transfers, in node order
-    is_recv: npt.NDArray[np.bool_]  # per span row
+    direction: Ints  # per span row (transfers.TO / FROM / BOTH / NONE)
+    partner: Ints  # per span row: the other end of its transfer, -1 when none
+    chain: Ints  # span rows of the program spans, in node order
+    p2p: Ints  # span rows of the asynchronous transfers, in node order
     compute: npt.NDArray[np.bool_]  # per span row
+    tol: float
     floor: Floats
     intrinsic: Floats
+    node_of: Ints  # per span row: its node
     src: list[Ints] = field(default_factory=list)
     dst: list[Ints] = field(default_factory=list)
 
@@ -158,7 +162,23 @@ class _Draft:
 def build(
     c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook, cache: dict[bytes, Schedule]
 ) -> StepGraph:
-    """The graph of one step from its op span columns (the contract's op fields, all of one job and step)."""
+    """The graph of one step from its op span columns (the contract's op fields, all of one job and step;
+    ``p2p`` and ``blocking`` may be absent, as from producers that predate them). When pairing blocking
+    transfers by order makes a cycle (their order differs between the two ranks, e.g. a span missing from a
+    trace), the step is rebuilt with every blocking transfer treated as waiting for an untraced peer."""
+    try:
+        return _build(c, ops, groups, cache, pair_blocking=True)
+    except _PairingCycle:
+        return _build(c, ops, groups, cache, pair_blocking=False)
+
+
+def _build(
+    c: Mapping[str, npt.NDArray[Any]],
+    ops: Codebook,
+    groups: Codebook,
+    cache: dict[bytes, Schedule],
+    pair_blocking: bool,
+) -> StepGraph:
     start_abs = np.asarray(c["start"], np.float64)
     t0 = float(start_abs.min())
     start = start_abs - t0
@@ -168,36 +188,45 @@ def build(
     op_class = c["op_class"]
     comm, sync = op_class == "comm", op_class == "sync"
     member = (grp > 0) & (seq >= 0) & (comm | sync)
-    p2p = comm & ~member & (peer >= 0)
-    send = p2p & np.isin(op, ops.of(SEND_OPS))
-    recv = p2p & np.isin(op, ops.of(RECV_OPS))
-    ci = np.flatnonzero(~(send | recv))
+    direction = transfers.directions(c, op, ops, comm, ~member)
+    blocks = transfers.blocking(c, direction)
+    asynchronous = (direction >= 0) & ~blocks
+    ci = np.flatnonzero(~asynchronous)
     ci = ci[np.lexsort((start[ci] + end[ci], rank[ci]))]  # by midpoint: robust to rounding at span boundaries
-    pi = np.flatnonzero(send | recv)
-    pi = pi[np.lexsort((peer[pi], mb[pi], recv[pi], rank[pi]))]
-    mi = np.flatnonzero(member[ci])  # chain positions of collective members
-    barrier_of = dense(grp[ci[mi]], seq[ci[mi]] - seq[ci[mi]].min(initial=0))
+    pi = np.flatnonzero(asynchronous)
+    pi = pi[np.lexsort((start[pi], peer[pi], mb[pi], direction[pi] == FROM, rank[pi]))]
+    partner = transfers.partners(rank, peer, mb, (start + end) / 2, direction)
+    if not pair_blocking:
+        alone = np.flatnonzero(blocks & (partner >= 0))
+        partner[partner[alone]] = -1
+        partner[alone] = -1
+    node_of = np.empty(len(start), np.int64)
+    node_of[np.concatenate([ci, pi])] = np.arange(len(ci) + len(pi))
+    mi = np.flatnonzero(member[ci] | blocks[ci])  # chain positions of barrier members
+    barrier_of = _barriers(ci, mi, grp, seq, partner, blocks, node_of)
     n_barrier = int(barrier_of.max()) + 1 if len(mi) else 0
     n = len(ci) + len(pi) + n_barrier
-    draft = _Draft(start, end, rank, mb, peer, ci, pi, recv, op_class == "compute", np.full(n, -np.inf), np.zeros(n))
+    tol = tolerance(start, end, rank, ci)
+    draft = _Draft(
+        start, end, rank, mb, peer, direction, partner, ci, pi, op_class == "compute", tol, np.full(n, -np.inf),
+        np.zeros(n), node_of,
+    )  # fmt: skip
     draft.intrinsic[: len(ci)] = np.where(sync[ci], 0.0, end[ci] - start[ci])  # a sync without a group only waits
-    _program_order(draft, mi, barrier_of, n_barrier)
+    _program_order(draft, mi, barrier_of, n_barrier, _external_arrivals(draft, mi, blocks))
     _transfers(draft)
 
     kind = np.full(n, BARRIER, np.int64)
     kind[: len(ci)] = CHAIN
-    kind[mi] = MEMBER
-    kind[len(ci) : len(ci) + len(pi)] = np.where(recv[pi], RECV, SEND)
+    kind[mi] = np.where(blocks[ci[mi]], BLOCKING, MEMBER)
+    kind[len(ci) : len(ci) + len(pi)] = np.where(direction[pi] == FROM, RECV, SEND)
     s_all, d_all = np.concatenate(draft.src), np.concatenate(draft.dst)
     indices = s_all[np.argsort(d_all, kind="stable")]
     indptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(d_all, minlength=n), out=indptr[1:])
-    # a span with a predecessor starts when that lets it (a barrier keeps the arrivals of first spans)
+    # a span with a predecessor starts when that lets it (a barrier keeps its arrivals without one)
     draft.floor[(np.diff(indptr) > 0) & (kind != BARRIER)] = -np.inf
-    signature = hashlib.blake2b(indptr.tobytes() + indices.tobytes(), digest_size=16).digest()
-    schedule = cache.get(signature)
-    if schedule is None:
-        schedule = cache[signature] = compile_schedule(indptr, indices)
+    signature = hashlib.blake2b(indptr.tobytes() + indices.tobytes() + kind.tobytes(), digest_size=16).digest()
+    schedule = _schedule(indptr, indices, signature, cache, pair_blocking and bool((blocks & (partner >= 0)).any()))
     order = np.concatenate([ci, pi])
 
     def per_node(values: npt.NDArray[Any], pad: int = -1) -> Ints:
@@ -222,16 +251,98 @@ def build(
         indices=indices,
         schedule=schedule,
         signature=signature,
+        tolerance=tol,
     )
 
 
-def _program_order(d: _Draft, mi: Ints, barrier_of: Ints, n_barrier: int) -> None:
-    """Each rank's blocking spans one after another; a collective member waits for its barrier, which
-    waits for every member's previous span (or, for a member with none, its arrival)."""
+def _schedule(indptr: Ints, indices: Ints, signature: bytes, cache: dict[bytes, Schedule], paired: bool) -> Schedule:
+    """The structure's schedule, compiled once (``paired``: a cycle may come from pairing blocking transfers)."""
+    schedule = cache.get(signature)
+    if schedule is None:
+        try:
+            schedule = cache[signature] = compile_schedule(indptr, indices)
+        except StepGraphError as exc:
+            if paired:
+                raise _PairingCycle(str(exc)) from None
+            raise
+    return schedule
+
+
+def tolerance(start: Floats, end: Floats, rank: Ints, chain: Ints) -> float:
+    """How far apart two times of this step may be and still be "at the same time": twice the larger of the
+    timestamps' resolution and their jitter; at least ``EPS``, at most ``MAX_TOLERANCE`` and
+    ``MAX_TOLERANCE_SHARE`` of the step (spans that do run concurrently, on other streams, must not widen
+    it without bound). Both are read off the boundaries of consecutive program spans of a rank, which
+    really meet or leave a gap: the resolution is the smallest nonzero distance between them (quantised
+    times are never closer), the jitter the 90th percentile of their overlaps (which cannot be real)."""
+    rc = rank[chain]
+    apart = (start[chain[1:]] - end[chain[:-1]])[rc[1:] == rc[:-1]]
+    nonzero = np.abs(apart[apart != 0])
+    resolution = float(nonzero.min()) if len(nonzero) else 0.0
+    overlap = -apart[apart < 0]
+    jitter = float(np.quantile(overlap, 0.9)) if len(overlap) else 0.0
+    cap = min(MAX_TOLERANCE, MAX_TOLERANCE_SHARE * float(end.max(initial=0.0)))
+    return max(EPS, min(2.0 * max(resolution, jitter), cap))
+
+
+def _barriers(
+    ci: Ints, mi: Ints, grp: Ints, seq: Ints, partner: Ints, blocks: npt.NDArray[np.bool_], node_of: Ints
+) -> Ints:
+    """Per barrier member (chain positions ``mi``): its barrier, numbered in order of each barrier's first
+    member. A collective's members share one; the two ends of a blocking transfer share one (a blocking
+    span whose peer's end is not blocking, or not traced, has one of its own)."""
+    rows = ci[mi]
+    collective = ~blocks[rows]
+    first = mi.copy()  # per member: the chain position that names its barrier
+    if collective.any():
+        which = dense(grp[rows[collective]], seq[rows[collective]])
+        lowest = np.full(int(which.max()) + 1, len(ci), np.int64)
+        np.minimum.at(lowest, which, mi[collective])
+        first[collective] = lowest[which]
+    other = partner[rows]
+    paired = ~collective & (other >= 0)
+    paired[paired] = blocks[other[paired]]
+    first[paired] = np.minimum(mi[paired], node_of[other[paired]])
+    return dense(first)
+
+
+def _external_arrivals(d: _Draft, mi: Ints, blocks: npt.NDArray[np.bool_]) -> Floats:
+    """Per barrier member: an arrival at its barrier from outside the program spans (-inf: none). A blocking
+    transfer whose peer's end is asynchronous waits for that end's observed start; one whose peer is not
+    traced waits until its end less the step's typical transfer time."""
+    rows = d.chain[mi]
+    out = np.full(len(mi), -np.inf)
+    transfer = blocks[rows]
+    other = d.partner[rows]
+    async_peer = transfer & (other >= 0)
+    async_peer[async_peer] = ~blocks[other[async_peer]]
+    out[async_peer] = d.start[other[async_peer]]
+    lone = transfer & (other < 0)
+    if lone.any():
+        out[lone] = d.end[rows[lone]] - typical_transfer(d, blocks)
+    return out
+
+
+def typical_transfer(d: _Draft, blocks: npt.NDArray[np.bool_]) -> float:
+    """The step's typical transfer time: the median own time of transfers whose peer is traced (blocking
+    ends after both have started; asynchronous sends), or, without any, the shortest unpaired blocking span."""
+    paired = np.flatnonzero(blocks & (d.partner >= 0))
+    own = d.end[paired] - np.maximum(d.start[paired], d.start[d.partner[paired]])
+    sends = d.p2p[d.direction[d.p2p] == TO]
+    own = np.concatenate([own, d.end[sends] - d.start[sends]])
+    if len(own):
+        return float(np.median(np.maximum(own, 0.0)))
+    lone = np.flatnonzero(blocks & (d.partner < 0))
+    return float((d.end[lone] - d.start[lone]).min())
+
+
+def _program_order(d: _Draft, mi: Ints, barrier_of: Ints, n_barrier: int, external: Floats) -> None:
+    """Each rank's program spans one after another; a barrier member waits for its barrier, which waits for
+    every member's previous span (or, for a member with none, its arrival) and its external arrivals."""
     n_chain = len(d.chain)
     rc = d.rank[d.chain]
     prev = np.arange(-1, n_chain - 1)
-    prev[np.r_[True, rc[1:] != rc[:-1]]] = -1
+    prev[np.r_[True, rc[1:] != rc[:-1]][:n_chain]] = -1
     is_member = np.zeros(n_chain, bool)
     is_member[mi] = True
     plain = np.flatnonzero(~is_member & (prev >= 0))
@@ -242,47 +353,45 @@ def _program_order(d: _Draft, mi: Ints, barrier_of: Ints, n_barrier: int) -> Non
     d.edges(prev[mi][has_prev], barrier_node[has_prev])
     arrivals = d.start[d.chain[mi]]
     np.maximum.at(d.floor, barrier_node[~has_prev], arrivals[~has_prev])
+    np.maximum.at(d.floor, barrier_node, external)
     release = np.full(n_barrier, -np.inf)
-    np.maximum.at(release, barrier_of, arrivals)
+    np.maximum.at(release, barrier_of, np.maximum(arrivals, external))
     d.intrinsic[mi] = np.maximum(0.0, d.end[d.chain[mi]] - release[barrier_of])
     source = (prev < 0) & ~is_member
     d.floor[:n_chain][source] = d.start[d.chain][source]
 
 
 def _transfers(d: _Draft) -> None:
-    """A send follows the sender's last blocking span ended by then (and runs alongside what follows);
-    the mirrored recv ends with it; the receiver's first compute span of that microbatch starting after the
-    recv waits for it. Unmatched transfers start at their observed start."""
+    """An asynchronous send follows the sender's last program span ended by then (and runs alongside what
+    follows); an asynchronous recv ends with the other end of its transfer; the receiver's first compute
+    span of that microbatch starting after the recv waits for it. Unpaired transfers start at their
+    observed start."""
     n_chain, span_len = len(d.chain), float(d.end.max()) + 1.0  # span_len keeps (rank, time) keys exact
-    rc, start, end, rank, mb, peer = d.rank[d.chain], d.start, d.end, d.rank, d.mb, d.peer
-    sends = np.flatnonzero(~d.is_recv[d.p2p])
+    rc, start, end, rank, mb = d.rank[d.chain], d.start, d.end, d.rank, d.mb
+    recv = d.direction[d.p2p] == FROM
+    sends = np.flatnonzero(~recv)
     s_rows = d.p2p[sends]
-    j = np.searchsorted(rc * span_len + end[d.chain], rank[s_rows] * span_len + start[s_rows] + EPS, side="right") - 1
-    ok = (j >= 0) & (rc[np.maximum(j, 0)] == rank[s_rows])
+    j = np.searchsorted(rc * span_len + end[d.chain], rank[s_rows] * span_len + start[s_rows] + d.tol, side="right") - 1
+    ok = (j >= 0) & (rc[np.maximum(j, 0)] == rank[s_rows]) if n_chain else np.zeros(len(sends), bool)
     d.edges(j[ok], n_chain + sends[ok])
     d.floor[n_chain + sends[~ok]] = start[s_rows[~ok]]
     d.intrinsic[n_chain + sends] = end[s_rows] - start[s_rows]
-    width = int(max(mb.max(initial=0), 0)) + 2
-    ranks_n = int(max(rank.max(initial=0), peer.max(initial=0))) + 1
-    send_key = (rank[s_rows] * ranks_n + peer[s_rows]) * width + mb[s_rows] + 1
-    by_key = np.argsort(send_key, kind="stable")
-    recvs = np.flatnonzero(d.is_recv[d.p2p])
+    recvs = np.flatnonzero(recv)
     r_rows = d.p2p[recvs]
-    want = (peer[r_rows] * ranks_n + rank[r_rows]) * width + mb[r_rows] + 1
-    matched = np.zeros(len(recvs), bool)
-    if len(sends):
-        k = np.minimum(np.searchsorted(send_key[by_key], want), len(sends) - 1)
-        matched = send_key[by_key][k] == want
-        d.edges(n_chain + sends[by_key[k[matched]]], n_chain + recvs[matched])
+    other = d.partner[r_rows]
+    matched = other >= 0
+    d.edges(d.node_of[other[matched]], n_chain + recvs[matched])
     lone = r_rows[~matched]
     d.floor[n_chain + recvs[~matched]] = start[lone]
     d.intrinsic[n_chain + recvs[~matched]] = end[lone] - start[lone]
     comp = np.flatnonzero(d.compute[d.chain])
     if not len(comp):
         return
+    width = int(max(mb.max(initial=0), 0)) + 2
     comp_key = (rc[comp] * width + mb[d.chain[comp]] + 1) * span_len + start[d.chain[comp]]
     by_start = np.argsort(comp_key, kind="stable")
-    q = np.searchsorted(comp_key[by_start], (rank[r_rows] * width + mb[r_rows] + 1) * span_len + end[r_rows] - EPS)
+    want = (rank[r_rows] * width + mb[r_rows] + 1) * span_len + end[r_rows] - d.tol
+    q = np.searchsorted(comp_key[by_start], want)
     consumer = comp[by_start[np.minimum(q, len(comp) - 1)]]
     same = (q < len(comp)) & (rc[consumer] == rank[r_rows]) & (mb[d.chain[consumer]] == mb[r_rows])
     d.edges(n_chain + recvs[same], consumer[same])
@@ -320,20 +429,3 @@ def _spans_of(ptr: Ints, nodes: Ints) -> Ints:
     """Positions ptr[i]..ptr[i + 1] of every node i in ``nodes``, concatenated (a CSR gather)."""
     counts = ptr[nodes + 1] - ptr[nodes]
     return np.repeat(ptr[nodes] - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
-
-
-def dense(*cols: Ints) -> Ints:
-    """One small integer per distinct tuple of the integer columns (0, 1, ... in the tuples' sorted order)."""
-    if not len(cols[0]):
-        return np.zeros(0, np.int64)
-    key = np.zeros(len(cols[0]), np.int64)
-    radix = 1
-    for col in cols:
-        lo, hi = int(col.min()), int(col.max())
-        width = hi - lo + 1
-        radix *= width
-        if radix >= 1 << 62:
-            raise OverflowError("too many distinct values to combine into one key")
-        key = key * width + (col - lo)
-    _, inverse = np.unique(key, return_inverse=True)
-    return np.asarray(inverse, np.int64).ravel()

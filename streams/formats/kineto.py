@@ -12,9 +12,11 @@ Mapping (docs/formats.md has the table):
   under each step annotation. NCCL/gloo collectives (kernels or ops carrying ``Collective name``, also found
   on the enclosing ``record_param_comms`` op) are ``comm`` spans with ``group`` = ``pg<Process Group Name>``
   and ``seq`` = the ``Seq`` argument, or, without one, ``step * 1,000,000 +`` their order in the step within
-  the group (collectives run in the same order on every member); ``send``/``recv`` are transfers with their
-  peer (group ranks mapped to global ranks) and, as ``microbatch``, their order per peer in the step, so the
-  k-th send meets the k-th receive; memcpy/memset are ``io``; everything else is ``compute``.
+  the group (collectives run in the same order on every member); ``send``/``recv`` are transfers (``p2p``)
+  with their peer (group ranks mapped to global ranks) and ``microbatch`` -1, so the engine pairs the k-th
+  send with the k-th receive; an NCCL ``SendRecv`` kernel without a send/recv collective name is a batched
+  ``sendrecv``; an NCCL kernel is ``blocking`` (it waits for its peer inside the kernel, so its duration
+  includes that wait); memcpy/memset are ``io``; everything else is ``compute``.
 - times: ``baseTimeNanoseconds`` + ``ts`` (µs) as seconds since the epoch.
 
 :func:`read_trace_files` yields the envelopes step by step across ranks (what the engine's watermark wants).
@@ -41,7 +43,7 @@ STEP_CATS = ("user_annotation", "cpu_op")
 GPU_CATS = {"kernel": "compute", "gpu_memcpy": "io", "gpu_memset": "io"}
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 CPU_CATS = ("cpu_op", "user_annotation")
-P2P = {"send": "send", "isend": "send", "recv": "recv", "irecv": "recv"}
+P2P = {"send": "send", "isend": "send", "recv": "recv", "irecv": "recv", "sendrecv": "sendrecv"}
 NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
 SEQ_STRIDE = 1_000_000
 MAX_SPANS_PER_MESSAGE = 50_000
@@ -58,6 +60,8 @@ class Span:
     seq: int = -1
     peer: int = -1
     microbatch: int = -1
+    p2p: str = ""  # the contract's transfer direction (send, recv, sendrecv)
+    blocking: bool = False
 
 
 @dataclass
@@ -237,7 +241,7 @@ def parse(path: Path, doc: dict[str, Any] | None = None) -> RankTrace:
         step = found
         span = Span(base_s + e["ts"] / 1e6, e["dur"] / 1e6, str(e.get("name") or "?")[:256], op_class)
         if meta is not None:
-            _classify(span, meta, step, order)
+            _classify(span, meta, step, order, trace.rank, e.get("cat") == "kernel")
         trace.spans.setdefault(step, []).append(span)
     return trace
 
@@ -262,15 +266,19 @@ def _under_steps(cpu: list[dict[str, Any]], annotations: list[dict[str, Any]]) -
 
 
 def _collective(name: str, meta: dict[str, Any]) -> str | None:
-    """The collective's name (lower case), or None when the span is not communication."""
+    """The collective's name (lower case), or None when the span is not communication. An NCCL SendRecv
+    kernel is a send or a recv when its collective name says so, else a batched sendrecv."""
     given = meta.get("Collective name")
-    if isinstance(given, str) and given:
-        return given.lower()
     m = NCCL_KERNEL.match(name)
-    return m.group(1).lower() if m else None
+    kernel = m.group(1).lower() if m else None
+    if isinstance(given, str) and given and (kernel != "sendrecv" or given.lower() in P2P):
+        return given.lower()
+    return kernel
 
 
-def _classify(span: Span, meta: dict[str, Any], step: int, order: Counter[tuple[int, str, int]]) -> None:
+def _classify(
+    span: Span, meta: dict[str, Any], step: int, order: Counter[tuple[int, str, int]], rank: int, kernel: bool
+) -> None:
     collective = _collective(span.op, meta)
     if collective is None:
         return
@@ -278,13 +286,14 @@ def _classify(span: Span, meta: dict[str, Any], step: int, order: Counter[tuple[
     span.op = collective
     ranks = _group_ranks(meta.get("Process Group Ranks"))
     if collective in P2P:
-        span.op = P2P[collective]
-        peer = meta.get("Dst Rank" if span.op == "send" else "Src Rank")
-        if isinstance(peer, int) and peer >= 0:
-            span.peer = ranks[peer] if ranks is not None and peer < len(ranks) else peer
-            key = (step, span.op, span.peer)
-            span.microbatch = order[key]
-            order[key] += 1
+        span.op = span.p2p = P2P[collective]
+        keys = {"send": ("Dst Rank",), "recv": ("Src Rank",)}.get(span.op, ("Dst Rank", "Src Rank"))
+        peers = [meta.get(k) for k in keys]
+        mapped = [
+            ranks[p] if ranks is not None and p < len(ranks) else p for p in peers if isinstance(p, int) and p >= 0
+        ]
+        span.peer = next((p for p in mapped if p != rank or span.op != "sendrecv"), -1)
+        span.blocking = kernel or span.p2p == "sendrecv"  # an NCCL kernel waits for its peer inside
         return
     name = meta.get("Process Group Name")
     if name is None or name == "":
@@ -318,6 +327,7 @@ def step_messages(trace: RankTrace, job: str, step: int, summary: bool) -> list[
                 "start": [s.start for s in chunk], "duration": [s.duration for s in chunk],
                 "microbatch": [s.microbatch for s in chunk], "group": [s.group for s in chunk],
                 "seq": [s.seq for s in chunk], "peer": [s.peer for s in chunk],
+                "p2p": [s.p2p for s in chunk], "blocking": [s.blocking for s in chunk],
             }})  # fmt: skip
         if summary and i == 0:
             start, end = trace.steps[step]

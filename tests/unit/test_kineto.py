@@ -68,9 +68,26 @@ def test_collective_members_meet_and_steps_come_from_the_annotations(tmp_path: P
 def test_p2p_becomes_transfers_with_mapped_peers(tmp_path: Path) -> None:
     paths = write_job(tmp_path / "pp", world=2, steps=range(2), p2p=True)
     got = rows(list(read_trace_files(paths)))
-    transfers = sorted((r["rank"], r["op"], r["peer"], r["microbatch"], r["step"]) for r in got["op"]
+    transfers = sorted((r["rank"], r["p2p"], r["peer"], r["microbatch"], r["step"]) for r in got["op"]
                        if r["op"] in ("send", "recv"))  # fmt: skip
-    assert transfers == [(0, "send", 1, 0, 0), (0, "send", 1, 0, 1), (1, "recv", 0, 0, 0), (1, "recv", 0, 0, 1)]
+    # no microbatch: the engine pairs the k-th send with the k-th recv of the step
+    assert transfers == [(0, "send", 1, -1, 0), (0, "send", 1, -1, 1), (1, "recv", 0, -1, 0), (1, "recv", 0, -1, 1)]
+    assert all(r["blocking"] for r in got["op"] if r["p2p"])  # an NCCL kernel waits for its peer inside
+
+
+def test_a_sendrecv_kernel_outside_a_send_or_recv_is_a_batched_blocking_exchange(tmp_path: Path) -> None:
+    docs = [rank_trace(r, 2, range(1), p2p=True) for r in range(2)]
+    for doc in docs:  # batch_isend_irecv: one coalesced call launches one SendRecv kernel
+        for e in doc["traceEvents"]:
+            if e.get("name") == "record_param_comms":
+                e["args"]["Collective name"] = "coalesced"
+    paths = []
+    for r, doc in enumerate(docs):
+        paths.append(tmp_path / f"rank{r}.pt.trace.json")
+        paths[-1].write_bytes(orjson.dumps(doc))
+    got = rows(list(read_trace_files(paths, job="j")))
+    exchanges = sorted((r["rank"], r["op"], r["p2p"], r["peer"], r["blocking"]) for r in got["op"] if r["p2p"])
+    assert exchanges == [(0, "sendrecv", "sendrecv", 1, True), (1, "sendrecv", "sendrecv", 0, True)]
 
 
 def test_cpu_only_traces_give_top_level_cpu_ops(tmp_path: Path) -> None:

@@ -1,0 +1,81 @@
+"""Point-to-point transfers of one step: which spans are transfers, in which direction, which of them
+block their rank, and which two spans are the two ends of one transfer.
+
+The contract's op field ``p2p`` declares the direction (``send``, ``recv`` or ``sendrecv``: a batched
+isend/irecv that both sends to and receives from ``peer``); ``''`` (and producers that predate the field)
+means "infer it from ``op``": ``send``/``isend`` send and ``recv``/``irecv`` receive when the span is of
+class comm. A span is a transfer only with ``peer >= 0`` and when it is not a collective member.
+``blocking`` says the rank waits inside the span until the transfer completes; ``sendrecv`` always blocks.
+
+Pairing: a span pairs with its peer's mirrored span (a send with the peer's recv, a sendrecv with the
+peer's sendrecv) of the same microbatch and the same *occurrence*: its place, by midpoint (as the rank's
+program is ordered, robust to jitter at span boundaries), among the spans of
+the same (rank, peer, direction, microbatch). Microbatch may be -1 (unknown): then the order of occurrence
+within the step alone pairs them. Pairing uses no time threshold, so jitter cannot change it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from streams.engine.codes import Codebook, Ints, radix_key
+
+SEND_OPS = ("send", "isend")
+RECV_OPS = ("recv", "irecv")
+NONE, TO, FROM, BOTH = -1, 0, 1, 2  # direction of a transfer seen from its rank: sends, receives, both
+DECLARED = {"send": TO, "recv": FROM, "sendrecv": BOTH}
+
+Mask = npt.NDArray[np.bool_]
+
+
+def directions(c: Mapping[str, npt.NDArray[Any]], op: Ints, ops: Codebook, comm: Mask, eligible: Mask) -> Ints:
+    """Per span: TO, FROM, BOTH, or NONE for a span that is not a transfer (``comm``: of op class comm;
+    ``eligible``: may be a transfer)."""
+    inferred = np.where(np.isin(op, ops.of(SEND_OPS)), TO, np.where(np.isin(op, ops.of(RECV_OPS)), FROM, NONE))
+    out = np.where(comm, inferred, NONE)
+    declared = c.get("p2p")
+    if declared is not None:
+        names = np.asarray(declared, dtype=object)
+        given = np.flatnonzero(names != "")  # '' (the default) infers the direction from op
+        out[given] = np.fromiter((DECLARED.get(v, NONE) for v in names[given].tolist()), np.int64, len(given))
+    peer = np.asarray(c["peer"], np.int64)
+    return np.where(eligible & (peer >= 0), out, NONE).astype(np.int64)
+
+
+def blocking(c: Mapping[str, npt.NDArray[Any]], direction: Ints) -> Mask:
+    """Per span: a transfer during which its rank waits (declared ``blocking``, or a ``sendrecv``)."""
+    declared = c.get("blocking")
+    flag = np.zeros(len(direction), bool) if declared is None else np.asarray(declared, bool)
+    out: Mask = (direction >= 0) & (flag | (direction == BOTH))
+    return out
+
+
+def partners(rank: Ints, peer: Ints, mb: Ints, midpoint: npt.NDArray[np.float64], direction: Ints) -> Ints:
+    """Per span: the row of the other end of its transfer, or -1 (not a transfer, or its peer's end is not
+    in the step). One span pairs with at most one other."""
+    out = np.full(len(rank), -1, np.int64)
+    t = np.flatnonzero((direction >= 0) & (rank != peer))  # a rank does not transfer to itself
+    if len(t) < 2:
+        return out
+    r, p, m, d = rank[t], peer[t], mb[t], direction[t]
+    both = d == BOTH
+    src = np.where(both, np.minimum(r, p), np.where(d == FROM, p, r))
+    dst = np.where(both, np.maximum(r, p), np.where(d == FROM, r, p))
+    side = np.where(both, (r > p).astype(np.int64), (d == FROM).astype(np.int64))  # which end: 0 or 1
+    # one transfer's two ends share (kind, src, dst, microbatch); within it, each end's spans in order
+    key = radix_key(both.astype(np.int64), src, dst, m)
+    order = np.lexsort((midpoint[t], side, key))
+    k, s = key[order], side[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    group = np.repeat(np.arange(len(first)), np.diff(np.r_[first, len(t)]))
+    ends0 = np.bincount(group, s == 0)[group].astype(np.int64)  # spans of end 0 in the element's group
+    size = np.diff(np.r_[first, len(t)])[group]
+    occurrence = np.arange(len(t)) - first[group] - np.where(s == 1, ends0, 0)
+    pair = np.flatnonzero((s == 0) & (occurrence < size - ends0))
+    a, b = t[order[pair]], t[order[first[group[pair]] + ends0[pair] + occurrence[pair]]]
+    out[a], out[b] = b, a
+    return out
