@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 import orjson
@@ -14,6 +14,9 @@ import orjson
 from streams import config
 from streams.cli.root import cli, settings_of, with_broker
 from streams.errors import ConfigError
+
+if TYPE_CHECKING:
+    from streams.sim.exporter import Exporter
 
 T = TypeVar("T")
 
@@ -95,8 +98,13 @@ def eval_command(mode: str, names: tuple[str, ...], seeds: str, ranks: int, step
     """Score driftlog's detectors and two baselines (fixed threshold, river ADWIN) on simulated scenarios, and
     (realistic mode) its structural attribution against both slowdown definitions."""
     from streams.sim import evaluate
+    from streams.sim.exporter import Exporter
 
     seed_list = _integers("--seeds", seeds)
+    try:
+        exporter = Exporter.parse(exporter_text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     realistic = [n for n in SCENARIO_NAMES if n.startswith("realistic-")]
     chosen = list(names) or sorted(SCENARIO_NAMES)
     ideal_names = [n for n in chosen if n not in realistic] if mode != "realistic" else []
@@ -112,8 +120,7 @@ def eval_command(mode: str, names: tuple[str, ...], seeds: str, ranks: int, step
             click.echo(evaluate.table(rows))
             doc["ideal"] = rows
         if real_names:
-            doc["realistic"] = _realistic(real_names, seed_list, ranks, steps, exporter_text, throughput_ranks,
-                                          started)  # fmt: skip
+            doc["realistic"] = _realistic(real_names, seed_list, ranks, steps, exporter, throughput_ranks, started)
     except ValueError as exc:  # a scenario that cannot be built at this size, a bad exporter option
         raise ConfigError(str(exc)) from exc
     if json_path is not None:
@@ -136,13 +143,11 @@ def _progress(jobs: list[tuple[str, int]], started: float, run: Callable[[str, i
     return out
 
 
-def _realistic(names: list[str], seeds: list[int], ranks: int, steps: int, exporter_text: str,
+def _realistic(names: list[str], seeds: list[int], ranks: int, steps: int, exporter: Exporter,
                throughput_ranks: str, started: float) -> dict[str, object]:  # fmt: skip
     from streams.sim import evaluate_realistic as real
     from streams.sim.evaluate import grid
-    from streams.sim.exporter import Exporter
 
-    exporter = Exporter.parse(exporter_text)
     runs = _progress([(n, s) for n in names for s in seeds], started,
                      lambda n, s: real.run_realistic(n, s, ranks, steps, exporter))  # fmt: skip
     attribution, jobs = real.score_attribution(runs), real.score_jobs(runs)

@@ -79,25 +79,29 @@ class RealisticRun:
 def run_realistic(name: str, seed: int, ranks: int, steps: int, exporter: Exporter | None = None) -> RealisticRun:
     scenario = REALISTIC[name](seed, ranks, steps, exporter)
     items = [(kind, value) for kind, _, value in scenario.run()]
-    truth = scenario.ground_truth(seed)
     engine = Recording()
     out = run_stream(items, Processor(engine))
-    run = RealisticRun(name, seed, truth, modelled=engine.modelled)
-    bodies = [(r.type, r.id, r.body) for r in out.audit]
+    run = RealisticRun(name, seed, scenario.ground_truth(seed), modelled=engine.modelled)
+    read_records(run, [(r.type, r.id, r.body) for r in out.audit])
+    return run
+
+
+def read_records(run: RealisticRun, records: list[tuple[str, str, dict[str, Any]]]) -> None:
+    """What the engine's audit records (type, id, body) say about ``run``: findings by kind, the judged
+    kinds' first finding at or after the onset with its ranked causes, the job's blocking slowdown roll-ups."""
     causes_of: dict[str, list[dict[str, Any]]] = {}
-    for _, _, body in (b for b in bodies if b[0] == "attribution"):
+    for _, _, body in (b for b in records if b[0] == "attribution"):
         causes_of.setdefault(body["finding_id"], []).append(body)
-    step_at = _step_locator(truth)
+    step_at = _step_locator(run.truth)
     onset = run.cause["start_step"] if run.cause else 0
-    for _, rid, body in sorted((b for b in bodies if b[0] == "finding"), key=lambda b: b[2]["end"]):
+    for _, rid, body in sorted((b for b in records if b[0] == "finding"), key=lambda b: b[2]["end"]):
         kind = body["kind"]
         run.findings[kind] = run.findings.get(kind, 0) + 1
         if kind in JUDGED and kind not in run.judged and step_at(body["end"]) >= onset:
             run.judged[kind] = _judged(sorted(causes_of.get(rid, []), key=lambda c: c["rank"]))
-    job = f"job:{truth['job']}"
-    run.blocking = [(b["mean"], b["n"]) for t, _, b in bodies
+    job = f"job:{run.truth['job']}"
+    run.blocking = [(b["mean"], b["n"]) for t, _, b in records
                     if t == "metrics_rollup" and b["entity"] == job and b["name"] == "blocking_slowdown"]  # fmt: skip
-    return run
 
 
 def _judged(ranked: list[dict[str, Any]]) -> Judged:
