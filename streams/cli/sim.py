@@ -16,6 +16,7 @@ from streams.cli.root import cli, settings_of, with_broker
 from streams.errors import ConfigError
 
 if TYPE_CHECKING:
+    from streams.sim.base import Scenario
     from streams.sim.exporter import Exporter
 
 T = TypeVar("T")
@@ -44,10 +45,12 @@ SCENARIO_NAMES = (
 @click.option("--kafka", "to_kafka", is_flag=True, help="Produce to the telemetry and decisions topics instead.")
 @click.option("--truth", type=click.Path(path_type=Path), default=Path("ground_truth.json"), show_default=True,
               help="With --kafka: where the ground truth goes.")  # fmt: skip
+@click.option("--exporter", "exporter_text", default="", help="Realistic scenarios: the exporter's variation as "
+              "key=value,... (see `driftlog eval --help`).")  # fmt: skip
 @click.pass_context
 def simulate(
     ctx: click.Context, name: str, seed: int, ranks: int, steps: int, out_dir: Path | None, to_kafka: bool,
-    truth: Path,
+    truth: Path, exporter_text: str,
 ) -> None:  # fmt: skip
     """Generate a labelled scenario: telemetry, control decisions and the ground truth (injected causes, expected
     findings, the true counterfactual)."""
@@ -56,8 +59,16 @@ def simulate(
 
     if (out_dir is None) == (not to_kafka):
         raise ConfigError("give exactly one of --out DIR or --kafka")
+    if exporter_text and not name.startswith("realistic-"):
+        raise ConfigError("--exporter applies to the realistic-* scenarios only")
     try:
-        scenario = SCENARIOS[name](seed, ranks, steps)
+        if exporter_text:
+            from streams.sim.exporter import Exporter
+            from streams.sim.realistic import REALISTIC
+
+            scenario: Scenario = REALISTIC[name](seed, ranks, steps, Exporter.parse(exporter_text))
+        else:
+            scenario = SCENARIOS[name](seed, ranks, steps)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
 

@@ -17,7 +17,7 @@ Control storm (``streams.sim.control_run``; ``steps`` are 10 s control windows, 
 accelerators): ``control-storm`` (autoscaler against power manager, an energy feedback loop; scheduler
 preemption against autoscaler with retries) and ``control-storm-healthy``.
 
-Realistic training (``streams.sim.realistic``; ``ranks`` a multiple of 8, at least 16; what a real
+Realistic training (``streams.sim.realistic``; ``ranks`` a multiple of 8 below 64, of 16 from 64; what a real
 exporter sends: per-rank messages, float32 jittered timestamps, blocking batched p2p, sampled steps, one
 traced tensor-parallel rank per stage): one cause each from step 0 (``realistic-slow-dp``,
 ``realistic-slow-stage``, ``realistic-slow-rank``, ``realistic-slow-link``, ``realistic-spread-dp``: an

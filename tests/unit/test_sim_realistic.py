@@ -190,3 +190,18 @@ def test_messages_fit_kafkas_default_size_at_1024_ranks(name: str, exporter: str
             samples += decoded.count()
     assert max(sizes) <= MAX_MESSAGE_BYTES and samples == scenario.samples
     assert max(sizes) > MAX_MESSAGE_BYTES / 4  # split where needed, not into crumbs
+
+
+def test_simulate_takes_an_exporter_variation_for_realistic_scenarios_only(tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    from streams.cli import cli
+    from streams.errors import ConfigError
+
+    args = ["simulate", "--ranks", "16", "--steps", "6", "--out", str(tmp_path), "--exporter", "batching=step"]
+    result = CliRunner().invoke(cli, [*args, "--scenario", "realistic-slow-dp"])
+    assert result.exit_code == 0, result.output
+    sources = [orjson.loads(line)["source"] for line in (tmp_path / "telemetry.jsonl").read_bytes().splitlines()]
+    assert sources[1:] == ["trainer/llm-pretrain/all"] * 2  # steps 0 and 5, one message each
+    refused = CliRunner().invoke(cli, [*args, "--scenario", "training-fabric"])
+    assert isinstance(refused.exception, ConfigError) and "realistic" in str(refused.exception)
