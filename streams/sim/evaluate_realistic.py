@@ -160,8 +160,10 @@ def _element(run: RealisticRun) -> str | None:
 
 
 def score_jobs(runs: list[RealisticRun]) -> list[dict[str, Any]]:
-    """One row per scenario: the job's blocking slowdown error, findings (all false on a healthy run), and
-    the modelled step against the recorded one (relative error quantiles, share within 2%)."""
+    """One row per scenario: the job's blocking slowdown error, what noise alone costs the ideal step
+    (T(ideal) / T(ideal without noise) - 1: how far an ideal of typical durations may fall below the truth's),
+    findings (all false on a healthy run), and the modelled step against the recorded one (relative error
+    quantiles, share within 2%)."""
     rows = []
     for scenario in dict.fromkeys(r.scenario for r in runs):
         mine = [r for r in runs if r.scenario == scenario]
@@ -171,12 +173,15 @@ def score_jobs(runs: list[RealisticRun]) -> list[dict[str, Any]]:
             truth = statistics.mean(a / i for a, i in zip(traced["actual_s"], traced["ideal_s"], strict=True))
             n = sum(k for _, k in r.blocking)
             errors.append(_err(sum(m * k for m, k in r.blocking) / n if n else None, truth))
+        noise = [statistics.mean(i / q for i, q in zip(r.truth["traced"]["ideal_s"],
+                                                        r.truth["traced"]["noiseless_ideal_s"], strict=True))
+                 for r in mine]  # fmt: skip
         rel = np.array([m / o - 1 for r in mine for m, o in r.modelled if o > 0])
         healthy = all(r.cause is None for r in mine)
         q = np.quantile(rel, [0.05, 0.5, 0.95]).tolist() if rel.size else [None] * 3
         rows.append({
             "scenario": scenario, "runs": len(mine), "blocking_err": _median(errors),
-            "blocking_runs": sum(1 for e in errors if e is not None),
+            "blocking_runs": sum(1 for e in errors if e is not None), "noise_cost": statistics.mean(noise) - 1,
             "findings": sum(sum(r.findings.values()) for r in mine),
             "false_findings": sum(sum(r.findings.values()) for r in mine) if healthy else None,
             "steps_modelled": int(rel.size), "model_err_p5": q[0], "model_err_p50": q[1], "model_err_p95": q[2],

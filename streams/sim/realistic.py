@@ -6,14 +6,16 @@ Per traced step the ground truth has, from the simulator's own model with the sa
 (T(actual)), ``ideal_s`` (T(ideal): no injected slowness), and per cause X ``healed_s`` (T(actual with X
 healed)) and ``ideal_except_s`` (T(ideal except X): X the only slowness). So, over any steps: X's slowdown
 healing only X is sum(actual) / sum(healed); leaving only X unhealed, sum(ideal_except) / sum(ideal); the
-job's blocking slowdown sum(actual) / sum(ideal). Every step still runs (untraced steps take time too), so
+job's blocking slowdown sum(actual) / sum(ideal). ``noiseless_ideal_s`` is T(ideal) without the per-op
+noise either (every op at its typical duration, as an ideal built from peers' typical durations is): the
+gap between the two is what noise alone costs at the barriers. Every step still runs (untraced steps take time too), so
 ``step_time_s`` and ``counterfactual_step_time_s`` cover every step, as in every scenario.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -60,7 +62,7 @@ class RealisticScenario:
         """Topology once, then per traced step the exporter's messages; fills the ground truth's step times."""
         fab, lay, job, exp = self.fabric, self.fabric.layout, self.job, self.exporter
         self.step_times, self.counterfactual = [0.0] * self.steps, [0.0] * self.steps
-        self.per_step: dict[str, list[float]] = {"step": [], "actual_s": [], "ideal_s": []}
+        self.per_step: dict[str, list[float]] = {"step": [], "actual_s": [], "ideal_s": [], "noiseless_ideal_s": []}
         self.per_cause: list[dict[str, list[float]]] = [{"healed_s": [], "ideal_except_s": []} for _ in fab.causes]
         topo = topology(fab, job)
         self.samples = sum(b["n"] for b in topo)
@@ -89,6 +91,7 @@ class RealisticScenario:
         self.per_step["step"].append(float(step))
         self.per_step["actual_s"].append(self.step_times[step])
         self.per_step["ideal_s"].append(self.counterfactual[step])
+        self.per_step["noiseless_ideal_s"].append(replace(fab, jitter=0.0).simulate(step, healed=True).duration)
         for c, truth in zip(fab.causes, self.per_cause, strict=True):
             truth["healed_s"].append(fab.simulate(step, without=c).duration)
             truth["ideal_except_s"].append(fab.simulate(step, only=c).duration)

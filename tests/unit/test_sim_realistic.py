@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -98,6 +99,9 @@ def test_ground_truth_gives_both_definitions_from_the_model() -> None:
         assert truth["traced"]["ideal_s"][i] == fabric.simulate(step, healed=True).duration
         assert cause["healed_s"][i] == fabric.simulate(step, without=c).duration
         assert cause["ideal_except_s"][i] == fabric.simulate(step, only=c).duration
+        noiseless = truth["traced"]["noiseless_ideal_s"][i]
+        assert noiseless == replace(fabric, jitter=0.0).simulate(step, healed=True).duration
+        assert noiseless < truth["traced"]["ideal_s"][i]  # noise alone makes the barriers wait a little
     actual, ideal = truth["traced"]["actual_s"], truth["traced"]["ideal_s"]
     assert cause["slowdown"] == pytest.approx(sum(actual) / sum(cause["healed_s"]))
     assert cause["slowdown_unhealed"] == pytest.approx(sum(cause["ideal_except_s"]) / sum(ideal))
