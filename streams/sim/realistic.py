@@ -24,7 +24,7 @@ import numpy.typing as npt
 from streams.sim.base import T0, Message, cause, envelope
 from streams.sim.emit import topology
 from streams.sim.exporter import Exporter, recorded, stage_spans
-from streams.sim.sizing import split_by_size
+from streams.sim.sizing import sized_envelopes, split_by_size
 from streams.sim.training import Cause, Layout, TrainingFabric
 from streams.sim.training_run import ELEMENT, TOKENS_PER_MICROBATCH
 
@@ -66,7 +66,8 @@ class RealisticScenario:
         self.per_cause: list[dict[str, list[float]]] = [{"healed_s": [], "ideal_except_s": []} for _ in fab.causes]
         topo = topology(fab, job)
         self.samples = sum(b["n"] for b in topo)
-        yield "telemetry", job, envelope(f"topology/{job}", 0, topo)
+        for value in sized_envelopes(f"topology/{job}", 0, topo):
+            yield "telemetry", job, value
         t = T0
         for step in range(self.steps):
             times = fab.simulate(step)

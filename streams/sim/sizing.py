@@ -8,6 +8,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from streams.sim.base import envelope
 
 MAX_MESSAGE_BYTES = 1_000_000
 
@@ -25,3 +30,30 @@ def split_by_size(rows: int, encode: Encode, limit: int = MAX_MESSAGE_BYTES) -> 
         if biggest <= limit or parts >= rows:
             return messages
         parts = min(rows, max(parts + 1, math.ceil(parts * biggest / limit)))
+
+
+def sized_envelopes(source: str, seq: int, batches: list[dict[str, Any]],
+                    limit: int = MAX_MESSAGE_BYTES) -> list[bytes]:  # fmt: skip
+    """A telemetry message of columnar ``batches``, or, when it would not fit ``limit``, several: the rows of
+    all batches in order, split evenly (parts after the first are their own sources, ``<source>/part<i>``)."""
+    total = sum(int(b["n"]) for b in batches)
+
+    def encode(part: int, parts: int, lo: int, hi: int) -> bytes:
+        if parts == 1:
+            return envelope(source, seq, batches)
+        return envelope(f"{source}/part{part}" if part else source, seq, _rows(batches, lo, hi))
+
+    return split_by_size(total, encode, limit)
+
+
+def _rows(batches: list[dict[str, Any]], lo: int, hi: int) -> list[dict[str, Any]]:
+    """Rows ``lo`` to ``hi`` of the batches taken as one sequence (columns that are scalars stay as they are)."""
+    out, offset = [], 0
+    for b in batches:
+        n = int(b["n"])
+        a, z = max(lo, offset) - offset, min(hi, offset + n) - offset
+        if a < z:
+            data = {k: v[a:z] if isinstance(v, list | np.ndarray) else v for k, v in b["data"].items()}
+            out.append({**b, "n": z - a, "data": data})
+        offset += n
+    return out

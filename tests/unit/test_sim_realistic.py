@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from streams.contract.envelope import decode_telemetry
+from streams.sim.base import envelope
 from streams.sim.exporter import Exporter
 from streams.sim.realistic import REALISTIC, RealisticScenario, realistic_layout
 from streams.sim.scenarios import SCENARIOS
@@ -209,3 +210,24 @@ def test_simulate_takes_an_exporter_variation_for_realistic_scenarios_only(tmp_p
     assert sources[1:] == ["trainer/llm-pretrain/all"] * 2  # steps 0 and 5, one message each
     refused = CliRunner().invoke(cli, [*args, "--scenario", "training-fabric"])
     assert isinstance(refused.exception, ConfigError) and "realistic" in str(refused.exception)
+
+
+def test_a_16k_rank_topology_is_split_into_messages_that_fit() -> None:
+    from streams.sim.emit import topology
+    from streams.sim.sizing import sized_envelopes
+    from streams.sim.training import Layout
+
+    batches = topology(TrainingFabric(Layout.for_ranks(16384)), "big")
+    messages = sized_envelopes("topology/big", 0, batches)
+    assert len(messages) > 1 and max(len(m) for m in messages) <= MAX_MESSAGE_BYTES
+    decoded = [decode_telemetry(m) for m in messages]
+    assert all(d.rejects == [] for d in decoded) and len({d.source for d in decoded}) == len(messages)
+    rows = [(r["relation"], r["src"], r["dst"]) for d in decoded for b in d.batches for r in b.rows()]
+    expected = []
+    for b in batches:
+        relation = b["data"]["relation"]
+        relations = relation if isinstance(relation, list) else [relation] * b["n"]
+        expected += list(zip(relations, b["data"]["src"], b["data"]["dst"], strict=True))
+    assert rows == expected  # every row once, in order
+    small = topology(TrainingFabric(Layout.for_ranks(64)), "small")
+    assert sized_envelopes("topology/small", 0, small) == [envelope("topology/small", 0, small)]
