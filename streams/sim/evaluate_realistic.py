@@ -2,18 +2,21 @@
 finds against both slowdown definitions of the ground truth.
 
 Per run: for each judged finding kind (``structural_slowdown``, ``step_time_drift``) its first finding at or
-after the cause's onset, and that finding's ranked attributions (AC@1: the truth element ranked first); the
-top cause's ``slowdown`` (heal only X) and ``slowdown_unhealed`` (leave only X unhealed) against the truth
-over the same traced steps (``|estimate / truth - 1|``; absent fields are not scored, so the engine is judged
-on what it emits); the job's ``blocking_slowdown`` roll-ups (their step-weighted mean) against the mean of
-the truth's per-step T(actual) / T(ideal); every finding on a healthy run (all of them false); and, per
-analysed step, the engine's modelled step time against the recorded one (``StepReport.whatif``).
+after the cause's onset, and that finding's ranked attributions (AC@1: the truth element ranked first;
+``named_first``: the kinds of element ranked first); the top cause's ``slowdown`` (heal only X) and
+``slowdown_unhealed`` (leave only X unhealed) against the truth over the same traced steps (``|estimate /
+truth - 1|``; absent fields are not scored, so the engine is judged on what it emits); the job's
+``blocking_slowdown`` roll-ups (their step-weighted mean) against the mean of the truth's per-step T(actual) /
+T(ideal); every finding on a healthy run (all of them false); and, per analysed step, the engine's modelled
+step time against the recorded one (``StepReport.whatif``).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,8 +154,14 @@ def score_attribution(runs: list[RealisticRun]) -> list[dict[str, Any]]:
                 "AC@1": sum(1 for r, j in found if j.named[:1] == [_element(r)]) / len(mine),
                 "slowdown_err": _median([_err(j.slowdown, t[0] if t else None) for t, j in truths]),
                 "unhealed_err": _median([_err(j.slowdown_unhealed, t[1] if t else None) for t, j in truths]),
+                "named_first": _counts(j.named[0].split(":")[0] if j.named else "nothing" for _, j in found),
             })  # fmt: skip
     return rows
+
+
+def _counts(values: Iterable[str]) -> str:
+    """``a:2 b:1``, most common first (``-``: none)."""
+    return " ".join(f"{v}:{n}" for v, n in Counter(values).most_common()) or "-"
 
 
 def _element(run: RealisticRun) -> str | None:
@@ -186,6 +195,7 @@ def score_jobs(runs: list[RealisticRun]) -> list[dict[str, Any]]:
             "false_findings": sum(sum(r.findings.values()) for r in mine) if healthy else None,
             "steps_modelled": int(rel.size), "model_err_p5": q[0], "model_err_p50": q[1], "model_err_p95": q[2],
             "within_2pct": float(np.mean(np.abs(rel) <= 0.02)) if rel.size else None,
+            "finding_kinds": _counts(k for r in mine for k, n in r.findings.items() for _ in range(n)),
         })  # fmt: skip
     return rows
 

@@ -61,6 +61,7 @@ def test_scoring_of_hand_made_records() -> None:
     assert structural["found"] == 1.0 and structural["AC@1"] == 1.0
     assert structural["slowdown_err"] == pytest.approx(0.02) and structural["unhealed_err"] == pytest.approx(0.03)
     drift = rows[("realistic-slow-rank-midrun", "step_time_drift")]
+    assert structural["named_first"] == "rank:1" and drift["named_first"] == "stage:1"
     assert drift["AC@1"] == 0.0 and drift["slowdown_err"] == pytest.approx(0.0) and drift["unhealed_err"] is None
     jobs = {r["scenario"]: r for r in score_jobs([run, healthy])}
     traced = truth["traced"]
@@ -68,6 +69,8 @@ def test_scoring_of_hand_made_records() -> None:
     assert jobs["realistic-slow-rank-midrun"]["blocking_err"] == pytest.approx(abs(1.75 / true_blocking - 1))
     assert jobs["realistic-slow-rank-midrun"]["findings"] == 4
     assert jobs["realistic-slow-rank-midrun"]["false_findings"] is None
+    kinds = "structural_slowdown:2 step_time_drift:1 critical_path_shift:1"
+    assert jobs["realistic-slow-rank-midrun"]["finding_kinds"] == kinds
     assert jobs["realistic-healthy"]["false_findings"] == 1 and jobs["realistic-healthy"]["blocking_err"] is None
     assert jobs["realistic-healthy"]["within_2pct"] == 0.75
     assert jobs["realistic-healthy"]["model_err_p50"] == pytest.approx(0.005)
