@@ -99,7 +99,7 @@ def simulate(
 @click.option("--steps", default=300, show_default=True)
 @click.option("--exporter", "exporter_text", default="", help="Realistic mode: the exporter's variation as "
               "key=value,... (sample_every, traced_tp (a tensor index or all), jitter_s, resolution_s, float32, "
-              "batching rank|stage|step, shuffle, p2p_microbatch).")  # fmt: skip
+              "batching rank|stage|step, shuffle, p2p_microbatch, delay).")  # fmt: skip
 @click.option("--throughput", "throughput_ranks", default="8,1024", show_default=True,
               help="Realistic mode: engine throughput (spans/s) on realistic input at these rank counts "
               "(comma-separated; empty: skip).")  # fmt: skip

@@ -15,7 +15,8 @@ of :class:`Exporter` (the adversarial variations a test can turn):
   ``send_forward_recv_backward``); otherwise a blocking ``send`` then a blocking ``recv``. The microbatch of a
   p2p span is ``-1`` unless ``p2p_microbatch``;
 - **batching**: one message per traced rank and step (``rank``), per stage and step (``stage``) or per step
-  (``step``); ``shuffle`` permutes the messages of a step and the rows within each message.
+  (``step``); ``shuffle`` permutes the messages of a step and the rows within each message; with ``delay``
+  the messages of odd data-parallel replicas arrive that many traced steps late (an exporter that flushes behind).
 """
 
 from __future__ import annotations
@@ -42,14 +43,15 @@ class Exporter:
     batching: str = "rank"
     shuffle: bool = False
     p2p_microbatch: bool = False
+    delay: int = 0  # the messages of odd replicas arrive this many traced steps late
 
     def __post_init__(self) -> None:
         if self.sample_every < 1:
             raise ValueError("exporter sample_every must be 1 or more")
         if self.batching not in BATCHING:
             raise ValueError(f"exporter batching must be one of {', '.join(BATCHING)}")
-        if self.jitter_s < 0 or self.resolution_s < 0:
-            raise ValueError("exporter jitter_s and resolution_s must be 0 or more")
+        if self.jitter_s < 0 or self.resolution_s < 0 or self.delay < 0:
+            raise ValueError("exporter jitter_s, resolution_s and delay must be 0 or more")
 
     def traces(self, step: int) -> bool:
         return step % self.sample_every == 0
@@ -76,7 +78,7 @@ def _value(kind: str, raw: str) -> Any:
             raise ValueError("expected true or false")
         return raw.lower() in ("1", "true", "yes")
     if kind.startswith("int"):
-        return None if raw == "all" else int(raw)
+        return None if raw == "all" and "None" in kind else int(raw)
     return float(raw) if kind == "float" else raw
 
 

@@ -14,6 +14,7 @@ gap between the two is what noise alone costs at the barriers. Every step still 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
@@ -68,7 +69,7 @@ class RealisticScenario:
         self.samples = sum(b["n"] for b in topo)
         for value in sized_envelopes(f"topology/{job}", 0, topo):
             yield "telemetry", job, value
-        t = T0
+        t, held = T0, deque[list[bytes]]()  # per traced step, the messages the exporter delays
         for step in range(self.steps):
             times = fab.simulate(step)
             self.step_times[step] = times.duration
@@ -82,10 +83,17 @@ class RealisticScenario:
                 spans = [stage_spans(fab, times, step, s, tp, alone) for s in range(lay.pp) for tp in self.traced_tp()]
                 rng = np.random.default_rng([fab.seed, step, 11])
                 columns = _concat([recorded(exp, data, t, rng) for data in spans])
-                for value, n in self._messages(step, columns, summary, rng):
+                held.append([])
+                for value, n, late in self._messages(step, columns, summary, rng):
                     self.samples += n
-                    yield "telemetry", job, value
+                    if late:
+                        held[-1].append(value)
+                    else:
+                        yield "telemetry", job, value
+                while len(held) > exp.delay:
+                    yield from (("telemetry", job, value) for value in held.popleft())
             t += times.duration
+        yield from (("telemetry", job, value) for values in held for value in values)
 
     def _truth(self, step: int) -> None:
         fab = self.fabric
@@ -98,9 +106,9 @@ class RealisticScenario:
             truth["ideal_except_s"].append(fab.simulate(step, only=c).duration)
 
     def _messages(self, step: int, columns: dict[str, npt.NDArray[Any]], summary: dict[str, Any],
-                  rng: np.random.Generator) -> Iterator[tuple[bytes, int]]:  # fmt: skip
-        """(message, samples) of one traced step, grouped as the exporter batches; the summary goes with the
-        first traced rank's spans."""
+                  rng: np.random.Generator) -> Iterator[tuple[bytes, int, bool]]:  # fmt: skip
+        """(message, samples, delayed) of one traced step, grouped as the exporter batches; the summary goes
+        with the first traced rank's spans; with a ``delay``, those of odd replicas are delayed."""
         exp, job = self.exporter, self.job
         key = {"rank": columns["rank"], "stage": columns["pp"], "step": np.zeros_like(columns["rank"])}[exp.batching]
         groups = [np.flatnonzero(key == k) for k in np.unique(key)]
@@ -112,6 +120,7 @@ class RealisticScenario:
                     "step": "all"}[exp.batching]  # fmt: skip
             part = {k: v[rows] for k, v in columns.items()}
             with_summary = bool((part["rank"] == first).any())
+            late = exp.delay > 0 and int(part["dp"].min()) % 2 == 1
 
             def encode(i: int, parts: int, lo: int, hi: int, part: dict[str, Any] = part, name: str = name,
                        with_summary: bool = with_summary) -> bytes:  # fmt: skip
@@ -126,7 +135,7 @@ class RealisticScenario:
             messages = split_by_size(len(rows), encode)
             for i, value in enumerate(messages):
                 n = len(rows) * (i + 1) // len(messages) - len(rows) * i // len(messages)
-                yield value, n + (with_summary and i == len(messages) - 1)
+                yield value, n + (with_summary and i == len(messages) - 1), late
 
     def ground_truth(self, seed: int) -> dict[str, Any]:
         lay, steps = self.fabric.layout, self.per_step

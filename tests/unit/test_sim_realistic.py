@@ -136,7 +136,7 @@ def test_causes_from_step_zero_and_mid_run_and_a_spread_over_every_replica() -> 
 
 
 @pytest.mark.parametrize("exporter", ["batching=stage,shuffle=true", "batching=step", "traced_tp=all,sample_every=1",
-                                      "p2p_microbatch=1,jitter_s=0"])  # fmt: skip
+                                      "p2p_microbatch=1,jitter_s=0", "delay=2"])  # fmt: skip
 def test_exporter_variations_carry_the_same_step_times(exporter: str) -> None:
     """Each variation records the same simulated run: batching and order change messages, not spans."""
     base, _, _ = spans_of(REALISTIC["realistic-slow-stage"](2, 16, 11))
@@ -152,7 +152,10 @@ def test_exporter_variations_carry_the_same_step_times(exporter: str) -> None:
         assert mb and all(a == b for a, b in mb)
     else:
         assert sorted(tuple(r[k] for k in key) for r in varied) == sorted(tuple(r[k] for k in key) for r in base)
-        assert len(sources) < len({(r["rank"], r["step"]) for r in base})
+        assert len(sources) < len({(r["rank"], r["step"]) for r in base}) or "batching" not in exporter
+    if "delay" in exporter:  # odd replicas' spans of step 0 come after even replicas' of step 5
+        order = [(r["dp"] % 2, r["step"]) for r in varied]
+        assert order.index((1, 0)) > order.index((0, 5))
     if "shuffle" in exporter:
         assert [tuple(r[k] for k in key) for r in varied] != sorted(tuple(r[k] for k in key) for r in varied)
     assert len(summaries) == len({r["step"] for r in varied})
@@ -160,7 +163,8 @@ def test_exporter_variations_carry_the_same_step_times(exporter: str) -> None:
 
 def test_exporter_options_are_checked() -> None:
     assert Exporter.parse("traced_tp=all, sample_every=3") == Exporter(sample_every=3, traced_tp=None)
-    for bad in ("batching=node", "sample_every=0", "nope=1", "float32=maybe", "jitter_s"):
+    for bad in ("batching=node", "sample_every=0", "sample_every=all", "nope=1", "float32=maybe", "jitter_s",
+                "delay=-1"):
         with pytest.raises(ValueError, match="exporter"):
             Exporter.parse(bad)
     with pytest.raises(ValueError, match="traced_tp"):
