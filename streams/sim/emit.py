@@ -15,11 +15,11 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.sim.base import T0, envelope, metrics
+from streams.sim.sizing import split_by_size
 from streams.sim.training import Array, Layout, StepTimes, TrainingFabric
 
 GPUS_PER_NODE = 8
 NODES_PER_LEAF = 4
-MAX_SPANS_PER_MESSAGE = 40_000  # ~3.4 MB per message: under the 4 MiB the contract accepts
 IDLE_W, PEAK_W = 90.0, 700.0  # per accelerator
 
 
@@ -153,23 +153,29 @@ def stage_devices(layout: Layout, s: int, node_of_rank: dict[int, int]) -> tuple
 def step_messages(fabric: TrainingFabric, job: str, step: int, t0: float | Array, times: StepTimes,
                   summary: dict[str, Any], devices: list[tuple[list[str], Array]], incarnation: int = 0,
                   until: float | None = None) -> Iterator[tuple[bytes, int]]:  # fmt: skip
-    """(envelope, samples) for one step: per stage, its op spans (in parts of at most
-    ``MAX_SPANS_PER_MESSAGE``) and a message of its devices' power and utilisation (``devices``: per stage,
-    the device ids and power caps); the step ``summary`` goes with the last stage's spans. ``incarnation``
-    > 0 names the processes of the n-th restart (new sources, so re-run steps are not duplicates);
-    ``until``: the step failed then: only the spans that ended by then, and no device samples."""
+    """(envelope, samples) for one step: per stage, its op spans (in as few parts as keep each message under Kafka's
+    default size, :mod:`sizing`) and a message of its devices' power and utilisation (``devices``: per stage, the
+    device ids and power caps); the step ``summary`` goes with the last stage's spans. ``incarnation`` > 0 names the
+    processes of the n-th restart (new sources, so re-run steps are not duplicates); ``until``: the step failed
+    then: only the spans that ended by then, and no device samples."""
     suffix = f"/restart{incarnation}" if incarnation else ""
     for s in range(fabric.layout.pp):
         n, data = stage_spans(fabric, times, step, s, t0).data(until)
-        parts = range(0, max(n, 1), MAX_SPANS_PER_MESSAGE)
-        for part, lo in enumerate(parts):
-            chunk = {k: v[lo : lo + MAX_SPANS_PER_MESSAGE] for k, v in data.items()}
-            rows = len(chunk["rank"])
-            columns: list[dict[str, Any]] = [{"kind": "op", "n": rows, "data": {**chunk, "job": job, "step": step}}]
-            last = s == fabric.layout.pp - 1 and part == len(parts) - 1
-            if last:
+        with_summary = s == fabric.layout.pp - 1
+
+        def encode(part: int, parts: int, lo: int, hi: int, s: int = s, data: dict[str, Any] = data,
+                   with_summary: bool = with_summary) -> bytes:  # fmt: skip
+            chunk = {k: v[lo:hi] for k, v in data.items()}
+            spans = {"kind": "op", "n": hi - lo, "data": {**chunk, "job": job, "step": step}}
+            columns: list[dict[str, Any]] = [spans]
+            if with_summary and part == parts - 1:
                 columns.append({"kind": "step", "n": 1, "data": summary})
-            yield envelope(f"trainer/{job}/stage{s}/part{part}{suffix}", step, columns), rows + last
+            return envelope(f"trainer/{job}/stage{s}/part{part}{suffix}", step, columns)
+
+        messages = split_by_size(n, encode)
+        for part, value in enumerate(messages):
+            lo, hi = n * part // len(messages), n * (part + 1) // len(messages)
+            yield value, hi - lo + (with_summary and part == len(messages) - 1)
         if until is None:
             batches = stage_metrics(fabric, times, s, t0, job, *devices[s])
             yield envelope(f"exporter/{job}/stage{s}{suffix}", step, batches), sum(b["n"] for b in batches)

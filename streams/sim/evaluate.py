@@ -252,8 +252,13 @@ def evaluate(names: list[str], seeds: list[int], ranks: int, steps: int) -> list
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    cols = ["scenario", "detector", "runs", "recall", "precision", "median_delay_steps", "alarms_before_onset",
-            "false_alarms_on_healthy", "AC@1", "AC@3", "Avg@5", "slowdown_err", "cost_err"]  # fmt: skip
+    return grid(rows, ["scenario", "detector", "runs", "recall", "precision", "median_delay_steps",
+                       "alarms_before_onset", "false_alarms_on_healthy", "AC@1", "AC@3", "Avg@5", "slowdown_err",
+                       "cost_err"])  # fmt: skip
+
+
+def grid(rows: list[dict[str, Any]], cols: list[str]) -> str:
+    """``rows`` as aligned text columns (None as ``-``; floats with 2 decimals, 3 below 0.1)."""
 
     def cell(v: Any) -> str:
         return "-" if v is None else f"{v:.3f}" if isinstance(v, float) and v < 0.1 else f"{v:.2f}" if isinstance(

@@ -17,6 +17,13 @@ Control storm (``streams.sim.control_run``; ``steps`` are 10 s control windows, 
 accelerators): ``control-storm`` (autoscaler against power manager, an energy feedback loop; scheduler
 preemption against autoscaler with retries) and ``control-storm-healthy``.
 
+Realistic training (``streams.sim.realistic``; ``ranks`` a multiple of 8 below 64, of 16 from 64; what a real
+exporter sends: per-rank messages, float32 jittered timestamps, blocking batched p2p, sampled steps, one
+traced tensor-parallel rank per stage): one cause each from step 0 (``realistic-slow-dp``,
+``realistic-slow-stage``, ``realistic-slow-rank``, ``realistic-slow-link``, ``realistic-spread-dp``: an
+imbalance spread over every replica), ``realistic-slow-rank-midrun`` (from a third in) and
+``realistic-healthy``.
+
 Critical slowing down (``streams.sim.saturation``; ``steps`` are 10 s windows): ``serving-saturation``
 (load creeps towards capacity, recovery from bursts slows, then the service tips into overload) and
 ``serving-saturation-healthy``.
@@ -30,6 +37,7 @@ from streams.sim.base import Scenario
 from streams.sim.control_run import control_storm
 from streams.sim.emit import GPUS_PER_NODE, node_of
 from streams.sim.inference_run import inference_sla
+from streams.sim.realistic import REALISTIC
 from streams.sim.saturation import serving_saturation
 from streams.sim.training import Cause, Layout, TrainingFabric
 from streams.sim.training_run import Cascade, Restart, TrainingScenario
@@ -139,4 +147,5 @@ SCENARIOS: dict[str, Callable[[int, int, int], Scenario]] = {
     "control-storm-healthy": lambda seed, ranks, steps: control_storm(seed, ranks, steps, healthy=True),
     "serving-saturation": serving_saturation,
     "serving-saturation-healthy": lambda seed, ranks, steps: serving_saturation(seed, ranks, steps, healthy=True),
+    **REALISTIC,
 }

@@ -6,14 +6,20 @@ stage wait for their slowest peer (a ``tp_sync`` span); then each stage's gradie
 the data-parallel replicas (a barrier: the last replica to arrive holds up all of them); then the
 optimizer runs. Times are simulated vectorised over replicas, so 16k ranks stay cheap.
 
-Injected causes multiply durations from a step on: a straggler rank (its compute), a slow stage (compute
-of every rank in it), a slow link (the sends between two stages), an imbalanced data-parallel replica
-(its compute). ``sync_loss`` is partial synchronisation loss: a data-parallel replica, its compute ×
-magnitude, drops out of the all-reduce quorum. The others' barriers no longer wait for it and it no
-longer waits for them: it finishes each step on its own clock, so its phase against the rest grows step
-by step (the scenario runner carries that phase across steps; see ``StepTimes.replica_end``). The ground
-truth carries each cause and the true counterfactual step times: the same steps simulated with every
-cause healed.
+Injected causes multiply durations from a step on: a straggler rank (its compute), a slow stage (compute of
+every rank in it), a slow link (the sends between two stages), an imbalanced data-parallel replica (its
+compute), an imbalance spread over every replica (``spread_dp``: per step, each replica's compute of each
+microbatch × a factor drawn around 1 with spread ``magnitude``, as variable sequence lengths do; healed:
+every replica at the typical one, factor 1). ``sync_loss`` is partial synchronisation loss: a data-parallel
+replica, its compute × magnitude, drops out of the all-reduce quorum. The others' barriers no longer wait
+for it and it no longer waits for them: it finishes each step on its own clock, so its phase against the
+rest grows step by step (the scenario runner carries that phase across steps; see
+``StepTimes.replica_end``). The ground truth carries each cause and the true counterfactual step times: the
+same steps simulated with every cause healed.
+
+``blocking``: a stage waits until its send to the neighbour stage has completed before it starts its next
+op (batched blocking p2p, as Megatron's ``send_forward_recv_backward`` does); off, a send overlaps the next
+op (the ideal scenarios' model).
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ Array = npt.NDArray[np.float64]
 
 @dataclass(frozen=True)
 class Cause:
-    """``kind``: straggler_rank | slow_stage | slow_link | imbalanced_dp | sync_loss; ``target`` its index
-    (rank, stage, first stage of the link, replica, replica); durations × ``magnitude`` from ``start_step``
-    to ``end_step`` (sync_loss: the replica's compute, and it leaves the all-reduce quorum)."""
+    """``kind``: straggler_rank | slow_stage | slow_link | imbalanced_dp | sync_loss | spread_dp; ``target``
+    its index (rank, stage, first stage of the link, replica, replica; spread_dp: unused); durations ×
+    ``magnitude`` from ``start_step`` to ``end_step`` (sync_loss: the replica's compute, and it leaves the
+    all-reduce quorum; spread_dp: ``magnitude`` is the spread of the per replica and microbatch factors)."""
 
     kind: str
     target: int
@@ -111,18 +118,21 @@ class TrainingFabric:
     jitter: float = 0.02
     thermal_drift: float = 0.0  # relative compute slowdown per 1000 steps on every rank (0: none)
     causes: list[Cause] = field(default_factory=list)
+    blocking: bool = False
 
-    def simulate(self, step: int, healed: bool = False, attempt: int = 1, without: Cause | None = None) -> StepTimes:
+    def simulate(self, step: int, healed: bool = False, attempt: int = 1, without: Cause | None = None,
+                 only: Cause | None = None) -> StepTimes:  # fmt: skip
         """One step. ``healed``: as if no cause were injected (the counterfactual); same noise. ``without``:
-        as if that one cause were not injected. ``attempt`` > 1: the step run again after a restart (fresh
-        noise)."""
+        as if that one cause were not injected; ``only``: as if it were the only one. ``attempt`` > 1: the
+        step run again after a restart (fresh noise)."""
         lay = self.layout
         rng = np.random.default_rng([self.seed, step] if attempt == 1 else [self.seed, step, attempt])
         noise = 1 + self.jitter * rng.uniform(-1, 1, size=(2, lay.microbatches, lay.dp, lay.pp, lay.tp))
         factor = np.full((lay.dp, lay.pp, lay.tp), 1 + self.thermal_drift * step / 1000)
         link = self.link_s * (1 + self.jitter * rng.uniform(-1, 1, size=(lay.dp, lay.pp)))
         quorum = np.ones(lay.dp, dtype=bool)
-        for c in [] if healed else [c for c in self.causes if c.active(step) and c is not without]:
+        chosen = [] if healed else [only] if only is not None else self.causes
+        for c in [c for c in chosen if c.active(step) and c is not without]:
             if c.kind == "straggler_rank":
                 d, rest = divmod(c.target, lay.pp * lay.tp)
                 factor[d, rest // lay.tp, rest % lay.tp] *= c.magnitude
@@ -133,6 +143,9 @@ class TrainingFabric:
                 quorum[c.target] &= c.kind != "sync_loss"
             elif c.kind == "slow_link":
                 link[:, c.target] *= c.magnitude
+            elif c.kind == "spread_dp":  # its own random stream: the noise stays the same, healed or not
+                spread = np.random.default_rng([self.seed, step, 7]).normal(size=(lay.microbatches, lay.dp))
+                noise = noise * np.exp(c.magnitude * spread)[None, :, :, None, None]
         return self._pipeline(noise, factor, link, quorum)
 
     def _pipeline(self, noise: Array, factor: Array, link: Array, quorum: npt.NDArray[np.bool_]) -> StepTimes:
@@ -167,6 +180,9 @@ class TrainingFabric:
                 compute[key], start[key], arrive[key] = own, begin, came
                 end[key] = begin + own.max(axis=1)
                 clock[s] = end[key]
+                to = s + 1 if kind == "F" else s - 1
+                if self.blocking and 0 <= to < lay.pp:  # the stage waits for its send to complete
+                    clock[s] = end[key] + link[:, min(s, to)]
                 pos[s] += 1
                 progressed = True
             if not progressed:

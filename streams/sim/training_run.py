@@ -22,6 +22,7 @@ import numpy as np
 
 from streams.sim.base import T0, Message, cause, decision, envelope
 from streams.sim.emit import GPUS_PER_NODE, placement, stage_devices, step_messages, topology
+from streams.sim.sizing import sized_envelopes
 from streams.sim.training import Array, Cause, StepTimes, TrainingFabric
 
 ELEMENT = {
@@ -120,7 +121,8 @@ class TrainingScenario:
             self.cascade = Cascade(self.cascade.root, self.cascade.threshold)
         topo = topology(fab, job)
         self.samples = sum(b["n"] for b in topo)
-        yield "telemetry", job, envelope(f"topology/{job}", 0, topo)
+        for value in sized_envelopes(f"topology/{job}", 0, topo):
+            yield "telemetry", job, value
         moved: dict[int, int] = {}  # rank -> node it runs on, when not its own
         devices = self._devices(moved)
         due, emitted = dict(self.decisions), set()
