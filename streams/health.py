@@ -7,6 +7,8 @@ endpoint's answer: 503 with the reasons when
 - the broker has been unreachable for ``broker_timeout_s`` (a short blip is ridden out quietly),
 - records wait (lag > 0) but nothing was committed for ``stall_s``,
 - a fault was recorded (a write failed, stored offsets lie beyond the topic's end, ...),
+- a passing problem is being ridden out (``problems``: a transaction waiting for the broker, a reader
+  starting again),
 - the process is still starting (``ready`` not set yet) or shutting down.
 
 The sink uses it; the worker can use it the same way (see ``broker_ok``/``broker_failed``). The clock is
@@ -42,6 +44,7 @@ class Health:
     ready: bool = False  # set once the process consumes (partitions assigned): 503 "starting" before
     stopping: bool = False
     details: dict[str, Any] = field(default_factory=dict)  # extra fields shown as they are
+    problems: list[str] = field(default_factory=list)  # passing troubles the process is riding out (503)
 
     def __post_init__(self) -> None:
         self.started = self.clock()
@@ -82,6 +85,7 @@ class Health:
         now, out = self.clock(), []
         if self.fault is not None:
             out.append(self.fault)
+        out.extend(self.problems)
         if self.stopping:
             out.append("shutting down")
         elif not self.ready:

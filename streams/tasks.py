@@ -13,7 +13,7 @@ from typing import Any
 from streams.config import Settings
 from streams.durable import Transactions
 from streams.pipeline import build_processor
-from streams.worker_state import Highwater, WorkerState
+from streams.worker_state import Highwater, TransactionFailed, WorkerState
 
 log = logging.getLogger("driftlog.worker")
 
@@ -35,7 +35,10 @@ class Tasks:
         """Commit what the revoked tasks hold (the next owner loads it); they stop when the new assignment
         says whether they stay."""
         for p in sorted(set(partitions) & set(self.tasks)):
-            await self.tasks[p].commit(force=True)
+            try:
+                await self.tasks[p].commit(force=True)
+            except TransactionFailed as exc:  # the next owner resumes from the last committed snapshot
+                log.warning("could not commit a revoked task", extra={"partition": p, "error": str(exc)})
 
     async def assigned(self, partitions: Iterable[int]) -> None:
         wanted = set(partitions)

@@ -28,7 +28,7 @@ from streams.health import Health, probe
 from streams.logs import config_dict
 from streams.pipeline import Output
 from streams.tasks import Tasks, on_rebalance
-from streams.worker_state import WorkerState
+from streams.worker_state import TransactionFailed, WorkerState
 
 log = logging.getLogger("driftlog.worker")
 COMMIT_EVERY_MESSAGES = 2000  # a transaction at least this often (besides every DRIFTLOG_STATE_INTERVAL_S)
@@ -66,13 +66,13 @@ class OpsService(Service):
         its state; 503 with the reason when the broker has been away too long, output stalls behind lag, or
         a transaction failed (:mod:`streams.health`)."""
         app = self.app
-        consumer = app.consumer if app.producer is not None else None
-        assigned = sorted(f"{tp.topic}/{tp.partition}" for tp in consumer.assignment()) if consumer else []
+        assigned = _assignment(app)
         joined = app.rebalancing_count > 0 and not app.rebalancing
         tasks = self.tasks.each() if self.tasks is not None else []
         ready = bool(tasks) and all(t.ready.is_set() for t in tasks)
         self.status.ready = joined and ready
         self.status.stopping = bool(app.should_stop)
+        self.status.problems = [p for t in tasks for p in t.problems()]
         self.status.details = {
             "assigned": assigned, "rebalancing": app.rebalancing, "state_loaded": ready,
             "snapshots": {t.partition: t.seq for t in tasks},
@@ -98,6 +98,15 @@ class OpsService(Service):
         highwater = self.app.consumer.highwater(_tp(topic, partition))
         if highwater is not None:
             ops.CONSUMER_LAG.labels(topic, str(partition)).set(max(0, highwater - offset - 1))
+
+
+def _assignment(app: faust.App) -> list[str]:
+    """The topic partitions assigned to the worker (none while its consumer has not started)."""
+    try:
+        consumer = app.consumer if app.producer is not None else None
+        return sorted(f"{tp.topic}/{tp.partition}" for tp in consumer.assignment()) if consumer else []
+    except Exception:
+        return []
 
 
 def _tp(topic: str, partition: int) -> Any:
@@ -145,8 +154,11 @@ async def handle_event(
     """One input message: skipped if the restored state covers it, else processed; acknowledged after the
     transaction that covers it (:meth:`WorkerState.commit`)."""
     msg = event.message
-    if state.covered(msg.topic, msg.partition, msg.offset):
-        await stream.ack(event)
+    if state.covered(msg.topic, msg.partition, msg.offset):  # a re-delivery (after a restart or a rebalance)
+        if state.durable(msg.topic, msg.partition, msg.offset):
+            await stream.ack(event)
+        else:
+            state.acks.append((stream, event))  # acknowledged with the snapshot that will cover it
         return
     position = SourcePosition(msg.topic, msg.partition, msg.offset)
     value = msg.value if isinstance(msg.value, bytes) else b""
@@ -205,9 +217,12 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
             try:
                 if await task.commit() or not task.dirty:
                     ops_service.status.committed()
-            except Exception as exc:  # nothing is acknowledged: a restart resumes from the last snapshot
+            except TransactionFailed as exc:  # kept; committed once the broker is back (/health says so)
+                log.warning("a transaction of the worker's output failed; retrying",
+                            extra={"partition": task.partition, "error": str(exc)})  # fmt: skip
+            except Exception as exc:  # fenced, or a bug: nothing is acknowledged, a restart resumes exactly
                 ops_service.status.fail(exc)
-                log.error("a transaction of the worker's output failed; stopping (a restart loses nothing)",
+                log.error("the worker's output cannot be committed; stopping (a restart loses nothing)",
                           extra={"error": repr(exc)})  # fmt: skip
                 await app.crash(exc)
                 return
