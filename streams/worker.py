@@ -14,7 +14,11 @@ letter.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import signal
+import threading
 from typing import Any
 
 import faust
@@ -24,7 +28,8 @@ from audit.records import SourcePosition
 from streams import ops
 from streams.config import Settings
 from streams.contract.envelope import Reject
-from streams.health import Health, probe
+from streams.health import Health, probe, until_broker
+from streams.kafka.admin import ensure_topics
 from streams.logs import config_dict
 from streams.pipeline import Output
 from streams.tasks import Tasks, on_rebalance
@@ -32,6 +37,7 @@ from streams.worker_state import TransactionFailed, WorkerState
 
 log = logging.getLogger("driftlog.worker")
 COMMIT_EVERY_MESSAGES = 2000  # a transaction at least this often (besides every DRIFTLOG_STATE_INTERVAL_S)
+SHUTDOWN_BUDGET_S = 7.5  # SIGTERM → exit, whatever the broker does
 
 
 def broker_urls(bootstrap: str) -> list[str]:
@@ -234,11 +240,82 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
     return app, ops_service
 
 
+async def wait_for_broker(settings: Settings) -> bool:
+    """Before Faust starts (it gives up at once on a broker that is away): create the topics, waiting for the
+    broker while it does not answer, with ``/health`` served (503 "starting: waiting for the broker").
+    False when SIGTERM or SIGINT came first."""
+    status = Health("worker", settings.health_broker_timeout_s, settings.health_stall_s)
+    stopping, loop = asyncio.Event(), asyncio.get_running_loop()
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in before:
+        loop.add_signal_handler(sig, stopping.set)
+    try:
+        runner, _ = await ops.start_http(settings.http_host, settings.worker_http_port, status.verdict)
+        try:
+            cfg = settings
+            await until_broker(lambda: ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics,
+                                                     cfg.topic_partitions), status, stopping)  # fmt: skip
+            status.broker_ok()
+        finally:
+            await runner.cleanup()
+    finally:
+        for sig, handler in before.items():
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, handler)
+    return not stopping.is_set()
+
+
+class BoundedWorker(faust.Worker):
+    """Faust's worker, with its shutdown bounded: SIGTERM (or SIGINT) ends the process within
+    ``SHUTDOWN_BUDGET_S`` whatever the broker does (Faust's own stop can wait a minute and more for a broker
+    that is away, or for an agent in the middle of a backlog). What was not committed by then is not lost:
+    it was never acknowledged, and a restart resumes from the last committed snapshot."""
+
+    _deadline: threading.Timer | None = None
+
+    def install_signal_handlers(self) -> None:
+        """Faust's handlers run in the event loop, which a long step (a snapshot, an engine batch) can hold:
+        the deadline is armed at once, by a handler of Python's own (the event loop is still woken, through
+        its wakeup file descriptor, and runs Faust's)."""
+        super().install_signal_handlers()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self._bound_shutdown())
+        threading.excepthook = _thread_ended
+
+    def _bound_shutdown(self) -> None:
+        if self._deadline is not None:
+            return
+        for service in self.services:
+            if isinstance(service, OpsService) and service.tasks is not None:
+                service.tasks.stopping = True
+        self._deadline = threading.Timer(SHUTDOWN_BUDGET_S, _give_up)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+
+def _thread_ended(args: threading.ExceptHookArgs) -> None:
+    """Faust's consumer thread ends with a CancelledError when it is stopped while the broker is away: one
+    line, not a traceback (anything else is a bug, logged with its traceback)."""
+    if args.exc_type is asyncio.CancelledError:
+        log.info("a Faust thread was cancelled while stopping", extra={"thread": getattr(args.thread, "name", "")})
+    else:
+        log.error("a Faust thread failed", exc_info=(args.exc_type, args.exc_value, args.exc_traceback))  # type: ignore[arg-type]
+
+
+def _give_up() -> None:
+    log.warning(f"the worker did not stop within {SHUTDOWN_BUDGET_S:g}s; exiting now "
+                "(nothing acknowledged is lost: a restart resumes from the last committed snapshot)")  # fmt: skip
+    logging.shutdown()
+    os._exit(0)
+
+
 def run(settings: Settings) -> None:
     """Run the worker until SIGTERM/SIGINT; Faust commits what was processed on the way out."""
     (settings.home / "worker" / settings.worker_group).mkdir(parents=True, exist_ok=True)
+    if not asyncio.run(wait_for_broker(settings)):
+        return
     app, ops_service = build_app(settings)
-    worker = faust.Worker(
+    worker = BoundedWorker(
         app,
         ops_service,
         loglevel=settings.log_level,
@@ -246,4 +323,5 @@ def run(settings: Settings) -> None:
         quiet=True,
         redirect_stdouts=False,
     )
+    worker.spinner = None  # it writes terminal control codes, into a log file too
     worker.execute_from_commandline()
