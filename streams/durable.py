@@ -145,8 +145,9 @@ class Transactions:
         await self.producer.abort_transaction()  # (an empty transaction: nothing is sent)
 
     async def stop(self) -> None:
+        """Close the producer; with the broker away its undelivered sends are given up after a moment."""
         if self.producer is not None:
-            await self.producer.stop()
+            await bounded(asyncio.shield(_close(self.producer)), 3.0, "closing the transactional producer")
 
     async def restart(self, timeout_s: float) -> None:
         """Replace a producer that failed a commit (see the class); raises while the broker is away."""

@@ -39,6 +39,7 @@ from aiokafka.errors import ProducerFenced
 
 from audit.records import SourcePosition
 from streams.durable import Offsets, Snapshot, Transactions, ensure_state_topic, load_snapshot
+from streams.health import bounded
 from streams.kafka.admin import partitions
 from streams.pipeline import Output, Processor, channel_of
 
@@ -126,8 +127,7 @@ class WorkerState:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.reader
         if self.decisions is not None:
-            with contextlib.suppress(Exception):
-                await self.decisions.stop()
+            await bounded(self.decisions.stop(), 3.0, "closing the decision reader")
         await self.transactions.stop()
 
     async def _read_decisions(self) -> None:
