@@ -10,6 +10,11 @@ loaded (fencing the previous owner) where it is assigned next, after a SIGKILL t
 (``read_committed``) sees every record once, whatever the number of workers. Nothing in the agent may raise
 on bad input (Faust would ack and skip the message): the processor turns every input problem into a dead
 letter.
+
+Operations: a broker outage is ridden out — a transaction that fails is kept and resolved once the broker
+answers (:mod:`worker_state`), ``/health`` says 503 with the reason meanwhile; a fenced producer (another
+instance owns the task) stops the worker. Started while the broker is away, the worker waits for it
+(:func:`wait_for_broker`). SIGTERM ends it within ``SHUTDOWN_BUDGET_S`` in every state (:class:`BoundedWorker`).
 """
 
 from __future__ import annotations
@@ -180,8 +185,28 @@ async def handle_event(
     publish_metrics(out)
     ops.MESSAGES.labels(msg.topic).inc()
     ops_service.observe(msg.topic, msg.partition, msg.offset)
-    if len(state.acks) >= COMMIT_EVERY_MESSAGES:
-        await state.commit()
+    if len(state.acks) >= COMMIT_EVERY_MESSAGES and state.unresolved is None:  # (else the timer retries)
+        await commit_task(ops_service.app, ops_service, state)
+
+
+async def commit_task(app: faust.App, ops_service: OpsService, task: WorkerState) -> bool:
+    """One task's transaction (:meth:`WorkerState.commit`). One that failed waits for the broker (logged, on
+    ``/health``); anything else (a fenced producer, a bug) stops the worker — nothing unacknowledged is lost,
+    a restart resumes from the last committed snapshot. Never raises (an agent that raised would skip its
+    message); False when the worker is stopping."""
+    try:
+        if await task.commit() or not task.dirty:
+            ops_service.status.committed()
+    except TransactionFailed as exc:  # kept; committed once the broker is back (/health says so)
+        log.warning("a transaction of the worker's output failed; retrying",
+                    extra={"partition": task.partition, "error": str(exc)})  # fmt: skip
+    except Exception as exc:
+        ops_service.status.fail(exc)
+        log.error("the worker's output cannot be committed; stopping (a restart loses nothing)",
+                  extra={"error": repr(exc)})  # fmt: skip
+        await app.crash(exc)
+        return False
+    return True
 
 
 def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
@@ -220,17 +245,7 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
             out = task.tick()
             if out is not None:
                 publish_metrics(out)
-            try:
-                if await task.commit() or not task.dirty:
-                    ops_service.status.committed()
-            except TransactionFailed as exc:  # kept; committed once the broker is back (/health says so)
-                log.warning("a transaction of the worker's output failed; retrying",
-                            extra={"partition": task.partition, "error": str(exc)})  # fmt: skip
-            except Exception as exc:  # fenced, or a bug: nothing is acknowledged, a restart resumes exactly
-                ops_service.status.fail(exc)
-                log.error("the worker's output cannot be committed; stopping (a restart loses nothing)",
-                          extra={"error": repr(exc)})  # fmt: skip
-                await app.crash(exc)
+            if not await commit_task(app, ops_service, task):
                 return
 
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
