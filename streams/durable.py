@@ -19,6 +19,7 @@ snapshot's sequence number and part count, so a reader takes the newest complete
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import pickle
 import struct
@@ -71,7 +72,7 @@ async def ensure_state_topic(bootstrap: str, topic: str) -> None:
 
 async def load_snapshot(bootstrap: str, topic: str, group: str) -> Snapshot | None:
     """The newest complete snapshot of ``group`` (committed transactions only), or None."""
-    found, counts = await _read_parts(bootstrap, topic, group, 0, headers_only=False)
+    found, counts = await _read_parts(bootstrap, topic, group, 0)
     complete = [s for s, parts in found.items() if len(parts) == counts[s]]
     if not complete:
         return None
@@ -79,18 +80,32 @@ async def load_snapshot(bootstrap: str, topic: str, group: str) -> Snapshot | No
     return Snapshot.decode(seq, found[seq])
 
 
-async def committed_seq(bootstrap: str, topic: str, group: str, since: int) -> int | None:
-    """The sequence number of the newest complete snapshot of ``group`` at or after offset ``since`` of the
-    state topic (committed transactions only), or None: whether a transaction whose outcome the worker did
-    not learn (the broker went away during its commit) was committed after all."""
-    found, counts = await _read_parts(bootstrap, topic, group, since, headers_only=True)
-    return max((s for s, parts in found.items() if len(parts) == counts[s]), default=None)
+async def newest_committed(bootstrap: str, topic: str, group: str, since: int) -> tuple[int, bytes] | None:
+    """The sequence number and :func:`digest` of the newest complete snapshot of ``group`` at or after offset
+    ``since`` of the state topic (committed transactions only), or None: whether a transaction whose outcome
+    the worker did not learn (the broker went away during its commit) was committed after all, and whether
+    it was this instance's."""
+    found, counts = await _read_parts(bootstrap, topic, group, since, keep_header=True)
+    complete = [s for s, parts in found.items() if len(parts) == counts[s]]
+    if not complete:
+        return None
+    seq = max(complete)
+    return seq, digest([found[seq][i] for i in sorted(found[seq])])
+
+
+def digest(parts: list[bytes]) -> bytes:
+    """What identifies one encoded snapshot (its parts as sent, headers included)."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part)
+    return h.digest()
 
 
 async def _read_parts(
-    bootstrap: str, topic: str, group: str, since: int, headers_only: bool
+    bootstrap: str, topic: str, group: str, since: int, keep_header: bool = False
 ) -> tuple[dict[int, dict[int, bytes]], dict[int, int]]:
-    """Every snapshot part of ``group`` from offset ``since`` to the end: {seq: {part: body}}, {seq: parts}."""
+    """Every snapshot part of ``group`` from offset ``since`` to the end: {seq: {part: body}}, {seq: parts}
+    (a part with its header when ``keep_header``)."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False,
         max_partition_fetch_bytes=4 * PART_BYTES, auto_offset_reset="earliest",
@@ -110,7 +125,7 @@ async def _read_parts(
                 if record.key is None or not record.key.startswith(prefix) or record.value is None:
                     continue
                 seq, part, parts = _HEADER.unpack_from(record.value)
-                found.setdefault(seq, {})[part] = b"" if headers_only else record.value[_HEADER.size :]
+                found.setdefault(seq, {})[part] = record.value if keep_header else record.value[_HEADER.size :]
                 counts[seq] = parts
         return found, counts
     finally:
@@ -123,7 +138,7 @@ class Transactions:
     and the snapshot that covers it, atomically. A commit that fails or does not finish within
     ``TRANSACTION_TIMEOUT_S`` (the broker went away) leaves the producer unusable: :meth:`restart` replaces
     it, which fences the old one, so that the broker aborts the open transaction (or completes one whose
-    commit it had accepted); :meth:`committed_seq` then tells which it was."""
+    commit it had accepted); :meth:`newest_committed` then tells which it was."""
 
     bootstrap: str
     group: str
@@ -162,10 +177,10 @@ class Transactions:
                 _close(failed)
             raise
 
-    async def committed_seq(self, timeout_s: float) -> int | None:
-        """The newest snapshot of this task the state topic holds as committed (see :func:`committed_seq`)."""
+    async def newest_committed(self, timeout_s: float) -> tuple[int, bytes] | None:
+        """The newest snapshot of this task the state topic holds as committed (see :func:`newest_committed`)."""
         return await asyncio.wait_for(
-            committed_seq(self.bootstrap, self.state_topic, self.group, self.state_offset), timeout_s
+            newest_committed(self.bootstrap, self.state_topic, self.group, self.state_offset), timeout_s
         )
 
     async def commit(self, parts: list[bytes], outputs: list[Output]) -> None:

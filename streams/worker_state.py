@@ -38,7 +38,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import ProducerFenced
 
 from audit.records import SourcePosition
-from streams.durable import Offsets, Snapshot, Transactions, ensure_state_topic, load_snapshot
+from streams.durable import Offsets, Snapshot, Transactions, digest, ensure_state_topic, load_snapshot
 from streams.health import bounded
 from streams.kafka.admin import partitions
 from streams.pipeline import Output, Processor, channel_of
@@ -60,10 +60,16 @@ class _Unresolved:
     """A transaction whose outcome the task did not learn: the snapshot it carried and what it wrote."""
 
     seq: int
+    digest: bytes  # of the snapshot as sent (durable.digest)
     offsets: Offsets
     outputs: list[Output]
     acks: list[tuple[Any, Any]]
     since: float  # monotonic time of the first failure
+
+
+class TaskTakenOver(Exception):
+    """While the broker was away, another instance took the task over and committed its state: this one
+    must stop (a restart resumes from the newest committed snapshot)."""
 
 
 @dataclass
@@ -263,28 +269,33 @@ class WorkerState:
                 raise
             except Exception as exc:
                 self.error = _why(exc)
-                self.unresolved = _Unresolved(self.seq, snapshot.offsets, outputs, acks, time.monotonic())
+                self.unresolved = _Unresolved(self.seq, digest(parts), snapshot.offsets, outputs, acks,
+                                              time.monotonic())  # fmt: skip
                 raise TransactionFailed(self.error) from exc
             await self._committed(snapshot.offsets, acks)
             return sum(len(o.audit) for o in outputs)
 
     async def _resolve(self) -> bool:
         """After a failed transaction: a new producer (the broker aborts the open transaction, or completes
-        one whose commit it had accepted), then ask the state topic which. Committed: acknowledge its input.
-        Aborted: its records go again, before those produced since, with the next snapshot. False while the
-        broker does not answer."""
+        one whose commit it had accepted), then ask the state topic which. Committed (the newest snapshot is
+        the one it carried, byte for byte): acknowledge its input. Aborted: its records go again, before
+        those produced since, with the next snapshot. A newer or different snapshot was committed by another
+        instance that took the task over: :class:`TaskTakenOver`. False while the broker does not answer."""
         failed = self.unresolved
         assert failed is not None
         try:
             await self.transactions.restart(RECOVER_TIMEOUT_S)
-            seq = await self.transactions.committed_seq(RECOVER_TIMEOUT_S)
+            newest = await self.transactions.newest_committed(RECOVER_TIMEOUT_S)
         except ProducerFenced:
             raise
         except Exception as exc:
             self.error = _why(exc)
             return False
         self.unresolved, self.error = None, ""
-        if seq is not None and seq >= failed.seq:
+        if newest is not None and newest[0] >= failed.seq:
+            if newest != (failed.seq, failed.digest):
+                raise TaskTakenOver(f"partition {self.partition}: another worker committed snapshot {newest[0]} "
+                                    "while the broker was away; stopping (a restart resumes from it)")  # fmt: skip
             log.warning("a transaction whose commit failed was committed after all", extra={
                 "partition": self.partition, "snapshot": failed.seq})  # fmt: skip
             await self._committed(failed.offsets, failed.acks)

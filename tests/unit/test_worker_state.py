@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from aiokafka.errors import KafkaConnectionError, ProducerFenced
 
+from streams.durable import digest
 from streams.pipeline import Output, Processor
-from streams.worker_state import TransactionFailed, WorkerState
+from streams.worker_state import TaskTakenOver, TransactionFailed, WorkerState
 
 
 @dataclass
@@ -26,6 +27,7 @@ class Broker:
     up: bool = True
     commit_lands: bool = False  # the broker commits the transaction, but the answer is lost
     fenced: bool = False
+    digest: bytes = b""  # of the newest committed snapshot
 
 
 @dataclass
@@ -46,15 +48,17 @@ class FakeTransactions:
 
     def _land(self, seq: int, outputs: list[Output]) -> None:
         self.broker.records += [r for o in outputs for r in o.audit]  # type: ignore[misc]
-        self.broker.seq = seq
+        self.broker.seq, self.broker.digest = seq, digest([str(seq).encode()])
 
     async def restart(self, timeout_s: float) -> None:
         if not self.broker.up:
             raise KafkaConnectionError("broker away")
         self.restarts += 1
 
-    async def committed_seq(self, timeout_s: float) -> int | None:
-        return self.broker.seq
+    async def newest_committed(self, timeout_s: float) -> tuple[int, bytes] | None:
+        if self.broker.seq is None:
+            return None
+        return self.broker.seq, self.broker.digest
 
 
 class Snap:
@@ -198,3 +202,24 @@ def test_the_decision_reader_reports_a_failure_and_reads_again(monkeypatch: pyte
     assert "decision reader failed" in seen[0][0] and "connection lost" in seen[0][0]
     assert seen[1] == [] and consumer.reads > 2  # reading again, from the task's offsets
     assert consumer.seeks == [7]
+
+
+def test_a_task_taken_over_while_the_broker_was_away_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another instance committed the task's state meanwhile (a snapshot of the same sequence, not this
+    one's): the task must not count it as its own."""
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+
+    async def main() -> None:
+        take(state, stream, 0, "r0")
+        await state.commit(force=True)
+        broker.up = False
+        take(state, stream, 1, "r1")
+        with pytest.raises(TransactionFailed):
+            await state.commit(force=True)
+        broker.up, broker.seq, broker.digest = True, 2, b"another instance's snapshot"
+        await state.commit(force=True)
+
+    with pytest.raises(TaskTakenOver):
+        asyncio.run(main())
+    assert stream.acked == [0]  # nothing of the unresolved transaction acknowledged
