@@ -32,7 +32,6 @@ from mode import Service
 from audit.records import SourcePosition
 from streams import ops
 from streams.config import Settings
-from streams.contract.envelope import Reject
 from streams.health import Health, probe, until_broker
 from streams.kafka.admin import ensure_topics
 from streams.logs import config_dict
@@ -173,14 +172,8 @@ async def handle_event(
         return
     position = SourcePosition(msg.topic, msg.partition, msg.offset)
     value = msg.value if isinstance(msg.value, bytes) else b""
-    try:
-        now = float(msg.timestamp) if msg.timestamp else None  # Faust gives the record timestamp in seconds
-        out = state.handle(kind, value, position, encoding, now)
-    except Exception as exc:  # a bug must not make Faust ack and silently skip the message
-        log.exception("processing failed on a message; dead-lettered", extra=position.as_dict())
-        out = Output()
-        out.reject(value, position, [Reject("internal_error", repr(exc))])
-        state.outputs.append(out)
+    now = float(msg.timestamp) if msg.timestamp else None  # Faust gives the record timestamp in seconds
+    out = state.process(kind, value, position, encoding, now)
     state.acks.append((stream, event))
     publish_metrics(out)
     ops.MESSAGES.labels(msg.topic).inc()

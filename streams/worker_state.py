@@ -18,8 +18,8 @@ a task's records do not depend on how many workers share the partitions.
   kept, and once the broker answers again the producer is replaced (the broker resolves the open
   transaction) and the state topic says whether it was committed after all; if not, its records go again
   with the next snapshot. Input is acknowledged only after the transaction that covers it, so Faust's
-  committed offsets never pass the snapshot's. Only a fenced producer (another instance owns the task)
-  stops the worker.
+  committed offsets never pass the snapshot's. Only a fenced producer, or a snapshot committed meanwhile
+  by another instance (:class:`TaskTakenOver`), stops the worker.
 - The decision reader reports a failure (``problems``, shown on ``/health``) and starts again from the
   task's offsets, instead of dying silently.
 """
@@ -38,6 +38,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import ProducerFenced
 
 from audit.records import SourcePosition
+from streams.contract.envelope import Reject
 from streams.durable import Offsets, Snapshot, Transactions, digest, ensure_state_topic, load_snapshot
 from streams.health import bounded
 from streams.kafka.admin import partitions
@@ -156,7 +157,7 @@ class WorkerState:
             for tp, messages in batch.items():
                 for m in messages:
                     if not self.covered(tp.topic, tp.partition, m.offset):
-                        self.handle("decisions", m.value or b"", SourcePosition(tp.topic, tp.partition, m.offset))
+                        self.process("decisions", m.value or b"", SourcePosition(tp.topic, tp.partition, m.offset))
 
     def _seek_decisions(self) -> None:
         if self.decisions is None:
@@ -218,6 +219,20 @@ class WorkerState:
         self._keep(out)
         self.idle_since, self.flushed = None, False
         return out
+
+    def process(
+        self, kind: str, value: bytes, position: SourcePosition, encoding: str = "auto", now: float | None = None
+    ) -> Output:
+        """:meth:`handle`, where a failure (a bug) dead-letters the message as ``internal_error`` instead of
+        raising: an agent that raised would make Faust skip the message, the decision reader would stop."""
+        try:
+            return self.handle(kind, value, position, encoding, now)
+        except Exception as exc:
+            log.exception("processing failed on a message; dead-lettered", extra=position.as_dict())
+            out = Output()
+            out.reject(value, position, [Reject("internal_error", repr(exc))])
+            self._keep(out)
+            return out
 
     def tick(self) -> Output | None:
         """Periodically: release what the watermark allows now; after ``idle_flush_s`` of every channel

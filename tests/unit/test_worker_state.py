@@ -223,3 +223,17 @@ def test_a_task_taken_over_while_the_broker_was_away_stops(monkeypatch: pytest.M
     with pytest.raises(TaskTakenOver):
         asyncio.run(main())
     assert stream.acked == [0]  # nothing of the unresolved transaction acknowledged
+
+
+def test_a_message_whose_processing_fails_is_dead_lettered_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    from audit.records import SourcePosition
+
+    state = task(Broker(), monkeypatch)
+
+    def bug(*_: Any) -> Output:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(state, "handle", bug)
+    out = state.process("decisions", b"{}", SourcePosition("decisions", 0, 3))
+    assert [r.reason for dl in out.dead_letters for r in dl.rejects] == ["internal_error"]
+    assert state.outputs == [out] and state.dirty
