@@ -62,6 +62,7 @@ class OpsService(Service):
         self.status = Health("worker", settings.health_broker_timeout_s, settings.health_stall_s)
 
     async def on_start(self) -> None:
+        logging.getLogger("faust.app.base").addFilter(_crash_in_one_line)  # (logging is configured by now)
         self.runner, self.port = await ops.start_http(
             self.settings.http_host, self.settings.worker_http_port, self.health
         )
@@ -108,6 +109,14 @@ class OpsService(Service):
         highwater = self.app.consumer.highwater(_tp(topic, partition))
         if highwater is not None:
             ops.CONSUMER_LAG.labels(topic, str(partition)).set(max(0, highwater - offset - 1))
+
+
+def _crash_in_one_line(record: logging.LogRecord) -> bool:
+    """Faust logs the reason a worker stops (``app.crash``) with its traceback; the worker has said why in one
+    line already (a fenced producer, a task taken over): keep Faust's line, drop the traceback."""
+    if "Crashed reason=" in str(record.msg):
+        record.exc_info, record.exc_text = None, None
+    return True
 
 
 def _assignment(app: faust.App) -> list[str]:
