@@ -16,7 +16,8 @@ skipping it (it would be consumed again from the stored offsets on restart).
 
 Operations (:mod:`streams.health`, :mod:`audit.offsets_guard`): a broker outage is ridden out (the
 consumer reconnects and continues from its positions; the partition refresh and the checkpoint topic
-retry; ``/health`` turns 503 after ``DRIFTLOG_HEALTH_BROKER_TIMEOUT_S``). Stored offsets beyond the topic's
+retry; ``/health`` turns 503 after ``DRIFTLOG_HEALTH_BROKER_TIMEOUT_S``); a sink started while the broker is
+away waits for it (503, "starting: waiting for the broker") instead of exiting. Stored offsets beyond the topic's
 end refuse to run. A fatal fault is kept on ``/health`` (503, the reason) for ``FAULT_HOLD_S`` before the
 process exits 1; SIGTERM ends it within ``SHUTDOWN_BUDGET_S`` in every state.
 """
@@ -47,8 +48,8 @@ from audit.store import AuditStore, RawRecord, Run
 from streams import ops
 from streams.config import Settings
 from streams.errors import DriftlogError, OffsetsMismatch, StoreError
-from streams.health import Health, bounded, probe, time_left
-from streams.kafka.admin import partitions
+from streams.health import Health, bounded, probe, time_left, until_broker
+from streams.kafka.admin import ensure_topics, partitions
 
 log = logging.getLogger("driftlog.sink")
 PARTITION_REFRESH_S = 30.0
@@ -229,9 +230,8 @@ class AuditSink:
         )
         watcher: asyncio.Task[None] | None = None
         try:
-            await self.consumer.start()
+            await self._start_clients()
             watcher = asyncio.ensure_future(self.watch_broker())
-            await self.producer.start()
             while not self.status.ready and not self.stopping.is_set():  # the broker may be away at start
                 await self.assign()
                 if not self.status.ready:
@@ -264,6 +264,17 @@ class AuditSink:
             self.on_stop()
             self.store.close()
             self.writer.shutdown()
+
+    async def _start_clients(self) -> None:
+        """Create the topics and start the Kafka clients; while the broker is away, wait for it (``/health``
+        503 with the reason) instead of failing, until it answers or SIGTERM."""
+        cfg = self.settings
+        for step in (
+            lambda: ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions),
+            self.consumer.start,
+            self.producer.start,
+        ):
+            await until_broker(step, self.status, self.stopping, PROBE_S)
 
     async def _hold_fault(self, exc: BaseException) -> None:
         """Keep answering /health with the fault (503) for a while, so that it is seen; SIGTERM ends it."""

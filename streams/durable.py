@@ -18,6 +18,8 @@ snapshot's sequence number and part count, so a reader takes the newest complete
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import logging
 import pickle
 import struct
@@ -27,7 +29,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaConnectionError
 
+from streams.health import bounded
 from streams.pipeline import DeadLetter, Output, Processor
 
 log = logging.getLogger("driftlog.durable")
@@ -68,15 +72,49 @@ async def ensure_state_topic(bootstrap: str, topic: str) -> None:
 
 async def load_snapshot(bootstrap: str, topic: str, group: str) -> Snapshot | None:
     """The newest complete snapshot of ``group`` (committed transactions only), or None."""
+    found, counts = await _read_parts(bootstrap, topic, group, 0)
+    complete = [s for s, parts in found.items() if len(parts) == counts[s]]
+    if not complete:
+        return None
+    seq = max(complete)
+    return Snapshot.decode(seq, found[seq])
+
+
+async def newest_committed(bootstrap: str, topic: str, group: str, since: int) -> tuple[int, bytes] | None:
+    """The sequence number and :func:`digest` of the newest complete snapshot of ``group`` at or after offset
+    ``since`` of the state topic (committed transactions only), or None: whether a transaction whose outcome
+    the worker did not learn (the broker went away during its commit) was committed after all, and whether
+    it was this instance's."""
+    found, counts = await _read_parts(bootstrap, topic, group, since, keep_header=True)
+    complete = [s for s, parts in found.items() if len(parts) == counts[s]]
+    if not complete:
+        return None
+    seq = max(complete)
+    return seq, digest([found[seq][i] for i in sorted(found[seq])])
+
+
+def digest(parts: list[bytes]) -> bytes:
+    """What identifies one encoded snapshot (its parts as sent, headers included)."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part)
+    return h.digest()
+
+
+async def _read_parts(
+    bootstrap: str, topic: str, group: str, since: int, keep_header: bool = False
+) -> tuple[dict[int, dict[int, bytes]], dict[int, int]]:
+    """Every snapshot part of ``group`` from offset ``since`` to the end: {seq: {part: body}}, {seq: parts}
+    (a part with its header when ``keep_header``)."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False,
-        max_partition_fetch_bytes=4 * PART_BYTES,
+        max_partition_fetch_bytes=4 * PART_BYTES, auto_offset_reset="earliest",
     )  # fmt: skip
     await consumer.start()
     try:
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
+        consumer.seek(tp, since)
         end = (await consumer.end_offsets([tp]))[tp]
         found: dict[int, dict[int, bytes]] = {}
         counts: dict[int, int] = {}
@@ -87,13 +125,9 @@ async def load_snapshot(bootstrap: str, topic: str, group: str) -> Snapshot | No
                 if record.key is None or not record.key.startswith(prefix) or record.value is None:
                     continue
                 seq, part, parts = _HEADER.unpack_from(record.value)
-                found.setdefault(seq, {})[part] = record.value[_HEADER.size :]
+                found.setdefault(seq, {})[part] = record.value if keep_header else record.value[_HEADER.size :]
                 counts[seq] = parts
-        complete = [s for s, parts in found.items() if len(parts) == counts[s]]
-        if not complete:
-            return None
-        seq = max(complete)
-        return Snapshot.decode(seq, found[seq])
+        return found, counts
     finally:
         await consumer.stop()
 
@@ -101,7 +135,10 @@ async def load_snapshot(bootstrap: str, topic: str, group: str) -> Snapshot | No
 @dataclass
 class Transactions:
     """The worker's transactional producer: :meth:`commit` writes what was produced since the last commit
-    and the snapshot that covers it, atomically."""
+    and the snapshot that covers it, atomically. A commit that fails or does not finish within
+    ``TRANSACTION_TIMEOUT_S`` (the broker went away) leaves the producer unusable: :meth:`restart` replaces
+    it, which fences the old one, so that the broker aborts the open transaction (or completes one whose
+    commit it had accepted); :meth:`newest_committed` then tells which it was."""
 
     bootstrap: str
     group: str
@@ -109,30 +146,72 @@ class Transactions:
     audit_topic: str
     dead_letter_topic: str
     producer: AIOKafkaProducer | None = None
+    state_offset: int = 0  # where the newest committed snapshot of this group starts in the state topic
 
     async def start(self) -> None:
+        """A producer with the task's transactional id, its producer id initialised: an earlier instance is
+        fenced and its open transaction resolved by the broker before this returns."""
         self.producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap, transactional_id=f"{self.group}/worker", enable_idempotence=True,
             acks="all", max_request_size=8 * 1024 * 1024, linger_ms=5,
         )  # fmt: skip
-        await self.producer.start()  # fences an earlier instance and aborts its open transaction
+        await self.producer.start()
+        await self.producer.begin_transaction()  # waits for the producer id: the fencing happens here
+        await self.producer.abort_transaction()  # (an empty transaction: nothing is sent)
 
     async def stop(self) -> None:
+        """Close the producer; with the broker away its undelivered sends are given up after a moment."""
         if self.producer is not None:
-            await self.producer.stop()
+            await bounded(asyncio.shield(_close(self.producer)), 3.0, "closing the transactional producer")
+
+    async def restart(self, timeout_s: float) -> None:
+        """Replace a producer that failed a commit (see the class); raises while the broker is away."""
+        old, self.producer = self.producer, None
+        if old is not None:  # it may hold sends it cannot deliver: it closes in the background
+            await bounded(asyncio.shield(_close(old)), min(2.0, timeout_s), "closing a failed transactional producer")
+        try:
+            await asyncio.wait_for(self.start(), timeout_s)
+        except BaseException:
+            failed, self.producer = self.producer, None
+            if failed is not None:
+                _close(failed)
+            raise
+
+    async def newest_committed(self, timeout_s: float) -> tuple[int, bytes] | None:
+        """The newest snapshot of this task the state topic holds as committed (see :func:`newest_committed`)."""
+        return await asyncio.wait_for(
+            newest_committed(self.bootstrap, self.state_topic, self.group, self.state_offset), timeout_s
+        )
 
     async def commit(self, parts: list[bytes], outputs: list[Output]) -> None:
-        """The outputs and the encoded snapshot (:meth:`Snapshot.encode`) that covers them, atomically."""
+        """The outputs and the encoded snapshot (:meth:`Snapshot.encode`) that covers them, atomically. On
+        failure nothing is aborted here (the broker may be away): :meth:`restart` does that."""
         producer = self.producer
-        assert producer is not None, "start() first"
-        async with producer.transaction():
-            for out in outputs:
-                for record in out.audit:
-                    await producer.send(self.audit_topic, record.encode(), key=record.key.encode())
-                for dl in out.dead_letters:
-                    await _send_dead_letter(producer, self.dead_letter_topic, dl)
-            for i, part in enumerate(parts):
-                await producer.send(self.state_topic, part, key=f"{self.group}/{i}".encode(), partition=0)
+        if producer is None:
+            raise KafkaConnectionError("the transactional producer is not started (the broker was away)")
+        await producer.begin_transaction()
+        for out in outputs:
+            for record in out.audit:
+                await producer.send(self.audit_topic, record.encode(), key=record.key.encode())
+            for dl in out.dead_letters:
+                await _send_dead_letter(producer, self.dead_letter_topic, dl)
+        first = None
+        for i, part in enumerate(parts):
+            sent = await producer.send(self.state_topic, part, key=f"{self.group}/{i}".encode(), partition=0)
+            first = first or sent
+        await producer.commit_transaction()
+        if first is not None:
+            self.state_offset = (await first).offset
+
+
+_closing: set[asyncio.Future[None]] = set()  # producers closing in the background (referenced until closed)
+
+
+def _close(producer: AIOKafkaProducer) -> asyncio.Future[None]:
+    closing: asyncio.Future[None] = asyncio.ensure_future(producer.stop())
+    _closing.add(closing)
+    closing.add_done_callback(_closing.discard)
+    return closing
 
 
 async def _send_dead_letter(producer: AIOKafkaProducer, topic: str, dl: DeadLetter) -> Any:

@@ -7,6 +7,8 @@ endpoint's answer: 503 with the reasons when
 - the broker has been unreachable for ``broker_timeout_s`` (a short blip is ridden out quietly),
 - records wait (lag > 0) but nothing was committed for ``stall_s``,
 - a fault was recorded (a write failed, stored offsets lie beyond the topic's end, ...),
+- a passing problem is being ridden out (``problems``: a transaction waiting for the broker, a reader
+  starting again),
 - the process is still starting (``ready`` not set yet) or shutting down.
 
 The sink uses it; the worker can use it the same way (see ``broker_ok``/``broker_failed``). The clock is
@@ -16,11 +18,14 @@ injectable so that tests do not sleep.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from aiokafka.errors import KafkaError, KafkaTimeoutError
 
 _T = TypeVar("_T")
 log = logging.getLogger("driftlog.health")
@@ -42,6 +47,7 @@ class Health:
     ready: bool = False  # set once the process consumes (partitions assigned): 503 "starting" before
     stopping: bool = False
     details: dict[str, Any] = field(default_factory=dict)  # extra fields shown as they are
+    problems: list[str] = field(default_factory=list)  # passing troubles the process is riding out (503)
 
     def __post_init__(self) -> None:
         self.started = self.clock()
@@ -82,8 +88,11 @@ class Health:
         now, out = self.clock(), []
         if self.fault is not None:
             out.append(self.fault)
+        out.extend(self.problems)
         if self.stopping:
             out.append("shutting down")
+        elif not self.ready and self.broker_down_since is not None:
+            out.append(f"starting: waiting for the broker ({self.broker_error})")
         elif not self.ready:
             out.append("starting: not consuming yet")
         if self.broker_down_since is not None and now - self.broker_down_since >= self.broker_timeout_s:
@@ -152,6 +161,24 @@ async def probe(bootstrap: str, timeout_s: float = 2.0) -> str | None:
         writer.close()
         return None
     return "; ".join(errors) or "no bootstrap servers configured"
+
+
+async def until_broker(
+    attempt: Callable[[], Awaitable[_T]], status: Health, stopping: asyncio.Event, every_s: float = 5.0
+) -> _T | None:
+    """``attempt()`` (a step that needs the broker: create the topics, start a client) until it succeeds,
+    every ``every_s`` while the broker is away (``status`` says so: 503 "starting: waiting for the broker");
+    None when ``stopping`` is set first. Each attempt is bounded by three times ``every_s``."""
+    while not stopping.is_set():
+        try:
+            return await asyncio.wait_for(attempt(), every_s * 3)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            if isinstance(exc, KafkaError) and not (exc.retriable or isinstance(exc, KafkaTimeoutError)):
+                raise  # the broker answered: something else is wrong (a refused topic, an ACL)
+            status.broker_failed(exc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), every_s)
+    return None
 
 
 def time_left(budget_s: float) -> Callable[[], float]:

@@ -13,9 +13,10 @@ from typing import Any
 from streams.config import Settings
 from streams.durable import Transactions
 from streams.pipeline import build_processor
-from streams.worker_state import Highwater, WorkerState
+from streams.worker_state import Highwater, TransactionFailed, WorkerState
 
 log = logging.getLogger("driftlog.worker")
+STOPPING_COMMIT_S = 3.0  # on SIGTERM, a revoked task's last commit gives up after this long
 
 
 @dataclass
@@ -24,6 +25,7 @@ class Tasks:
     highwater: Highwater
     tasks: dict[int, WorkerState] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    stopping: bool = False  # SIGTERM: a revoked task's last commit may take only STOPPING_COMMIT_S
 
     def new(self, partition: int) -> WorkerState:
         s = self.settings
@@ -35,7 +37,11 @@ class Tasks:
         """Commit what the revoked tasks hold (the next owner loads it); they stop when the new assignment
         says whether they stay."""
         for p in sorted(set(partitions) & set(self.tasks)):
-            await self.tasks[p].commit(force=True)
+            try:
+                commit = self.tasks[p].commit(force=True)
+                await (asyncio.wait_for(commit, STOPPING_COMMIT_S) if self.stopping else commit)
+            except (TransactionFailed, TimeoutError) as exc:  # the next owner resumes from the last snapshot
+                log.warning("could not commit a revoked task", extra={"partition": p, "error": repr(exc)})
 
     async def assigned(self, partitions: Iterable[int]) -> None:
         wanted = set(partitions)

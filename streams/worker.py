@@ -10,11 +10,20 @@ loaded (fencing the previous owner) where it is assigned next, after a SIGKILL t
 (``read_committed``) sees every record once, whatever the number of workers. Nothing in the agent may raise
 on bad input (Faust would ack and skip the message): the processor turns every input problem into a dead
 letter.
+
+Operations: a broker outage is ridden out — a transaction that fails is kept and resolved once the broker
+answers (:mod:`worker_state`), ``/health`` says 503 with the reason meanwhile; a fenced producer (another
+instance owns the task) stops the worker. Started while the broker is away, the worker waits for it
+(:func:`wait_for_broker`). SIGTERM ends it within ``SHUTDOWN_BUDGET_S`` in every state (:class:`BoundedWorker`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import signal
+import threading
 from typing import Any
 
 import faust
@@ -23,15 +32,16 @@ from mode import Service
 from audit.records import SourcePosition
 from streams import ops
 from streams.config import Settings
-from streams.contract.envelope import Reject
-from streams.health import Health, probe
+from streams.health import Health, probe, until_broker
+from streams.kafka.admin import ensure_topics
 from streams.logs import config_dict
 from streams.pipeline import Output
 from streams.tasks import Tasks, on_rebalance
-from streams.worker_state import WorkerState
+from streams.worker_state import TransactionFailed, WorkerState
 
 log = logging.getLogger("driftlog.worker")
 COMMIT_EVERY_MESSAGES = 2000  # a transaction at least this often (besides every DRIFTLOG_STATE_INTERVAL_S)
+SHUTDOWN_BUDGET_S = 7.5  # SIGTERM → exit, whatever the broker does
 
 
 def broker_urls(bootstrap: str) -> list[str]:
@@ -52,6 +62,7 @@ class OpsService(Service):
         self.status = Health("worker", settings.health_broker_timeout_s, settings.health_stall_s)
 
     async def on_start(self) -> None:
+        logging.getLogger("faust.app.base").addFilter(_crash_in_one_line)  # (logging is configured by now)
         self.runner, self.port = await ops.start_http(
             self.settings.http_host, self.settings.worker_http_port, self.health
         )
@@ -66,13 +77,13 @@ class OpsService(Service):
         its state; 503 with the reason when the broker has been away too long, output stalls behind lag, or
         a transaction failed (:mod:`streams.health`)."""
         app = self.app
-        consumer = app.consumer if app.producer is not None else None
-        assigned = sorted(f"{tp.topic}/{tp.partition}" for tp in consumer.assignment()) if consumer else []
+        assigned = _assignment(app)
         joined = app.rebalancing_count > 0 and not app.rebalancing
         tasks = self.tasks.each() if self.tasks is not None else []
         ready = bool(tasks) and all(t.ready.is_set() for t in tasks)
         self.status.ready = joined and ready
         self.status.stopping = bool(app.should_stop)
+        self.status.problems = [p for t in tasks for p in t.problems()]
         self.status.details = {
             "assigned": assigned, "rebalancing": app.rebalancing, "state_loaded": ready,
             "snapshots": {t.partition: t.seq for t in tasks},
@@ -98,6 +109,23 @@ class OpsService(Service):
         highwater = self.app.consumer.highwater(_tp(topic, partition))
         if highwater is not None:
             ops.CONSUMER_LAG.labels(topic, str(partition)).set(max(0, highwater - offset - 1))
+
+
+def _crash_in_one_line(record: logging.LogRecord) -> bool:
+    """Faust logs the reason a worker stops (``app.crash``) with its traceback; the worker has said why in one
+    line already (a fenced producer, a task taken over): keep Faust's line, drop the traceback."""
+    if "Crashed reason=" in str(record.msg):
+        record.exc_info, record.exc_text = None, None
+    return True
+
+
+def _assignment(app: faust.App) -> list[str]:
+    """The topic partitions assigned to the worker (none while its consumer has not started)."""
+    try:
+        consumer = app.consumer if app.producer is not None else None
+        return sorted(f"{tp.topic}/{tp.partition}" for tp in consumer.assignment()) if consumer else []
+    except Exception:
+        return []
 
 
 def _tp(topic: str, partition: int) -> Any:
@@ -145,25 +173,42 @@ async def handle_event(
     """One input message: skipped if the restored state covers it, else processed; acknowledged after the
     transaction that covers it (:meth:`WorkerState.commit`)."""
     msg = event.message
-    if state.covered(msg.topic, msg.partition, msg.offset):
-        await stream.ack(event)
+    if state.covered(msg.topic, msg.partition, msg.offset):  # a re-delivery (after a restart or a rebalance)
+        if state.durable(msg.topic, msg.partition, msg.offset):
+            await stream.ack(event)
+        else:
+            state.acks.append((stream, event))  # acknowledged with the snapshot that will cover it
         return
     position = SourcePosition(msg.topic, msg.partition, msg.offset)
     value = msg.value if isinstance(msg.value, bytes) else b""
-    try:
-        now = float(msg.timestamp) if msg.timestamp else None  # Faust gives the record timestamp in seconds
-        out = state.handle(kind, value, position, encoding, now)
-    except Exception as exc:  # a bug must not make Faust ack and silently skip the message
-        log.exception("processing failed on a message; dead-lettered", extra=position.as_dict())
-        out = Output()
-        out.reject(value, position, [Reject("internal_error", repr(exc))])
-        state.outputs.append(out)
+    now = float(msg.timestamp) if msg.timestamp else None  # Faust gives the record timestamp in seconds
+    out = state.process(kind, value, position, encoding, now)
     state.acks.append((stream, event))
     publish_metrics(out)
     ops.MESSAGES.labels(msg.topic).inc()
     ops_service.observe(msg.topic, msg.partition, msg.offset)
-    if len(state.acks) >= COMMIT_EVERY_MESSAGES:
-        await state.commit()
+    if len(state.acks) >= COMMIT_EVERY_MESSAGES and state.unresolved is None:  # (else the timer retries)
+        await commit_task(ops_service.app, ops_service, state)
+
+
+async def commit_task(app: faust.App, ops_service: OpsService, task: WorkerState) -> bool:
+    """One task's transaction (:meth:`WorkerState.commit`). One that failed waits for the broker (logged, on
+    ``/health``); anything else (a fenced producer, a bug) stops the worker — nothing unacknowledged is lost,
+    a restart resumes from the last committed snapshot. Never raises (an agent that raised would skip its
+    message); False when the worker is stopping."""
+    try:
+        if await task.commit() or not task.dirty:
+            ops_service.status.committed()
+    except TransactionFailed as exc:  # kept; committed once the broker is back (/health says so)
+        log.warning("a transaction of the worker's output failed; retrying",
+                    extra={"partition": task.partition, "error": str(exc)})  # fmt: skip
+    except Exception as exc:
+        ops_service.status.fail(exc)
+        log.error("the worker's output cannot be committed; stopping (a restart loses nothing)",
+                  extra={"error": repr(exc)})  # fmt: skip
+        await app.crash(exc)
+        return False
+    return True
 
 
 def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
@@ -202,14 +247,7 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
             out = task.tick()
             if out is not None:
                 publish_metrics(out)
-            try:
-                if await task.commit() or not task.dirty:
-                    ops_service.status.committed()
-            except Exception as exc:  # nothing is acknowledged: a restart resumes from the last snapshot
-                ops_service.status.fail(exc)
-                log.error("a transaction of the worker's output failed; stopping (a restart loses nothing)",
-                          extra={"error": repr(exc)})  # fmt: skip
-                await app.crash(exc)
+            if not await commit_task(app, ops_service, task):
                 return
 
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
@@ -219,11 +257,82 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
     return app, ops_service
 
 
+async def wait_for_broker(settings: Settings) -> bool:
+    """Before Faust starts (it gives up at once on a broker that is away): create the topics, waiting for the
+    broker while it does not answer, with ``/health`` served (503 "starting: waiting for the broker").
+    False when SIGTERM or SIGINT came first."""
+    status = Health("worker", settings.health_broker_timeout_s, settings.health_stall_s)
+    stopping, loop = asyncio.Event(), asyncio.get_running_loop()
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in before:
+        loop.add_signal_handler(sig, stopping.set)
+    try:
+        runner, _ = await ops.start_http(settings.http_host, settings.worker_http_port, status.verdict)
+        try:
+            cfg = settings
+            await until_broker(lambda: ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics,
+                                                     cfg.topic_partitions), status, stopping)  # fmt: skip
+            status.broker_ok()
+        finally:
+            await runner.cleanup()
+    finally:
+        for sig, handler in before.items():
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, handler)
+    return not stopping.is_set()
+
+
+class BoundedWorker(faust.Worker):
+    """Faust's worker, with its shutdown bounded: SIGTERM (or SIGINT) ends the process within
+    ``SHUTDOWN_BUDGET_S`` whatever the broker does (Faust's own stop can wait a minute and more for a broker
+    that is away, or for an agent in the middle of a backlog). What was not committed by then is not lost:
+    it was never acknowledged, and a restart resumes from the last committed snapshot."""
+
+    _deadline: threading.Timer | None = None
+
+    def install_signal_handlers(self) -> None:
+        """Faust's handlers run in the event loop, which a long step (a snapshot, an engine batch) can hold:
+        the deadline is armed at once, by a handler of Python's own (the event loop is still woken, through
+        its wakeup file descriptor, and runs Faust's)."""
+        super().install_signal_handlers()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self._bound_shutdown())
+        threading.excepthook = _thread_ended
+
+    def _bound_shutdown(self) -> None:
+        if self._deadline is not None:
+            return
+        for service in self.services:
+            if isinstance(service, OpsService) and service.tasks is not None:
+                service.tasks.stopping = True
+        self._deadline = threading.Timer(SHUTDOWN_BUDGET_S, _give_up)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+
+def _thread_ended(args: threading.ExceptHookArgs) -> None:
+    """Faust's consumer thread ends with a CancelledError when it is stopped while the broker is away: one
+    line, not a traceback (anything else is a bug, logged with its traceback)."""
+    if args.exc_type is asyncio.CancelledError:
+        log.info("a Faust thread was cancelled while stopping", extra={"thread": getattr(args.thread, "name", "")})
+    else:
+        log.error("a Faust thread failed", exc_info=(args.exc_type, args.exc_value, args.exc_traceback))  # type: ignore[arg-type]
+
+
+def _give_up() -> None:
+    log.warning(f"the worker did not stop within {SHUTDOWN_BUDGET_S:g}s; exiting now "
+                "(nothing acknowledged is lost: a restart resumes from the last committed snapshot)")  # fmt: skip
+    logging.shutdown()
+    os._exit(0)
+
+
 def run(settings: Settings) -> None:
     """Run the worker until SIGTERM/SIGINT; Faust commits what was processed on the way out."""
     (settings.home / "worker" / settings.worker_group).mkdir(parents=True, exist_ok=True)
+    if not asyncio.run(wait_for_broker(settings)):
+        return
     app, ops_service = build_app(settings)
-    worker = faust.Worker(
+    worker = BoundedWorker(
         app,
         ops_service,
         loglevel=settings.log_level,
@@ -231,4 +340,5 @@ def run(settings: Settings) -> None:
         quiet=True,
         redirect_stdouts=False,
     )
+    worker.spinner = None  # it writes terminal control codes, into a log file too
     worker.execute_from_commandline()

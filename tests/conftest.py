@@ -14,10 +14,14 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from streams.config import Settings, load
+
+if TYPE_CHECKING:
+    from streams.kafka.launcher import LocalKafka
 
 REQUIRE_BROKER = os.environ.get("DRIFTLOG_REQUIRE_BROKER") == "1"
 BROKER: dict[str, str] = {}  # what the integration tests talked to, for the summary
@@ -73,6 +77,28 @@ def fresh_settings(kafka_bootstrap: str, tmp_path: Path) -> Settings:
     run = f"t-{uuid.uuid4().hex[:10]}"
     base = load(kafka_bootstrap_servers=kafka_bootstrap, home=tmp_path / "home", topic_partitions=2)
     return namespaced(base, run, tmp_path / "audit.duckdb")
+
+
+@pytest.fixture(scope="module")
+def own_broker() -> Iterator[LocalKafka]:
+    """A local broker of the module's own, for tests that stop and start it (never the shared one)."""
+    from streams.errors import LauncherError
+    from streams.kafka.launcher import LocalKafka
+
+    settings = load()
+    broker = LocalKafka(
+        settings.kafka_home, settings.kafka_version, name=f"outage-{os.getpid()}-{uuid.uuid4().hex[:4]}"
+    )
+    try:
+        broker.start()
+    except LauncherError as exc:
+        if REQUIRE_BROKER:
+            pytest.fail(f"no local broker for the outage tests: {exc}")
+        pytest.skip(f"no local broker for the outage tests: {exc}")
+    try:
+        yield broker
+    finally:
+        broker.wipe()
 
 
 def pytest_report_header() -> str:

@@ -97,12 +97,9 @@ def topics_create(ctx: click.Context) -> None:
 def worker(ctx: click.Context) -> None:
     """Run the Faust worker: telemetry → engine → audit and dead-letter topics (until SIGTERM)."""
     exit_on_sigterm_until_running()
-    from streams.kafka.admin import ensure_topics
     from streams.worker import run
 
-    s = with_broker(settings_of(ctx))
-    asyncio.run(ensure_topics(s.kafka_bootstrap_servers, s.all_topics, s.topic_partitions))
-    run(s)
+    run(with_broker(settings_of(ctx)))  # creates the topics (waiting for the broker if it is away)
 
 
 @cli.command()
@@ -114,11 +111,9 @@ def sink(ctx: click.Context, db_path: Path | None) -> None:
     from audit.duckdb_store import DuckDBStore
     from audit.sink import run
     from audit.sql_service import require_token_off_loopback
-    from streams.kafka.admin import ensure_topics
 
     s = with_broker(settings_of(ctx))
     if db_path is not None:
         s = s.model_copy(update={"db_path": db_path})
     require_token_off_loopback(s.http_host, s.sql_token)  # before anything is opened
-    asyncio.run(ensure_topics(s.kafka_bootstrap_servers, s.all_topics, s.topic_partitions))
-    run(s, DuckDBStore(s.db_path))
+    run(s, DuckDBStore(s.db_path))  # creates the topics (waiting for the broker if it is away)

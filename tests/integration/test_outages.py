@@ -14,7 +14,7 @@ import signal
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,6 @@ from audit.query import run_query
 from audit.verify import verify
 from streams.config import Settings, load, to_env
 from streams.demo import namespaced, produce
-from streams.errors import LauncherError
 from streams.kafka.admin import delete_topics, ensure_topics
 from streams.kafka.launcher import LocalKafka
 from streams.supervise import Child
@@ -33,22 +32,6 @@ from tests.integration.test_sink_exactly_once import audit_records
 
 pytestmark = pytest.mark.integration
 OUTAGE_S = 12.0  # longer than the health limit below, short enough for CI
-
-
-@pytest.fixture(scope="module")
-def own_broker() -> Iterator[LocalKafka]:
-    settings = load()
-    broker = LocalKafka(settings.kafka_home, settings.kafka_version, name=f"outage-{os.getpid()}")
-    try:
-        broker.start()
-    except LauncherError as exc:
-        if os.environ.get("DRIFTLOG_REQUIRE_BROKER") == "1":
-            pytest.fail(f"no local broker for the outage tests: {exc}")
-        pytest.skip(f"no local broker for the outage tests: {exc}")
-    try:
-        yield broker
-    finally:
-        broker.wipe()
 
 
 def _settings(bootstrap: str, tmp_path: Path, name: str) -> Settings:

@@ -114,3 +114,54 @@ def test_rate_limit_lets_a_burst_through_then_counts_what_it_dropped() -> None:
 )
 def test_plain_strips_terminal_control_codes(text: str) -> None:
     assert plain(text) == "green"
+
+
+def test_a_step_that_needs_the_broker_waits_for_it_and_says_so() -> None:
+    from aiokafka.errors import KafkaConnectionError
+
+    from streams.health import until_broker
+
+    h = Health("worker", clock=Clock())
+    seen: list[list[str]] = []
+    attempts = 0
+
+    async def create_topics() -> str:
+        nonlocal attempts
+        attempts += 1
+        seen.append(h.reasons())
+        if attempts < 3:
+            raise KafkaConnectionError("Unable to bootstrap from [('127.0.0.1', 1)]")
+        return "created"
+
+    assert asyncio.run(until_broker(create_topics, h, asyncio.Event(), every_s=0.01)) == "created"
+    assert attempts == 3
+    assert seen[1] == ["starting: waiting for the broker (KafkaConnectionError: Unable to bootstrap from "
+                       "[('127.0.0.1', 1)])"]  # fmt: skip
+    h.broker_ok()
+    assert h.reasons() == ["starting: not consuming yet"]
+
+
+def test_waiting_for_the_broker_ends_on_sigterm_and_not_on_other_errors() -> None:
+    from aiokafka.errors import KafkaConnectionError, PolicyViolationError
+
+    from streams.health import until_broker
+
+    async def away() -> None:
+        raise KafkaConnectionError("away")
+
+    async def stop_soon(stopping: asyncio.Event) -> None:
+        await asyncio.sleep(0.05)
+        stopping.set()
+
+    async def main() -> object:
+        stopping = asyncio.Event()
+        asyncio.ensure_future(stop_soon(stopping))  # noqa: RUF006
+        return await asyncio.wait_for(until_broker(away, Health("sink"), stopping, every_s=10.0), 2.0)
+
+    assert asyncio.run(main()) is None  # SIGTERM while waiting: at once, not after every_s
+
+    async def refused() -> None:
+        raise PolicyViolationError("topic creation refused")
+
+    with pytest.raises(PolicyViolationError):  # the broker answered: not a wait
+        asyncio.run(until_broker(refused, Health("sink"), asyncio.Event(), every_s=0.01))

@@ -1,0 +1,239 @@
+"""A task's transactions through a broker outage (an in-memory twin of :class:`streams.durable.Transactions`):
+a failed commit keeps what it carried, is resolved once the broker answers (committed after all, or aborted
+and sent again), every record reaches the committed output once and input is acknowledged only after the
+snapshot that covers it; a fenced producer stops the task; the decision reader reports a failure and reads
+on. (tests/integration/test_worker_outage.py does the same against a real broker that is stopped.)"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiokafka.errors import KafkaConnectionError, ProducerFenced
+
+from streams.durable import digest
+from streams.pipeline import Output, Processor
+from streams.worker_state import TaskTakenOver, TransactionFailed, WorkerState
+
+
+@dataclass
+class Broker:
+    """What the broker holds as committed: records, and the newest snapshot's sequence."""
+
+    records: list[str] = field(default_factory=list)
+    seq: int | None = None
+    up: bool = True
+    commit_lands: bool = False  # the broker commits the transaction, but the answer is lost
+    fenced: bool = False
+    digest: bytes = b""  # of the newest committed snapshot
+
+
+@dataclass
+class FakeTransactions:
+    broker: Broker
+    restarts: int = 0
+
+    async def commit(self, parts: list[bytes], outputs: list[Output]) -> None:
+        if self.broker.fenced:
+            raise ProducerFenced()
+        seq = int(parts[0].decode())
+        if self.broker.up:
+            self._land(seq, outputs)
+            return
+        if self.broker.commit_lands:
+            self._land(seq, outputs)
+        raise KafkaConnectionError("broker away")
+
+    def _land(self, seq: int, outputs: list[Output]) -> None:
+        self.broker.records += [r for o in outputs for r in o.audit]  # type: ignore[misc]
+        self.broker.seq, self.broker.digest = seq, digest([str(seq).encode()])
+
+    async def restart(self, timeout_s: float) -> None:
+        if not self.broker.up:
+            raise KafkaConnectionError("broker away")
+        self.restarts += 1
+
+    async def newest_committed(self, timeout_s: float) -> tuple[int, bytes] | None:
+        if self.broker.seq is None:
+            return None
+        return self.broker.seq, self.broker.digest
+
+
+class Snap:
+    """Stands in for :class:`streams.durable.Snapshot` so that the parts carry just the sequence."""
+
+    def __init__(self, seq: int, processor: Any, offsets: Any) -> None:
+        self.seq, self.offsets = seq, offsets
+
+    def encode(self) -> list[bytes]:
+        return [str(self.seq).encode()]
+
+
+@dataclass
+class Event:
+    message: Any
+
+
+@dataclass
+class Message:
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass
+class Stream:
+    acked: list[int] = field(default_factory=list)
+
+    async def ack(self, event: Event) -> None:
+        self.acked.append(event.message.offset)
+
+
+def task(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> WorkerState:
+    monkeypatch.setattr("streams.worker_state.Snapshot", Snap)
+    return WorkerState(0, Processor(), FakeTransactions(broker), lambda t, p: None, 2.0)  # type: ignore[arg-type]
+
+
+def take(state: WorkerState, stream: Stream, offset: int, record: str) -> None:
+    """As the agent does: the state moves past ``offset`` and holds ``record`` until a commit."""
+    state.offsets[("telemetry", 0)] = offset + 1
+    out = Output()
+    out.audit.append(record)  # type: ignore[arg-type]
+    state.outputs.append(out)
+    state.acks.append((stream, Event(Message("telemetry", 0, offset))))
+    state.dirty = True
+
+
+@pytest.mark.parametrize("commit_lands", [False, True], ids=["aborted", "committed-after-all"])
+def test_a_failed_transaction_is_kept_and_resolved_once_the_broker_is_back(
+    commit_lands: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker, stream = Broker(commit_lands=commit_lands), Stream()
+    state = task(broker, monkeypatch)
+
+    async def main() -> None:
+        take(state, stream, 0, "r0")
+        assert await state.commit(force=True) == 1
+        assert stream.acked == [0]
+        broker.up = False
+        take(state, stream, 1, "r1")
+        with pytest.raises(TransactionFailed):
+            await state.commit(force=True)
+        assert stream.acked == [0]  # nothing acknowledged while the outcome is unknown
+        assert state.problems() and "not committed" in state.problems()[0]
+        take(state, stream, 2, "r2")  # input goes on while the broker is away
+        with pytest.raises(TransactionFailed):  # still away: still unresolved
+            await state.commit(force=True)
+        assert state.tick() is None  # the idle clock does not run while a transaction is unresolved
+        broker.up = True
+        await state.commit(force=True)
+        assert state.problems() == []
+
+    asyncio.run(main())
+    assert broker.records == ["r0", "r1", "r2"]  # each once, whichever way the failed commit went
+    assert sorted(stream.acked) == [0, 1, 2]
+    assert state.committed_offsets == {("telemetry", 0): 3}
+    assert state.transactions.restarts == 1  # type: ignore[attr-defined]
+
+
+def test_a_redelivery_beyond_the_committed_snapshot_is_acknowledged_only_with_the_next_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+    take(state, stream, 0, "r0")
+    asyncio.run(state.commit(force=True))
+    take(state, stream, 1, "r1")
+    assert state.covered("telemetry", 0, 1) and not state.durable("telemetry", 0, 1)
+    assert state.durable("telemetry", 0, 0)
+
+
+def test_a_fenced_producer_stops_the_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    broker, stream = Broker(fenced=True), Stream()
+    state = task(broker, monkeypatch)
+    take(state, stream, 0, "r0")
+    with pytest.raises(ProducerFenced):
+        asyncio.run(state.commit(force=True))
+    assert stream.acked == [] and state.unresolved is None
+
+
+class FlakyDecisions:
+    """A decisions consumer whose first read fails."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.seeks: list[int] = []
+
+    async def getmany(self, timeout_ms: int) -> dict[Any, list[Any]]:
+        self.reads += 1
+        if self.reads == 1:
+            raise KafkaConnectionError("connection lost")
+        await asyncio.sleep(0.01)
+        return {}
+
+    def assignment(self) -> set[Any]:
+        from aiokafka import TopicPartition
+
+        return {TopicPartition("decisions", 0)}
+
+    def seek(self, tp: Any, offset: int) -> None:
+        self.seeks.append(offset)
+
+
+def test_the_decision_reader_reports_a_failure_and_reads_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("streams.worker_state.READER_BACKOFF_S", (0.2, 0.2))
+    state = task(Broker(), monkeypatch)
+    state.offsets[("decisions", 0)] = 7
+    consumer = FlakyDecisions()
+    state.decisions = consumer  # type: ignore[assignment]
+    seen: list[list[str]] = []
+
+    async def main() -> None:
+        state.reader = asyncio.ensure_future(state._read_decisions())
+        await asyncio.sleep(0.1)
+        seen.append(state.problems())
+        await asyncio.sleep(0.4)
+        seen.append(state.problems())
+        state.reader.cancel()
+
+    asyncio.run(main())
+    assert "decision reader failed" in seen[0][0] and "connection lost" in seen[0][0]
+    assert seen[1] == [] and consumer.reads > 2  # reading again, from the task's offsets
+    assert consumer.seeks == [7]
+
+
+def test_a_task_taken_over_while_the_broker_was_away_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another instance committed the task's state meanwhile (a snapshot of the same sequence, not this
+    one's): the task must not count it as its own."""
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+
+    async def main() -> None:
+        take(state, stream, 0, "r0")
+        await state.commit(force=True)
+        broker.up = False
+        take(state, stream, 1, "r1")
+        with pytest.raises(TransactionFailed):
+            await state.commit(force=True)
+        broker.up, broker.seq, broker.digest = True, 2, b"another instance's snapshot"
+        await state.commit(force=True)
+
+    with pytest.raises(TaskTakenOver):
+        asyncio.run(main())
+    assert stream.acked == [0]  # nothing of the unresolved transaction acknowledged
+
+
+def test_a_message_whose_processing_fails_is_dead_lettered_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    from audit.records import SourcePosition
+
+    state = task(Broker(), monkeypatch)
+
+    def bug(*_: Any) -> Output:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(state, "handle", bug)
+    out = state.process("decisions", b"{}", SourcePosition("decisions", 0, 3))
+    assert [r.reason for dl in out.dead_letters for r in dl.rejects] == ["internal_error"]
+    assert state.outputs == [out] and state.dirty
