@@ -122,12 +122,11 @@ class JobState:
         self._on_reports(self.steps.add(c["step"], c), out)
         # communication collectives (all-reduce, ...): sync barriers are judged on the step's dependency graph
         rows = (c["seq"] >= 0) & (c["group"] != "") & (c["op_class"] == "comm")
-        if rows.any():
-            found = self.stragglers.update(
-                c["group"][rows], c["seq"][rows], c["step"][rows], c["rank"][rows], c["start"][rows],
-                c["duration"][rows],
-            )  # fmt: skip
-            self._findings(found, out)
+        found = self.stragglers.update(
+            c["group"][rows], c["seq"][rows], c["step"][rows], c["rank"][rows], c["start"][rows],
+            c["duration"][rows],
+        )  # fmt: skip (every call: later steps complete earlier ones' collectives)
+        self._findings(found, out)
 
     def step_summaries(self, c: dict[str, Any], out: EngineOutput) -> None:
         rows = zip(c["step"].tolist(), c["start"].tolist(), c["duration"].tolist(), c["output_units"].tolist(),
@@ -169,6 +168,7 @@ class JobState:
     def close(self, out: EngineOutput) -> None:
         """The end of the job's input (end of a file or replay, or idle past the eviction period): analyse
         every step still waiting for later ones."""
+        self._findings(self.stragglers.flush(), out)  # first: a straggler's cascade is read from the last steps
         self._on_reports(self.steps.flush(), out, final=True)
         self._rollups(self.window.flush(), out)
 
