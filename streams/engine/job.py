@@ -121,11 +121,12 @@ class JobState:
             self._findings([lost], out)
         self._on_reports(self.steps.add(c["step"], c), out)
         # communication collectives (all-reduce, ...): sync barriers are judged on the step's dependency graph
+        # every call, rows or not: later steps complete earlier ones' collectives
         rows = (c["seq"] >= 0) & (c["group"] != "") & (c["op_class"] == "comm")
         found = self.stragglers.update(
             c["group"][rows], c["seq"][rows], c["step"][rows], c["rank"][rows], c["start"][rows],
             c["duration"][rows],
-        )  # fmt: skip (every call: later steps complete earlier ones' collectives)
+        )  # fmt: skip
         self._findings(found, out)
 
     def step_summaries(self, c: dict[str, Any], out: EngineOutput) -> None:
