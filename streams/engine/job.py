@@ -23,6 +23,7 @@ from streams.engine.detectors.series_drift import SeriesDrift
 from streams.engine.detectors.step_time import StepObs, StepTimeDrift
 from streams.engine.detectors.straggler import CollectiveLateness
 from streams.engine.detectors.sync_loss import SyncLoss
+from streams.engine.economics import Accelerators
 from streams.engine.findings import Finding
 from streams.engine.opgraph import OperatorGraph
 from streams.engine.options import EngineConfig
@@ -55,6 +56,7 @@ class JobState:
     services: Services = field(default_factory=Services)
     series: SeriesDrift = field(init=False)
     coherence: ControlCoherence = field(init=False)
+    accelerators: Accelerators = field(init=False)
     _ranks_seen: set[int] = field(default_factory=set)
     _rank_device: dict[int, str] = field(default_factory=dict)
     _device_node: dict[str, str] = field(default_factory=dict)
@@ -72,6 +74,7 @@ class JobState:
         self.step_time = StepTimeDrift(job, warmup=cfg.step_drift_warmup, threshold=cfg.step_drift_threshold)
         self.coherence = ControlCoherence(job=job)
         self.series = SeriesDrift(warn_on=named_series.WARN_ON, job=job, min_change=cfg.step_drift_threshold)
+        self.accelerators = Accelerators(job)
 
     # -- what every key receives -------------------------------------------------------------------
 
@@ -79,6 +82,7 @@ class JobState:
         """Relations of no job (device → node, node → switch): part of every job's graph."""
         self.graph.add_relations(relations)
         self._place(relations)
+        self.accelerators.relations(relations)
         out.snapshots.extend(self.graph.snapshot(at))
 
     def shared_power(self, rows: Iterable[tuple[str, float, float]]) -> None:
@@ -108,6 +112,7 @@ class JobState:
         self.last_time = max(self.last_time, at)
         self.graph.add_relations(relations)
         self._place(relations)
+        self.accelerators.relations(relations)
         out.snapshots.extend(self.graph.snapshot(at))
 
     def ops(self, c: dict[str, Any], out: EngineOutput) -> None:
@@ -133,8 +138,10 @@ class JobState:
         rows = zip(c["step"].tolist(), c["start"].tolist(), c["duration"].tolist(), c["output_units"].tolist(),
                    c["accelerators"].tolist(), c["attempts"].tolist(), c["status"].tolist(), strict=True)  # fmt: skip
         outputs: list[tuple[float, float]] = []
-        for step, start, duration, output_units, accelerators, attempts, status in rows:
+        for step, start, duration, output_units, given, attempts, status in rows:
             self.last_time = max(self.last_time, start)
+            self.accelerators.summary(step, given)
+            accelerators = self.accelerators.count(step, self._ranks_seen)  # given 0 (unknown): the job's known count
             stale = step <= self._last_step
             rerun = self.reruns.update(step, stale, status, attempts, start, duration * accelerators)
             if rerun is not None:
@@ -231,6 +238,7 @@ class JobState:
 
     def _on_reports(self, reports: list[StepReport], out: EngineOutput, final: bool = False) -> None:
         derived = Derived()
+        reports = [self.accelerators.costed(r) for r in reports]  # partial tracing: the job's real count
         self.derived.on_reports(reports, derived, final)
         out.add(derived)
         out.reports.extend(reports)
