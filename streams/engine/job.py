@@ -64,10 +64,10 @@ class JobState:
 
     def __post_init__(self) -> None:
         job, cfg = self.job, self.config
-        self.window = StepWindow(job, cfg.rollup_steps, cfg.price_per_accel_hour)
+        self.window = StepWindow(job, cfg.rollup_steps, cfg.price_per_accel_hour, cfg.rollup_window_s)
         self.steps = JobSteps(job)
         self.graph = OperatorGraph(job)
-        self.derived = JobDerivations(job, self.graph, window=cfg.rollup_steps)
+        self.derived = JobDerivations(job, self.graph, window=cfg.rollup_steps, window_s=cfg.rollup_window_s)
         self.stragglers = CollectiveLateness(job, compute=RankCompute())
         self.sync = SyncLoss(job)
         self.reruns = Reruns(job)
