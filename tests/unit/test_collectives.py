@@ -59,9 +59,16 @@ def messages(spans: list[Span], key: Callable[[Span], Any]) -> list[bytes]:
         parts.setdefault(key(s), []).append(s)
     ordered = sorted(parts.items(), key=lambda kv: min(s["start"] for s in kv[1]))
     return [
-        orjson.dumps({"schema": TELEMETRY_SCHEMA, "source": f"exporter/{k}", "seq": 0, "samples": v})
+        orjson.dumps({"schema": TELEMETRY_SCHEMA, "source": f"exporter/{k}", "seq": 0, "columns": [columns(v)]})
         for k, v in ordered
     ]
+
+
+def columns(spans: list[Span]) -> dict[str, Any]:
+    """Spans as one column batch (a compute span has no group: ``''``, seq -1)."""
+    names = ("job", "step", "rank", "dp", "pp", "tp", "op", "op_class", "start", "duration", "group", "seq")
+    missing: dict[str, Any] = {"group": "", "seq": -1}
+    return {"kind": "op", "n": len(spans), "data": {k: [s.get(k, missing.get(k)) for s in spans] for k in names}}
 
 
 BATCHINGS: dict[str, Callable[[Span], Any]] = {
