@@ -22,8 +22,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from streams.sim.scenarios import SCENARIOS  # noqa: E402
-from streams.testing import run_messages  # noqa: E402
+from streams.sim.scenarios import SCENARIOS
+from streams.testing import run_messages
 
 Keep = Callable[[dict[str, Any]], bool]
 
