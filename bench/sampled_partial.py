@@ -37,11 +37,12 @@ def thinned(messages: list[bytes], keep: Keep) -> list[bytes]:
         for batch in doc.get("columns", []):
             n = int(batch["n"])
             data = {k: v if isinstance(v, list) else [v] * n for k, v in batch["data"].items()}
+            kept = batch
             if batch["kind"] == "op":
                 rows = [i for i in range(n) if keep({k: v[i] for k, v in data.items()})]
-                batch = {"kind": "op", "n": len(rows), "data": {k: [v[i] for i in rows] for k, v in data.items()}}
-            if batch["n"]:
-                batches.append(batch)
+                kept = {"kind": "op", "n": len(rows), "data": {k: [v[i] for i in rows] for k, v in data.items()}}
+            if kept["n"]:
+                batches.append(kept)
         out.append(orjson.dumps({**doc, "columns": batches}))
     return out
 
