@@ -4,9 +4,10 @@ Each scenario is run as simulated (every rank, every step), then with its op spa
 profilers and exporters thin real traces: only every ``--every``-th step traced (step summaries still for
 every step), only tensor-parallel rank 0 of each stage traced, and both. Prints, per variant, the findings
 by kind (the straggler's subject) and the job's allocated and wasted accelerator-seconds against the full
-run's.
+run's. A profiler's schedule (a few steps in a row, then a long gap) is the fifth variant.
 
     .venv/bin/python bench/sampled_partial.py [--ranks 32] [--steps 200] [--every 10] [--seed 1]
+        [--scenario NAME ...] [--variant TEXT ...]
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--scenario", action="append")
+    parser.add_argument("--variant", action="append", help="only the variants whose name contains this")
     args = parser.parse_args()
     every = args.every
     variants: dict[str, Keep] = {
@@ -77,7 +79,9 @@ def main() -> None:
         f"every {every}th step": lambda row: row["step"] % every == 0,
         "tp rank 0 per stage": lambda row: row["tp"] == 0,
         "both": lambda row: row["step"] % every == 0 and row["tp"] == 0,
+        f"profiler schedule (3 of every {5 * every} steps)": lambda row: row["step"] % (5 * every) < 3,
     }
+    variants = {k: v for k, v in variants.items() if not args.variant or any(w in k for w in args.variant)}
     scenarios = args.scenario or ["training-fabric", "training-fabric-healthy", "training-sync-loss"]
     print("| scenario | variant | findings | straggler | allocated accel-s (vs full) | wasted accel-s (vs full) |")
     print("| --- | --- | --- | --- | --- | --- |")
