@@ -158,6 +158,13 @@ class Settings(BaseSettings):
         le=1e6,
         description="Price of one accelerator-hour (any currency) for the cost_per_output roll-up; 0: none.",
     )
+    rollup_window_s: float = Field(
+        600.0,
+        gt=0,
+        le=1e7,
+        description="Longest a job's roll-up window lasts in event time (s): a window ends after 50 steps or "
+        "this long, whichever comes first (sampled steps: profilers trace every N-th step).",
+    )
 
     kafka_name: str = Field(
         "default",

@@ -232,6 +232,7 @@ def build_processor(settings: Settings, **engine: Any) -> Processor:
         step_drift_threshold=settings.step_drift_threshold,
         price_per_accel_hour=settings.price_per_accel_hour,
         job_idle_s=settings.job_idle_s,
+        rollup_window_s=settings.rollup_window_s,
     )
     admission = Admission(allowed_lateness=settings.allowed_lateness_s, max_future=settings.max_future_s)
     return Processor(Engine(config, **engine), admission)

@@ -1,5 +1,6 @@
 """Each rank's own compute per step (the last few steps), to name the rank that slowed a step: the one whose
-compute most exceeds the median of its position's peers (same pipeline stage and tensor index)."""
+compute most exceeds the median of its position's peers (same pipeline stage and tensor index). It keeps the
+``KEEP_STEPS`` newest steps it was given, however far apart their numbers are (profilers trace every N-th step)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ class RankCompute:
             per_rank = self._per_step.get(step)
             if per_rank is None:
                 per_rank = self._per_step[step] = {}
-                for old in [s for s in self._per_step if s < step - KEEP_STEPS]:
+                for old in sorted(self._per_step)[:-KEEP_STEPS]:  # the newest steps seen, however far apart
                     del self._per_step[old]
             per_rank[rank] = per_rank.get(rank, 0.0) + total
             self._position[rank] = (pp, tp)

@@ -23,6 +23,7 @@ from streams.engine.detectors.series_drift import SeriesDrift
 from streams.engine.detectors.step_time import StepObs, StepTimeDrift
 from streams.engine.detectors.straggler import CollectiveLateness
 from streams.engine.detectors.sync_loss import SyncLoss
+from streams.engine.economics import Accelerators
 from streams.engine.findings import Finding
 from streams.engine.opgraph import OperatorGraph
 from streams.engine.options import EngineConfig
@@ -55,6 +56,7 @@ class JobState:
     services: Services = field(default_factory=Services)
     series: SeriesDrift = field(init=False)
     coherence: ControlCoherence = field(init=False)
+    accelerators: Accelerators = field(init=False)
     _ranks_seen: set[int] = field(default_factory=set)
     _rank_device: dict[int, str] = field(default_factory=dict)
     _device_node: dict[str, str] = field(default_factory=dict)
@@ -62,16 +64,17 @@ class JobState:
 
     def __post_init__(self) -> None:
         job, cfg = self.job, self.config
-        self.window = StepWindow(job, cfg.rollup_steps, cfg.price_per_accel_hour)
+        self.window = StepWindow(job, cfg.rollup_steps, cfg.price_per_accel_hour, cfg.rollup_window_s)
         self.steps = JobSteps(job)
         self.graph = OperatorGraph(job)
-        self.derived = JobDerivations(job, self.graph, window=cfg.rollup_steps)
+        self.derived = JobDerivations(job, self.graph, window=cfg.rollup_steps, window_s=cfg.rollup_window_s)
         self.stragglers = CollectiveLateness(job, compute=RankCompute())
         self.sync = SyncLoss(job)
         self.reruns = Reruns(job)
         self.step_time = StepTimeDrift(job, warmup=cfg.step_drift_warmup, threshold=cfg.step_drift_threshold)
         self.coherence = ControlCoherence(job=job)
         self.series = SeriesDrift(warn_on=named_series.WARN_ON, job=job, min_change=cfg.step_drift_threshold)
+        self.accelerators = Accelerators(job)
 
     # -- what every key receives -------------------------------------------------------------------
 
@@ -79,6 +82,7 @@ class JobState:
         """Relations of no job (device → node, node → switch): part of every job's graph."""
         self.graph.add_relations(relations)
         self._place(relations)
+        self.accelerators.relations(relations)
         out.snapshots.extend(self.graph.snapshot(at))
 
     def shared_power(self, rows: Iterable[tuple[str, float, float]]) -> None:
@@ -108,6 +112,7 @@ class JobState:
         self.last_time = max(self.last_time, at)
         self.graph.add_relations(relations)
         self._place(relations)
+        self.accelerators.relations(relations)
         out.snapshots.extend(self.graph.snapshot(at))
 
     def ops(self, c: dict[str, Any], out: EngineOutput) -> None:
@@ -121,20 +126,22 @@ class JobState:
             self._findings([lost], out)
         self._on_reports(self.steps.add(c["step"], c), out)
         # communication collectives (all-reduce, ...): sync barriers are judged on the step's dependency graph
+        # every call, rows or not: later steps complete earlier ones' collectives
         rows = (c["seq"] >= 0) & (c["group"] != "") & (c["op_class"] == "comm")
-        if rows.any():
-            found = self.stragglers.update(
-                c["group"][rows], c["seq"][rows], c["step"][rows], c["rank"][rows], c["start"][rows],
-                c["duration"][rows],
-            )  # fmt: skip
-            self._findings(found, out)
+        found = self.stragglers.update(
+            c["group"][rows], c["seq"][rows], c["step"][rows], c["rank"][rows], c["start"][rows],
+            c["duration"][rows],
+        )  # fmt: skip
+        self._findings(found, out)
 
     def step_summaries(self, c: dict[str, Any], out: EngineOutput) -> None:
         rows = zip(c["step"].tolist(), c["start"].tolist(), c["duration"].tolist(), c["output_units"].tolist(),
                    c["accelerators"].tolist(), c["attempts"].tolist(), c["status"].tolist(), strict=True)  # fmt: skip
         outputs: list[tuple[float, float]] = []
-        for step, start, duration, output_units, accelerators, attempts, status in rows:
+        for step, start, duration, output_units, given, attempts, status in rows:
             self.last_time = max(self.last_time, start)
+            self.accelerators.summary(step, given)
+            accelerators = self.accelerators.count(step, self._ranks_seen)  # given 0 (unknown): the job's known count
             stale = step <= self._last_step
             rerun = self.reruns.update(step, stale, status, attempts, start, duration * accelerators)
             if rerun is not None:
@@ -169,6 +176,7 @@ class JobState:
     def close(self, out: EngineOutput) -> None:
         """The end of the job's input (end of a file or replay, or idle past the eviction period): analyse
         every step still waiting for later ones."""
+        self._findings(self.stragglers.flush(), out)  # first: a straggler's cascade is read from the last steps
         self._on_reports(self.steps.flush(), out, final=True)
         self._rollups(self.window.flush(), out)
 
@@ -230,6 +238,7 @@ class JobState:
 
     def _on_reports(self, reports: list[StepReport], out: EngineOutput, final: bool = False) -> None:
         derived = Derived()
+        reports = [self.accelerators.costed(r) for r in reports]  # partial tracing: the job's real count
         self.derived.on_reports(reports, derived, final)
         out.add(derived)
         out.reports.extend(reports)

@@ -10,5 +10,6 @@ class EngineConfig:
     step_drift_warmup: int = 20
     step_drift_threshold: float = 0.05
     rollup_steps: int = 50
+    rollup_window_s: float = 600.0  # a roll-up window ends after rollup_steps steps or this long, whichever first
     price_per_accel_hour: float = 0.0
     job_idle_s: float = 600.0  # a job without samples for this long (event time) is closed and evicted

@@ -1,10 +1,17 @@
-"""Windowed roll-ups of a job's key series: step time and accelerator-seconds per output unit."""
+"""Windowed roll-ups of a job's key series: step time and accelerator-seconds per output unit.
+
+Every roll-up family of a job (this step window, the waste roll-ups of :mod:`waste`) groups its rows into
+windows by one rule (:class:`Windows`): a window ends after ``size`` rows or ``span_s`` seconds of event time
+from its first row's start, whichever comes first, and the partial window is emitted at the job's end (the
+end of the input, or its eviction). Rows come in event-time order, so the windows are a function of the
+input alone.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -36,10 +43,51 @@ class Rollup:
         }  # fmt: skip
 
 
+Row = TypeVar("Row")
+
+
+@dataclass
+class Windows(Generic[Row]):
+    """Rows, in the order of their start times, grouped into windows: a window ends after ``size`` rows, or
+    once a row starts ``span_s`` or more after the window's first (that row begins the next window), or once
+    event time reaches that point (:meth:`due`: no row can join it any more), whichever comes first."""
+
+    size: int = 50
+    span_s: float = 600.0
+    _rows: list[Row] = field(default_factory=list)
+    _first: float = 0.0  # the open window's first start
+
+    def add(self, start: float, row: Row) -> list[list[Row]]:
+        """Add a row; the windows this closed (oldest first)."""
+        closed = self.due(start)
+        if not self._rows:
+            self._first = start
+        self._rows.append(row)
+        if len(self._rows) >= self.size:
+            closed.append(self._close())
+        return closed
+
+    def due(self, time: float) -> list[list[Row]]:
+        """The open window, once event time ``time`` is ``span_s`` past its first start."""
+        return [self._close()] if self._rows and time >= self._first + self.span_s else []
+
+    def flush(self) -> list[list[Row]]:
+        """The partial window (the end of the job)."""
+        return [self._close()] if self._rows else []
+
+    def _close(self) -> list[Row]:
+        rows, self._rows = self._rows, []
+        return rows
+
+
+StepRow = tuple[float, float, float, float]  # start, duration, output units, accelerators
+
+
 @dataclass
 class StepWindow:
-    """Collects ``size`` steps of one job into a window; once event time passes the window's end
-    (:meth:`due`) or the job ends (:meth:`flush`, which also emits a partial window), yields its roll-ups:
+    """Collects the step summaries of one job into windows (``size`` steps or ``span_s`` seconds,
+    :class:`Windows`); once event time passes a window's end (:meth:`due`) or the job ends (:meth:`flush`,
+    which also emits the partial window), yields its roll-ups:
     ``step_s``; ``accel_s_per_output`` and its ratio to the job's first window (its healthy baseline, as the
     ratio is read); ``cost_per_output`` when a price per accelerator-hour is set; ``energy_j`` and
     ``energy_j_per_output`` when power samples came in (the power held over the window's span, so a sample
@@ -49,11 +97,15 @@ class StepWindow:
     job: str
     size: int = 50
     price_per_accel_hour: float = 0.0
-    _rows: list[tuple[float, float, float, float]] = field(default_factory=list)  # start, duration, out, accel
-    _full: list[tuple[list[tuple[float, float, float, float]], float]] = field(default_factory=list)  # rows, waste
+    span_s: float = 600.0
+    _windows: Windows[StepRow] = field(init=False)
+    _full: list[tuple[list[StepRow], float]] = field(default_factory=list)  # (rows, re-run waste) of closed windows
     _baseline: float | None = None
     _power: list[tuple[float, float, float]] = field(default_factory=list)  # (from, to, watts) not yet counted
     _rerun_accel_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._windows = Windows(self.size, self.span_s)
 
     def add_energy(self, t0: float, t1: float, watts: float) -> None:
         """A power reading of ``watts`` held from ``t0`` to ``t1``."""
@@ -64,13 +116,12 @@ class StepWindow:
         self._rerun_accel_s += accel_s  # 0 adds nothing: no roll-up row
 
     def add(self, start: float, duration: float, output_units: float, accelerators: float) -> None:
-        self._rows.append((start, duration, output_units, accelerators))
-        if len(self._rows) >= self.size:
-            self._full.append((self._rows, self._rerun_accel_s))
-            self._rows, self._rerun_accel_s = [], 0.0
+        self._closed(self._windows.add(start, (start, duration, output_units, accelerators)))
 
     def due(self, time: float) -> list[Rollup]:
-        """The roll-ups of the full windows that ended before event time ``time`` (all input up to ``time`` is in)."""
+        """The roll-ups of the closed windows that ended before event time ``time`` (all input up to ``time``
+        is in)."""
+        self._closed(self._windows.due(time))
         out: list[Rollup] = []
         while self._full and _end(self._full[0][0]) < time:
             rows, waste = self._full.pop(0)
@@ -79,11 +130,14 @@ class StepWindow:
 
     def flush(self) -> list[Rollup]:
         """The end of the job: every window, the partial one included."""
-        out = self.due(float("inf"))
-        if self._rows:
-            rows, waste, self._rows, self._rerun_accel_s = self._rows, self._rerun_accel_s, [], 0.0
-            out.extend(self._rollups(rows, waste))
-        return out
+        self._closed(self._windows.flush())
+        return self.due(float("inf"))
+
+    def _closed(self, windows: list[list[StepRow]]) -> None:
+        """Windows just closed: each takes the re-run waste counted while it was open."""
+        for rows in windows:
+            self._full.append((rows, self._rerun_accel_s))
+            self._rerun_accel_s = 0.0
 
     def _energy(self, start: float, end: float) -> float:
         """Joules over [start, end]; readings wholly before ``end`` are used up."""
@@ -91,7 +145,7 @@ class StepWindow:
         self._power = [p for p in self._power if p[1] > end]
         return joules
 
-    def _rollups(self, rows: list[tuple[float, float, float, float]], rerun_accel_s: float) -> list[Rollup]:
+    def _rollups(self, rows: list[StepRow], rerun_accel_s: float) -> list[Rollup]:
         first = rows[0]
         entity = elements.job(self.job)
         window = (first[0], _end(rows))
@@ -121,6 +175,6 @@ class StepWindow:
         return out
 
 
-def _end(rows: list[tuple[float, float, float, float]]) -> float:
+def _end(rows: list[StepRow]) -> float:
     last = rows[-1]
     return last[0] + last[1]

@@ -18,7 +18,7 @@ from streams.engine.opgraph import OperatorGraph
 from streams.engine.regression import Decision, regression, windows
 from streams.engine.rollup import Rollup
 from streams.engine.steps import StepReport
-from streams.engine.waste import WasteRow, waste_rollups
+from streams.engine.waste import WasteWindows
 
 ATTRIBUTION_STEPS = 10
 KEEP_STEPS = 512
@@ -36,13 +36,17 @@ class JobDerivations:
     job: str
     graph: OperatorGraph
     window: int = 50
+    window_s: float = 600.0  # a waste roll-up window ends after ``window`` steps or this long, whichever first
     gains: deque[StepGains] = field(default_factory=lambda: deque(maxlen=KEEP_STEPS))
     _unattributed: list[Finding] = field(default_factory=list)
     _stragglers: list[Finding] = field(default_factory=list)
     _decisions: list[Decision] = field(default_factory=list)
     cp_shift: CriticalPathShift | None = None
     phase: PhaseDrift | None = None
-    _waste: list[WasteRow] = field(default_factory=list)
+    _waste: WasteWindows = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._waste = WasteWindows(self.job, self.window, self.window_s)
 
     def on_finding(self, finding: Finding) -> None:
         """A finding of the job's detectors that wants structural follow-up."""
@@ -70,13 +74,11 @@ class JobDerivations:
             drifted = self.phase.update(r.step, r.t0, w.observed_s, r.replica_phase)
             if drifted is not None:
                 out.findings.append(drifted)
-            self._waste.append((r.t0, w.observed_s, r.cost))
-            if len(self._waste) >= self.window:
-                out.rollups.extend(self._waste_rollups())
+            out.rollups.extend(self._waste.add((r.t0, w.observed_s, r.cost)))
         self._attribute(out, final)
         self._regressions(out)
-        if final and self._waste:  # the end of the job: its partial window too
-            out.rollups.extend(self._waste_rollups())
+        if final:  # the end of the job: its partial window too
+            out.rollups.extend(self._waste.flush())
 
     def _attribute(self, out: Derived, final: bool) -> None:
         for finding in list(self._unattributed):
@@ -104,7 +106,3 @@ class JobDerivations:
             if found is not None:
                 out.findings.append(found[0])
                 out.attributions.extend(found[1])
-
-    def _waste_rollups(self) -> list[Rollup]:
-        rows, self._waste = self._waste, []
-        return waste_rollups(self.job, rows)

@@ -3,6 +3,7 @@ money per output, energy per output, and the waste of re-runs and retries."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import orjson
@@ -65,3 +66,58 @@ def test_a_restart_episode_is_one_finding_with_its_cost() -> None:
     found = [r.body for r in out.audit if r.type == "finding" and r.body["kind"] == "restart_rerun"]
     assert len(found) == 1
     assert found[0]["cost"] == {"accel_s": 16.0} and found[0]["evidence"]["resumed_at"] == 6
+
+
+def test_windows_end_after_n_steps_or_t_seconds_whichever_first() -> None:
+    out = run_messages([envelope(0, "step", steps(0, [1.0] * 23), 23)], EngineConfig(rollup_steps=10,
+                                                                                      rollup_window_s=4.5))  # fmt: skip
+    windows = [(r.body["n"], r.body["window_start"]) for r in out.audit if r.body.get("name") == "step_s"]
+    assert windows == [(5, 1000.0), (5, 1005.0), (5, 1010.0), (5, 1015.0), (3, 1020.0)]  # the last one partial
+    many = rollups([envelope(0, "step", steps(0, [1.0] * 23), 23)])["step_s"]  # the default span: by steps
+    assert [w["n"] for w in many] == [10, 10, 3]
+
+
+def test_sampled_steps_close_windows_in_time() -> None:
+    """Every 100th step traced (1 s steps): a window is 600 s of event time (the default), six traced steps."""
+    data = {
+        **steps(0, [1.0] * 20),
+        "step": [100 * i for i in range(20)],
+        "start": [1000.0 + 100 * i for i in range(20)],
+    }
+    out = run_messages([envelope(0, "step", data, 20)], EngineConfig())
+    assert [r.body["n"] for r in out.audit if r.body.get("name") == "step_s"] == [6, 6, 6, 2]
+
+
+def test_a_partial_window_is_emitted_when_the_job_is_evicted() -> None:
+    """Job ``j`` stops after three steps; event time moves on (another job) past its idle period: its partial
+    window comes out then, before the end of the input."""
+    from audit.records import SourcePosition
+    from streams.engine.engine import Engine
+    from streams.pipeline import Processor
+
+    processor = Processor(Engine(EngineConfig(job_idle_s=60.0)))
+    processor.declare([SourcePosition("telemetry", 0, 0)])
+    processor.telemetry(envelope(0, "step", steps(0, [1.0] * 3), 3), SourcePosition("telemetry", 0, 0))
+    later = envelope(1, "step", {**steps(0, [1.0] * 600, start=2000.0), "job": "k"}, 600)  # past the lateness
+    out = processor.telemetry(later, SourcePosition("telemetry", 0, 1))
+    evicted = [r.body for r in out.audit if r.type == "metrics_rollup" and r.body["job"] == "j"]
+    assert [(r["name"], r["n"]) for r in evicted if r["name"] == "step_s"] == [("step_s", 3)]
+
+
+def test_waste_rollups_close_in_time_too_and_flush_their_partial_window() -> None:
+    from streams.sim.scenarios import SCENARIOS
+
+    telemetry = [v for kind, _, v in SCENARIOS["training-fabric-healthy"](1, 16, 24).run() if kind == "telemetry"]
+
+    def allocated(config: EngineConfig) -> list[dict[str, Any]]:
+        out = run_messages(telemetry, config)
+        return [r.body for r in out.audit if r.type == "metrics_rollup" and r.body["name"] == "allocated_accel_s"]
+
+    whole = allocated(EngineConfig())
+    assert [w["n"] for w in whole] == [24]  # fewer steps than a window: the partial one, at the job's end
+    timed = allocated(EngineConfig(rollup_window_s=2.0))
+    step_s = whole[0]["max"] / 16  # the longest step
+    assert len(timed) > 2 and sum(w["n"] for w in timed) == 24
+    assert all(w["window_end"] - w["window_start"] < 2.0 + step_s for w in timed)
+    assert all(b["window_start"] >= a["window_start"] + 2.0 for a, b in pairwise(timed))
+    assert sum(w["total"] for w in timed) == pytest.approx(whole[0]["total"])

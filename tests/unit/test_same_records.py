@@ -37,8 +37,16 @@ def several_jobs() -> list[Item]:
     return merged(scenario("training-fabric"), scenario("inference-sla"), scenario("control-storm"))
 
 
+def sampled_async_collectives() -> list[Item]:
+    """A straggler among asynchronous collectives (two per group and step), every 100th step traced."""
+    from tests.unit.test_collectives import BATCHINGS, job, messages, rank_of
+
+    return [("telemetry", m) for m in messages(job(24, rank_of(1, 0, 1), every=100), BATCHINGS["per step"])]
+
+
 CASES: dict[str, Callable[[], list[Item]]] = {name: lambda name=name: scenario(name) for name in SCENARIOS}
 CASES["several-jobs"] = several_jobs
+CASES["sampled-async-collectives"] = sampled_async_collectives
 
 
 def records(out: Output) -> Records:

@@ -13,8 +13,12 @@ a finding: the rank whose own compute in that step exceeds its position's peers 
 tensor index, other replicas) the most (``compute``); the other persistently late ranks are listed as the
 affected set in its evidence.
 
-A collective ``(group, seq)`` is complete when a span of a later ``seq`` of the same group arrives (the
-next step's), so the decision depends on input order only and a replay gives the same findings.
+A collective ``(group, seq)`` is judged once its step is complete, by the rule the job's steps are
+analysed by (:mod:`streams.engine.steps`: spans of a step ``LAG`` later arrived, or the job ended): every
+member has arrived by then whatever the batching (a message per rank and step holding several collectives
+of a group, per stage, per step, or all at once), and the collectives complete together are judged in
+the order of their first arrival. Spans of a collective already judged are counted as late and dropped.
+So the findings depend on the input's content only and a replay gives the same findings.
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ from streams.engine import elements
 from streams.engine.compute import RankCompute
 from streams.engine.detectors.base import Detector
 from streams.engine.findings import Finding
+from streams.engine.steps import LAG
 
 
 @dataclass
 class _Open:
+    group: str
     seq: int
     step: int
     ranks: list[int] = field(default_factory=list)
@@ -60,7 +66,10 @@ class CollectiveLateness(Detector):
     persistence: int = 6
     placement: dict[int, str] = field(default_factory=dict)  # rank -> node element id, when known
     compute: RankCompute | None = None  # names the rank that slowed a step (None: the late rank itself)
-    _open: dict[str, _Open] = field(default_factory=dict)
+    late_spans: int = 0  # spans of a collective already judged
+    _open: dict[tuple[str, int], _Open] = field(default_factory=dict)
+    _newest: int = -1  # the job's newest step (of any span)
+    _judged_through: int = -1  # the newest step of a collective judged: older spans are late
     _late: dict[int, deque[bool]] = field(default_factory=dict)
     _episodes: dict[int, _Episode] = field(default_factory=dict)
     _alarmed: set[int] = field(default_factory=set)
@@ -71,7 +80,10 @@ class CollectiveLateness(Detector):
         self.placement[rank] = node
 
     def spans(self, c: dict[str, Any]) -> None:
-        """Op span columns of the job (all kinds), from which ``compute`` names the rank that slowed a step."""
+        """Op span columns of the job (all kinds): the job's newest step (which completes earlier ones), and
+        what ``compute`` names the rank that slowed a step from."""
+        if len(c["step"]):
+            self._newest = max(self._newest, int(c["step"].max()))
         if self.compute is not None:
             self.compute.add(c)
 
@@ -84,8 +96,8 @@ class CollectiveLateness(Detector):
         starts: npt.NDArray[np.float64],
         durations: npt.NDArray[np.float64],
     ) -> list[Finding]:
-        """Feed collective spans (one row per rank and collective), in arrival order."""
-        findings: list[Finding] = []
+        """Feed collective spans (one row per rank and collective) in input order; judges the collectives
+        whose step is complete."""
         for group, seq, step, rank, start, dur in zip(
             groups.tolist(),
             seqs.tolist(),
@@ -95,17 +107,32 @@ class CollectiveLateness(Detector):
             durations.tolist(),
             strict=True,
         ):
-            current = self._open.get(group)
-            if current is not None and seq > current.seq:
-                findings.extend(self._close(current))
-                current = None
+            if step <= self._judged_through:
+                self.late_spans += 1  # too late to change a collective already judged
+                continue
+            current = self._open.get((group, seq))
             if current is None:
-                current = self._open[group] = _Open(seq, step)
-            elif seq < current.seq:
-                continue  # a straggling span of a collective already judged: too late to change it
+                current = self._open[(group, seq)] = _Open(group, seq, step)
             current.ranks.append(rank)
             current.arrivals.append(start)
             current.ends.append(start + dur)
+            self._newest = max(self._newest, step)
+        return self._judge(self._newest - LAG)
+
+    def flush(self) -> list[Finding]:
+        """The end of the job: judge every collective still open."""
+        return self._judge(self._newest)
+
+    def _judge(self, through: int) -> list[Finding]:
+        """Judge the collectives of the steps up to ``through``, in the order of their first arrival."""
+        done = sorted(
+            (c for c in self._open.values() if c.step <= through), key=lambda c: (min(c.arrivals), c.group, c.seq)
+        )
+        findings: list[Finding] = []
+        for c in done:
+            del self._open[(c.group, c.seq)]
+            self._judged_through = max(self._judged_through, c.step)
+            findings.extend(self._close(c))
         return findings
 
     def _close(self, c: _Open) -> list[Finding]:

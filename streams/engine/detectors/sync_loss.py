@@ -2,11 +2,13 @@
 
 Ranks that synchronise (collectives every step) report spans of the same step at about the same time. So
 the detector keeps, per rank, the newest step it has reported, and each time the job's newest step
-advances it measures every rank's lag behind it. A rank is *behind* when it lags by at least ``min_lag``
-steps; a finding when a proper subset of the ranks is behind at ``persistence`` advances in a row and its
-lag has grown over them (a fixed lag is a pipeline, not a drift). One finding per episode; the detector
-re-arms when no rank is behind. Subjects: the data-parallel replicas whose every rank is behind, else
-the ranks.
+advances it measures every rank's lag behind it. Lag is counted in the job's own sequence of observed
+steps (the distinct step numbers any rank reported), not in step numbers: profilers trace every N-th step,
+and a gap of hundreds of step numbers between two traced steps is one step of that sequence. A rank is
+*behind* when it lags by at least ``min_lag`` observed steps; a finding when a proper subset of the ranks
+is behind at ``persistence`` advances in a row and its lag has grown over them (a fixed lag is a pipeline,
+not a drift). One finding per episode; the detector re-arms when no rank is behind. Subjects: the
+data-parallel replicas whose every rank is behind, else the ranks.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from streams.engine.detectors.base import Detector
 from streams.engine.findings import Finding
 
 Ints = npt.NDArray[np.int64]
+KEEP_OBSERVED = 256  # the newest observed steps kept: lags are counted up to this many
 
 
 @dataclass
@@ -31,6 +34,7 @@ class SyncLoss(Detector):
     _latest: Ints = field(default_factory=lambda: np.full(0, -1, np.int64))
     _replica: Ints = field(default_factory=lambda: np.full(0, -1, np.int64))
     _newest: int = -1
+    _observed: Ints = field(default_factory=lambda: np.full(0, -1, np.int64))  # newest distinct steps, ascending
     _lags: list[int] = field(default_factory=list)  # the largest lag at each of the last advances
     _onset: float | None = None
     _alarmed: bool = False
@@ -46,12 +50,14 @@ class SyncLoss(Detector):
             self._replica = np.concatenate([self._replica, np.full(top - len(self._replica), -1, np.int64)])
         np.maximum.at(self._latest, ranks, steps)
         self._replica[ranks] = replicas
+        self._observed = np.union1d(self._observed, steps)[-KEEP_OBSERVED:]
         newest = int(steps.max())
         if newest <= self._newest:
             return None
         self._newest = newest
         seen = self._latest >= 0
-        lag = np.where(seen, self._newest - self._latest, 0)
+        newer = len(self._observed) - np.searchsorted(self._observed, self._latest, side="right")
+        lag = np.where(seen, newer, 0)  # observed steps newer than the rank's newest
         behind = seen & (lag >= self.min_lag)
         if not behind.any() or behind.sum() == seen.sum():
             self._lags, self._onset, self._alarmed = [], None, False
@@ -84,7 +90,7 @@ class SyncLoss(Detector):
                 "lag_steps": self._lags,
                 "newest_step": self._newest,
                 "sample_ranks": [int(r) for r in behind[:32]],
-                "measure": "steps a subset of ranks lags behind the job's newest step, growing",
+                "measure": "observed steps a subset of ranks lags behind the job's newest step, growing",
             },
         )
 

@@ -1,0 +1,41 @@
+"""Partial synchronisation loss on sampled steps: profilers trace every N-th step, so step numbers jump by
+hundreds; lag is counted in the job's own sequence of observed steps, so gaps never read as ranks falling
+behind, while a replica that really falls further behind is still found."""
+
+from __future__ import annotations
+
+from itertools import accumulate
+
+import numpy as np
+
+from streams.engine.detectors.sync_loss import SyncLoss
+
+RANKS = np.arange(8)
+REPLICAS = RANKS // 4  # two replicas of four ranks
+
+
+def feed(traced: list[int], behind: list[int]) -> list[str]:
+    """Each traced step reported by replica 0, then replica 1 reports the step ``behind[i]`` observed steps
+    before it (0: the same step, a moment later). Returns the subjects of the findings."""
+    detector, found = SyncLoss("j"), []
+    first, second = RANKS[REPLICAS == 0], RANKS[REPLICAS == 1]
+    for i, step in enumerate(traced):
+        lagging = traced[max(0, i - behind[i])]
+        for ranks, at in ((first, step), (second, lagging)):
+            f = detector.update(ranks, np.full(len(ranks), at), REPLICAS[ranks], float(i))
+            found.extend(f.subjects if f is not None else ())
+    return found
+
+
+def test_gaps_between_traced_steps_never_read_as_lag() -> None:
+    # traced every 100, 200, 300, ... steps (growing gaps): in step numbers, replica 1 lags further each time
+    traced = list(accumulate(range(100, 61 * 100, 100)))
+    assert feed(traced, [0] * len(traced)) == []  # replica 1 reports each step a moment after replica 0
+    bursts = [100 * (i // 3) ** 2 + i % 3 for i in range(60)]  # three steps in a row, then a growing gap
+    assert feed(bursts, [0] * len(bursts)) == []
+
+
+def test_a_replica_falling_behind_in_observed_steps_is_found_on_sampled_steps() -> None:
+    traced = [i * 500 for i in range(60)]
+    behind = [0] * 20 + [1 + i // 4 for i in range(40)]  # from the 20th traced step on, further and further
+    assert feed(traced, behind) == ["dp:j/1"]
