@@ -29,8 +29,9 @@ def cascade(straggler: Finding, r: StepReport) -> Finding | None:
     healed = w.healed_rank_ends
     if healed is None:
         return None
-    moved = w.rank_ends - healed
-    affected = np.flatnonzero(np.isfinite(moved) & (moved > CASCADE_MIN * w.step_s))
+    traced = np.isfinite(w.rank_ends) & np.isfinite(healed)  # ranks that sent spans (partial tracing: not all)
+    moved = np.where(traced, w.rank_ends, 0.0) - np.where(traced, healed, 0.0)
+    affected = np.flatnonzero(traced & (moved > CASCADE_MIN * w.step_s))
     root = elements.index_of(straggler.subjects[0], "rank")
     others = affected[affected != root]
     if not len(others):
@@ -46,7 +47,7 @@ def cascade(straggler: Finding, r: StepReport) -> Finding | None:
         subjects=(elements.rank(r.job, root), *straggler.subjects[1:]),
         start=straggler.start,
         end=r.t0 + w.observed_s,
-        severity=round(len(others) / max(1, r.ranks - 1), 6),
+        severity=round(len(others) / max(1, int(traced.sum()) - 1), 6),  # of the traced ranks it could delay
         evidence={
             "root": elements.rank(r.job, root),
             "affected_ranks": len(others),
