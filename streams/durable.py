@@ -31,14 +31,22 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError
 
+from streams.errors import DriftlogError
 from streams.health import bounded
 from streams.pipeline import DeadLetter, Output, Processor
 
 log = logging.getLogger("driftlog.durable")
 
 PART_BYTES = 900_000
+# The shape of the pickled state. Bump it whenever a change to the engine, the timeline or the admission
+# state would make an older snapshot restore into objects the new code cannot use (missing or retyped fields).
+STATE_VERSION = 2  # 1: snapshots before the version was recorded (a 2-tuple)
 _HEADER = struct.Struct(">QII")  # sequence, part, parts
 Offsets = dict[tuple[str, int], int]  # (topic, partition) -> next offset to process
+
+
+class StateVersionError(DriftlogError):
+    """A snapshot written by a driftlog whose engine state has another shape."""
 
 
 @dataclass
@@ -48,13 +56,22 @@ class Snapshot:
     offsets: Offsets
 
     def encode(self) -> list[bytes]:
-        body = zlib.compress(pickle.dumps((self.processor, self.offsets), protocol=pickle.HIGHEST_PROTOCOL), 1)
+        state = (STATE_VERSION, self.processor, self.offsets)
+        body = zlib.compress(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), 1)
         chunks = [body[i : i + PART_BYTES] for i in range(0, len(body), PART_BYTES)] or [b""]
         return [_HEADER.pack(self.seq, i, len(chunks)) + c for i, c in enumerate(chunks)]
 
     @staticmethod
     def decode(seq: int, parts: dict[int, bytes]) -> Snapshot:
-        processor, offsets = pickle.loads(zlib.decompress(b"".join(parts[i] for i in sorted(parts))))
+        state = pickle.loads(zlib.decompress(b"".join(parts[i] for i in sorted(parts))))
+        version = state[0] if isinstance(state, tuple) and len(state) == 3 else 1
+        if version != STATE_VERSION:
+            raise StateVersionError(
+                f"the state topic holds a worker snapshot of state version {version}, this driftlog reads version "
+                f"{STATE_VERSION}: let the old worker finish its input, or start this one with a new "
+                'DRIFTLOG_WORKER_GROUP (README, "Upgrading a running worker")'
+            )
+        _, processor, offsets = state
         if not isinstance(processor, Processor):
             raise TypeError("the state topic holds something that is not a driftlog worker snapshot")
         return Snapshot(seq, processor, offsets)

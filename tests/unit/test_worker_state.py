@@ -7,14 +7,17 @@ on. (tests/integration/test_worker_outage.py does the same against a real broker
 from __future__ import annotations
 
 import asyncio
+import pickle
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from aiokafka.errors import KafkaConnectionError, ProducerFenced
 
-from streams.durable import digest
-from streams.pipeline import Output, Processor
+from streams.config import Settings
+from streams.durable import _HEADER, STATE_VERSION, Snapshot, StateVersionError, digest
+from streams.pipeline import Output, Processor, build_processor
 from streams.worker_state import TaskTakenOver, TransactionFailed, WorkerState
 
 
@@ -237,3 +240,14 @@ def test_a_message_whose_processing_fails_is_dead_lettered_not_raised(monkeypatc
     out = state.process("decisions", b"{}", SourcePosition("decisions", 0, 3))
     assert [r.reason for dl in out.dead_letters for r in dl.rejects] == ["internal_error"]
     assert state.outputs == [out] and state.dirty
+
+
+def test_a_snapshot_of_another_state_version_is_refused_in_one_line() -> None:
+    """An upgraded worker must not restore an older engine's pickled state into objects it cannot use."""
+    processor = build_processor(Settings())
+    parts = Snapshot(3, processor, {("t", 0): 5}).encode()
+    back = Snapshot.decode(3, {i: p[_HEADER.size :] for i, p in enumerate(parts)})
+    assert back.offsets == {("t", 0): 5} and type(back.processor) is type(processor)
+    old = zlib.compress(pickle.dumps((processor, {("t", 0): 5})))  # what a worker before STATE_VERSION wrote
+    with pytest.raises(StateVersionError, match=f"state version 1, this driftlog reads version {STATE_VERSION}"):
+        Snapshot.decode(3, {0: old})
