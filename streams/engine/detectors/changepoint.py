@@ -207,6 +207,11 @@ class ChangePoint:
         self._restart(row, len(right))
         return change
 
+    def restart(self, rows: I) -> None:
+        """These series start a new, empty segment (what came before says nothing of what comes next)."""
+        self._n[rows] = 0
+        self._sigma[rows] = np.nan
+
     def _restart(self, row: int, keep: int) -> None:
         """The points after the split become the new segment; their noise is learned anew."""
         self._n[row] = keep

@@ -14,7 +14,8 @@ input order (a key may repeat: its samples are applied in order) and returns ``s
 Changes smaller than ``min_change`` (relative to the level before; the engine uses the step-drift
 threshold) are not reported. Changes of one metric that start at the same sample in several series (every
 device of a job after a straggler) are one finding on the job, its members in the evidence
-(:mod:`series_groups`); call ``flush()`` at the end of the input for the groups still held. Series whose
+(:mod:`series_groups`). A periodic series (found in its first samples, :mod:`seasonal`) is tested without
+its seasonal profile. Call ``flush()`` at the end of the input for the groups still held. Series whose
 metric is in ``warn_on`` also get an ``EarlyWarning`` (``early_warning`` findings). State: per series a
 fixed window of values and times (and an early-warning window), so it is bounded by the number of series.
 """
@@ -32,6 +33,7 @@ from streams.engine import elements
 from streams.engine.detectors.base import Detector
 from streams.engine.detectors.changepoint import Change, ChangePoint
 from streams.engine.detectors.early_warning import EarlyWarning
+from streams.engine.detectors.seasonal import Deseason
 from streams.engine.detectors.series_groups import CoMoving
 from streams.engine.findings import Finding
 
@@ -56,6 +58,7 @@ class SeriesDrift(Detector):
     _warnings: dict[str, EarlyWarning] = field(default_factory=dict)
     job: str = ""  # the key whose series these are (a job, or '' for the control plane)
     min_change: float = 0.0  # relative: changes smaller than this share of the level before are not reported
+    _season: Deseason = field(default_factory=Deseason)
     _groups: CoMoving = field(init=False)
 
     def __post_init__(self) -> None:
@@ -104,12 +107,15 @@ class SeriesDrift(Detector):
         # tested on every ``detector.every``-th sample at a phase from the key's name (not its arrival order)
         self.detector.grow(len(new), np.array([zlib.crc32(k.encode()) for k in new], np.int64))
         self._times = np.vstack([self._times, np.zeros((len(new), self.detector.window))])
+        self._season.grow(len(new))
 
     def _round(self, rows: npt.NDArray[np.int64], times: npt.NDArray[np.float64],
                values: npt.NDArray[np.float64]) -> list[Finding]:  # fmt: skip
         self._times[rows, :-1] = self._times[rows, 1:]
         self._times[rows, -1] = times
-        found = [self._finding(c) for c in self.detector.update(rows, values) if self._material(c)]
+        adjusted, seasonal = self._season.adjust(rows, values)
+        self.detector.restart(seasonal)  # what it learned of these included their pattern
+        found = [self._finding(c) for c in self.detector.update(rows, adjusted) if self._material(c)]
         for row, time, value in zip(rows.tolist(), times.tolist(), values.tolist(), strict=True):
             warning = self._warnings.get(self._keys[row])
             if warning is not None and (f := warning.update(time, value)) is not None:
