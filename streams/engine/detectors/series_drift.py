@@ -62,7 +62,7 @@ class SeriesDrift(Detector):
     _groups: CoMoving = field(init=False)
 
     def __post_init__(self) -> None:
-        self._groups = CoMoving(elements.job(self.job))
+        self._groups = CoMoving(elements.job(self.job), every=self.detector.every)
 
     def update(self, keys: Sequence[str], times: npt.ArrayLike, values: npt.ArrayLike) -> list[Finding]:
         t = np.asarray(times, np.float64)

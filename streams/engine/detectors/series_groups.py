@@ -3,8 +3,9 @@
 A straggler or a power cap moves the utilisation and power of every device of a job at once; one
 ``series_drift`` per device buries the story. ``CoMoving`` holds each change under its group key (metric,
 change kind, direction, start time) until the metric's event time has passed ``close_at`` = the first
-member's detection time plus as long again as that member took to be detected (the others, tested on
-series sampled alike, are found within about the same delay), then emits the group: one member as it
+member's detection time plus as long again as that member took to be detected and ``every`` of its
+sampling intervals more (the others, sampled alike and tested on every ``every``-th sample at their own
+phase, are found within about that delay), then emits the group: one member as it
 was found; several as one finding on the job (``subjects``: the job element), with ``members`` (each
 element, its level or noise before and after) in its evidence, ``series`` (what tells finding ids apart)
 ``metric:kind:direction``, ``before``/``after`` the members' medians
@@ -35,6 +36,7 @@ def _key(f: Finding) -> GroupKey:
 @dataclass
 class CoMoving:
     subject: str  # the element a group of several is about (the job)
+    every: int = 1  # the change detector tests a series on every this many of its samples
     remember: int = 256
     _open: dict[GroupKey, list[Finding]] = field(default_factory=dict)
     _clock: dict[str, float] = field(default_factory=dict)  # newest sample time per metric
@@ -52,8 +54,13 @@ class CoMoving:
                 self._open.setdefault(key, []).append(f)
         for metric, t in clock.items():
             self._clock[metric] = max(t, self._clock.get(metric, t))
-        due = sorted(k for k, members in self._open.items() if self._clock.get(k[0], k[3]) > _close_at(members))
+        due = sorted(k for k, members in self._open.items() if self._clock.get(k[0], k[3]) > self._close_at(members))
         return out + [self._emit(k) for k in due]
+
+    def _close_at(self, members: list[Finding]) -> float:
+        first = min(members, key=lambda f: (f.end, f.subjects))
+        interval = (first.end - first.start) / max(int(first.evidence["detected_after_samples"]), 1)
+        return first.end + (first.end - first.start) + self.every * interval
 
     def flush(self) -> list[Finding]:
         return [self._emit(k) for k in sorted(self._open)]
@@ -86,7 +93,3 @@ class CoMoving:
             },
         )
 
-
-def _close_at(members: list[Finding]) -> float:
-    first = min(f.end for f in members)
-    return first + (first - members[0].start)
