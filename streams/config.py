@@ -152,6 +152,11 @@ class Settings(BaseSettings):
         0.05, gt=0, lt=10, description="Relative change of step time (up or down) the step-time detector treats "
         "as drift."
     )
+    series_every: int = Field(
+        4, ge=1, le=64, description="The series-drift detector (utilisation, power, p99, cost and energy per "
+        "output) tests each series on every N-th of its samples: its cost per update falls about N-fold, a "
+        "change is found up to N-1 samples later."
+    )
     price_per_accel_hour: float = Field(
         0.0,
         ge=0,

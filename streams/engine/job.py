@@ -17,6 +17,7 @@ import numpy as np
 from streams.engine import elements
 from streams.engine import series as named_series
 from streams.engine.compute import RankCompute
+from streams.engine.detectors.changepoint import ChangePoint
 from streams.engine.detectors.coherence import ControlCoherence
 from streams.engine.detectors.rerun import Reruns, lost_share
 from streams.engine.detectors.series_drift import SeriesDrift
@@ -73,7 +74,8 @@ class JobState:
         self.reruns = Reruns(job)
         self.step_time = StepTimeDrift(job, warmup=cfg.step_drift_warmup, threshold=cfg.step_drift_threshold)
         self.coherence = ControlCoherence(job=job)
-        self.series = SeriesDrift(warn_on=named_series.WARN_ON, job=job, min_change=cfg.step_drift_threshold)
+        self.series = SeriesDrift(warn_on=named_series.WARN_ON, job=job, min_change=cfg.step_drift_threshold,
+                                  detector=ChangePoint(every=cfg.series_every))  # fmt: skip
         self.accelerators = Accelerators(job)
 
     # -- what every key receives -------------------------------------------------------------------
@@ -179,6 +181,7 @@ class JobState:
         self._findings(self.stragglers.flush(), out)  # first: a straggler's cascade is read from the last steps
         self._on_reports(self.steps.flush(), out, final=True)
         self._rollups(self.window.flush(), out)
+        self._findings(self.series.flush(), out)
 
     def due(self, time: float, out: EngineOutput) -> None:
         """Event time reached ``time``: the windows that ended by then."""

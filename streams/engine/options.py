@@ -12,4 +12,5 @@ class EngineConfig:
     rollup_steps: int = 50
     rollup_window_s: float = 600.0  # a roll-up window ends after rollup_steps steps or this long, whichever first
     price_per_accel_hour: float = 0.0
+    series_every: int = 4  # the series-drift detector tests a series on every N-th of its samples (cost ÷ N)
     job_idle_s: float = 600.0  # a job without samples for this long (event time) is closed and evicted

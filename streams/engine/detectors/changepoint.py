@@ -84,6 +84,7 @@ class ChangePoint:
     _n: I = field(init=False, repr=False)  # points in the current segment (the window holds the last ones)
     _seen: I = field(init=False, repr=False)  # samples of the series so far
     _sigma: F = field(init=False, repr=False)  # noise of the segment (NaN while it warms up)
+    _phase: I = field(init=False, repr=False)  # which of its samples a series is tested on (with every > 1)
 
     def __post_init__(self) -> None:
         count, self.series = self.series, 0
@@ -92,16 +93,22 @@ class ChangePoint:
         self._n = np.zeros(0, np.int64)
         self._seen = np.zeros(0, np.int64)
         self._sigma = np.zeros(0)
+        self._phase = np.zeros(0, np.int64)
         self.grow(count)
 
-    def grow(self, count: int) -> None:
-        """Add ``count`` series (rows ``series .. series + count - 1``)."""
+    def grow(self, count: int, phases: I | None = None) -> None:
+        """Add ``count`` series (rows ``series .. series + count - 1``); with ``every`` > 1 a series is
+        tested on the samples whose count plus its phase is a multiple of ``every`` (default phase: its row,
+        which spreads the tests over calls; give phases that do not depend on the order series appeared in,
+        e.g. a hash of their names, when that order may vary)."""
         w = self.window
         self._x = np.vstack([self._x, np.zeros((count, w))])
         self._y = np.vstack([self._y, np.zeros((count, w))])
         self._n = np.concatenate([self._n, np.zeros(count, np.int64)])
         self._seen = np.concatenate([self._seen, np.zeros(count, np.int64)])
         self._sigma = np.concatenate([self._sigma, np.full(count, np.nan)])
+        rows = np.arange(self.series, self.series + count, dtype=np.int64)
+        self._phase = np.concatenate([self._phase, rows if phases is None else np.asarray(phases, np.int64)])
         self.series += count
 
     def update(self, rows: I, values: F) -> list[Change]:
@@ -117,7 +124,7 @@ class ChangePoint:
         # relearned as the segment doubles, then once per window: a longer segment, a better estimate
         refresh = rows[((n & (n - 1)) == 0) & (n > self.warmup) & (n <= self.window) | (n % self.window == 0)]
         self._learn(np.concatenate([learn, refresh]))
-        due = (self._seen[rows] + rows) % self.every == 0  # spread over calls, a series every ``every``
+        due = (self._seen[rows] + self._phase[rows]) % self.every == 0  # spread over calls
         ready = rows[np.isfinite(self._sigma[rows]) & (self._n[rows] >= 2 * self.min_side) & due]
         # in chunks, so that the tests' temporaries (a dozen arrays of chunk x window) stay small
         return [c for i in range(0, ready.size, CHUNK) for c in self._test(ready[i : i + CHUNK])]
@@ -199,6 +206,11 @@ class ChangePoint:
         change = Change(row, seen - len(right), seen - 1, kind, float(before), float(after), lb, rb, score)
         self._restart(row, len(right))
         return change
+
+    def restart(self, rows: I) -> None:
+        """These series start a new, empty segment (what came before says nothing of what comes next)."""
+        self._n[rows] = 0
+        self._sigma[rows] = np.nan
 
     def _restart(self, row: int, keep: int) -> None:
         """The points after the split become the new segment; their noise is learned anew."""

@@ -1,58 +1,82 @@
 """Early warning of a regime shift: critical slowing down in one series, before it tips.
 
-A system that is about to lose its stable state recovers from small perturbations ever more slowly: the
-series' fluctuations grow (rolling variance up) and are remembered longer (lag-1 autocorrelation up)
-while its level may not have moved yet. Every ``every`` points the detector takes the last ``window``
-points, removes their least-squares line (so a trend or a level is not taken for either) and computes
-the two indicators; it keeps the last ``trend`` indicator values and raises an ``early_warning`` once
-both rise together: Kendall's tau of each against time at least ``tau``, the variance at least
-``min_ratio`` times its value at the start of that span, the autocorrelation up by ``min_rise`` and at
-least ``min_ac`` (a deviation is still mostly there one point later: the recovery has become slow).
+A system that is about to lose its stable state recovers from small perturbations ever more slowly: a
+deviation is still there one point later, more and more of it (its lag-1 autoregression coefficient
+rises towards 1, and with it the series' variance), while its level may not have moved yet. Every
+``every`` points the detector takes the points since it last started (at most ``span``, at least
+``min_span``), removes their least-squares line (a trend or a level is not slowing down) and fits an
+autoregression whose coefficient may change linearly over the span, ``y[t] = c + (a + b·s[t])·y[t-1] + e``
+(``s``: time scaled to -½..½). The trend ``b`` of the coefficient over its standard error is a z-score
+that is standard normal when the coefficient does not change (least squares with a known distribution:
+no threshold learned from data, no surrogate draws); a warning is raised when its one-sided p-value is
+at most ``alpha`` (default 0.001). ``alpha`` is the chance that one test of a span without slowing down
+warns: a stated significance level, not a number tuned on a scenario; a run of n points is tested n /
+``every`` times on overlapping spans, so the chance of a false alarm in it is at most ``alpha`` · n /
+``every`` (measured: far below, ``bench/bench_early_warning.py``).
 
-A step in the series also raises both indicators while it is in the window, and the change detector
-needs a few points to confirm it: so a warning is held for ``min_side + 2`` points and dropped if a shift
-is found meanwhile. A level shift of more than ``jump`` times the spread of the window before it
+A step in the series also looks like memory while it is in the span, and the change detector needs a few
+points to confirm it: so a warning is held for ``min_side + 2`` points and dropped if a shift is found
+meanwhile. A level shift of more than ``jump`` times the spread of the span before it
 (``changepoint.ChangePoint`` on the same series; slowing down wanders further and further, not that far)
-is the regime shift itself, or another one: the indicators are forgotten and learned again after it.
+is the regime shift itself, or another one: the span is forgotten and learned again after it.
 
-The finding's ``start`` is where the rise began (the first indicator in the span), its ``end`` the point
-that confirmed the warning (``raised_at`` in the evidence: the one that raised it); ``evidence`` also has
-both taus, the indicators then and now and ``since_points``. The lead time of a warning is how long
-before the shift it came: scored against the simulator's ``transition_step`` (``serving-saturation``).
-One warning per rise: the detector re-arms once either tau has fallen below zero. State: at most
-``window`` points, ``trend`` pairs of indicators and the change detector's window.
+The finding's ``start`` is the time of the span's first point, its ``end`` the point that confirmed the
+warning (``raised_at`` in the evidence: the one that raised it); ``evidence`` has the z-score and p-value,
+the autoregression coefficient at the span's start and end, the variance and lag-1 autocorrelation of its
+first and last thirds and ``since_points``. The lead time of a warning is how long before the shift it
+came. One warning per rise: the detector re-arms once the z-score has fallen below zero. State: at most
+``span`` points (and times) and the change detector's window.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import numpy.typing as npt
 
 from streams.engine.detectors.base import Detector
 from streams.engine.detectors.changepoint import ChangePoint
 from streams.engine.findings import Finding
 
-
-def kendall_tau(y: np.ndarray) -> float:
-    """Kendall's tau (tau-a) of ``y`` against its order: concordant minus discordant pairs over all pairs."""
-    n = len(y)
-    if n < 3:
-        return 0.0
-    sign = np.sign(y[None, :] - y[:, None])
-    return float(np.triu(sign, 1).sum()) / (n * (n - 1) / 2)
+F = npt.NDArray[np.float64]
 
 
-def indicators(x: np.ndarray) -> tuple[float, float]:
+def indicators(x: F) -> tuple[float, float]:
     """(variance, lag-1 autocorrelation) of ``x`` around its least-squares line."""
-    t = np.arange(len(x), dtype=np.float64)
-    slope, intercept = np.polyfit(t, x, 1)
-    r = x - (intercept + slope * t)
+    r = detrended(x)
     var = float(np.mean(r * r))
     if var <= 0.0:
         return 0.0, 0.0
     return var, float(np.mean(r[1:] * r[:-1]) / var)
+
+
+def detrended(x: F) -> F:
+    t = np.arange(len(x), dtype=np.float64)
+    slope, intercept = np.polyfit(t, x, 1)
+    out: F = x - (intercept + slope * t)
+    return out
+
+
+def slowing_down(x: F) -> tuple[float, float, float]:
+    """(z-score of the trend of the lag-1 autoregression coefficient, the coefficient at the start and at
+    the end) of ``x`` around its least-squares line."""
+    y = detrended(x)
+    n = len(y)
+    s = np.arange(1, n, dtype=np.float64) / n - 0.5
+    lag = y[:-1]
+    design = np.column_stack([np.ones(n - 1), lag, s * lag])
+    beta, *_ = np.linalg.lstsq(design, y[1:], rcond=None)
+    e = y[1:] - design @ beta
+    noise = float(e @ e) / max(n - 4, 1)
+    try:
+        se = math.sqrt(noise * float(np.linalg.inv(design.T @ design)[2, 2]))
+    except np.linalg.LinAlgError:
+        return 0.0, 0.0, 0.0
+    a, b = float(beta[1]), float(beta[2])
+    return (b / se if se > 0 else 0.0), a + b * s[0], a + b * s[-1]
 
 
 @dataclass
@@ -61,19 +85,14 @@ class EarlyWarning(Detector):
 
     subject: str
     metric: str = "value"
-    window: int = 40
-    trend: int = 30
+    span: int = 150
+    min_span: int = 60
     every: int = 2
-    tau: float = 0.6
-    min_ratio: float = 2.0
-    min_rise: float = 0.2
+    alpha: float = 0.001
     jump: float = 4.0
-    min_ac: float = 0.7
     job: str = ""  # the key whose state it holds
     _points: deque[float] = field(default_factory=deque)
-    _var: deque[float] = field(default_factory=deque)
-    _ac: deque[float] = field(default_factory=deque)
-    _at: deque[float] = field(default_factory=deque)  # time of each indicator
+    _times: deque[float] = field(default_factory=deque)
     _count: int = 0
     _armed: bool = True
     _shifts: ChangePoint = field(default_factory=lambda: ChangePoint(1))
@@ -81,9 +100,9 @@ class EarlyWarning(Detector):
     _wait: int = 0
 
     def _forget(self) -> None:
-        """A regime shift happened: the indicators before it say nothing about the new regime."""
-        for buf in (self._points, self._var, self._ac, self._at):
-            buf.clear()
+        """A regime shift happened: the points before it say nothing about the new regime."""
+        self._points.clear()
+        self._times.clear()
         self._armed, self._pending = True, None
 
     def update(self, time: float, value: float) -> Finding | None:
@@ -108,52 +127,48 @@ class EarlyWarning(Detector):
         return replace(pending, end=time, evidence={**pending.evidence, "raised_at": pending.end})
 
     def _spread(self, after: int) -> float:
-        """Standard deviation of the window before its last ``after`` points (those after a change)."""
+        """Standard deviation of the span before its last ``after`` points (those after a change)."""
         before = list(self._points)[: max(0, len(self._points) - after)]
         return float(np.std(before)) if len(before) > 2 else 0.0
 
     def _observe(self, time: float, value: float) -> Finding | None:
         self._points.append(value)
-        if len(self._points) > self.window:
+        self._times.append(time)
+        if len(self._points) > self.span:
             self._points.popleft()
+            self._times.popleft()
         self._count += 1
-        if len(self._points) < self.window or self._count % self.every:
+        if len(self._points) < self.min_span or self._count % self.every:
             return None
-        var, ac = indicators(np.fromiter(self._points, np.float64, self.window))
-        for buf, v in ((self._var, var), (self._ac, ac), (self._at, time)):
-            buf.append(v)
-            if len(buf) > self.trend:
-                buf.popleft()
-        if len(self._var) < self.trend:
-            return None
-        tau_var = kendall_tau(np.fromiter(self._var, np.float64))
-        tau_ac = kendall_tau(np.fromiter(self._ac, np.float64))
+        x = np.fromiter(self._points, np.float64, len(self._points))
+        z, ar_then, ar_now = slowing_down(x)
         if not self._armed:
-            self._armed = min(tau_var, tau_ac) < 0.0
+            self._armed = z < 0.0
             return None
-        rising = tau_var >= self.tau and tau_ac >= self.tau
-        grown = (
-            self._var[-1] >= self.min_ratio * max(self._var[0], 1e-300) and self._ac[-1] - self._ac[0] >= self.min_rise
-        )
-        slow = self._ac[-1] >= self.min_ac  # a deviation still mostly there one point later
-        if not (rising and grown and slow):
+        p_value = 0.5 * math.erfc(z / math.sqrt(2))
+        if p_value > self.alpha:
             return None
         self._armed = False
+        third = len(x) // 3
+        (var_then, ac_then), (var_now, ac_now) = indicators(x[:third]), indicators(x[-third:])
         return Finding(
             kind="early_warning",
             subjects=(self.subject,),
             series=self.metric,
-            start=self._at[0],
+            start=self._times[0],
             end=time,
-            severity=round(self._var[-1] / max(self._var[0], 1e-300), 6),
+            severity=round(z, 6),
             evidence={
                 "metric": self.metric,
-                "tau_variance": round(tau_var, 6),
-                "tau_autocorrelation": round(tau_ac, 6),
-                "variance_then": self._var[0],
-                "variance_now": self._var[-1],
-                "autocorrelation_then": round(self._ac[0], 6),
-                "autocorrelation_now": round(self._ac[-1], 6),
-                "since_points": self.trend * self.every,
+                "z": round(z, 6),
+                "p_value": float(f"{p_value:.6g}"),
+                "alpha": self.alpha,
+                "ar1_then": round(ar_then, 6),
+                "ar1_now": round(ar_now, 6),
+                "variance_then": var_then,
+                "variance_now": var_now,
+                "autocorrelation_then": round(ac_then, 6),
+                "autocorrelation_now": round(ac_now, 6),
+                "since_points": len(x),
             },
         )

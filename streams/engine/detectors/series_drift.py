@@ -12,23 +12,29 @@ input order (a key may repeat: its samples are applied in order) and returns ``s
 - ``severity``: the test statistic over its threshold (scale-free: > 1, larger is clearer).
 
 Changes smaller than ``min_change`` (relative to the level before; the engine uses the step-drift
-threshold) are not reported. Series whose metric is in ``warn_on`` also get an ``EarlyWarning``
-(``early_warning`` findings). State:
-per series a fixed window of values and times (and an early-warning window), so it is bounded by the
-number of series.
+threshold) are not reported. Changes of one metric that start at the same sample in several series (every
+device of a job after a straggler) are one finding on the job, its members in the evidence
+(:mod:`series_groups`). A periodic series (found in its first samples, :mod:`seasonal`) is tested without
+its seasonal profile. Call ``flush()`` at the end of the input for the groups still held. Series whose
+metric is in ``warn_on`` also get an ``EarlyWarning`` (``early_warning`` findings). State: per series a
+fixed window of values and times (and an early-warning window), so it is bounded by the number of series.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
+from streams.engine import elements
 from streams.engine.detectors.base import Detector
 from streams.engine.detectors.changepoint import Change, ChangePoint
 from streams.engine.detectors.early_warning import EarlyWarning
+from streams.engine.detectors.seasonal import Deseason
+from streams.engine.detectors.series_groups import CoMoving
 from streams.engine.findings import Finding
 
 
@@ -52,6 +58,11 @@ class SeriesDrift(Detector):
     _warnings: dict[str, EarlyWarning] = field(default_factory=dict)
     job: str = ""  # the key whose series these are (a job, or '' for the control plane)
     min_change: float = 0.0  # relative: changes smaller than this share of the level before are not reported
+    _season: Deseason = field(default_factory=Deseason)
+    _groups: CoMoving = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._groups = CoMoving(elements.job(self.job), every=self.detector.every)
 
     def update(self, keys: Sequence[str], times: npt.ArrayLike, values: npt.ArrayLike) -> list[Finding]:
         t = np.asarray(times, np.float64)
@@ -61,6 +72,12 @@ class SeriesDrift(Detector):
         rows = np.fromiter((self._rows[k] for k in keys), np.int64, len(keys))[keep]
         t, v = t[keep], v[keep]
         out: list[Finding] = []
+        newest = np.full(len(self._keys), -np.inf)
+        np.maximum.at(newest, rows, t)
+        clock: dict[str, float] = {}
+        for r in np.flatnonzero(np.isfinite(newest)).tolist():  # the newest sample time of each metric
+            metric = parse_series_key(self._keys[r])[1]
+            clock[metric] = max(clock.get(metric, -np.inf), float(newest[r]))
         # a key that repeats within the batch: its first samples in one round, the next ones in the next
         order = np.argsort(rows, kind="stable")
         first = np.r_[True, rows[order][1:] != rows[order][:-1]] if rows.size else np.zeros(0, bool)
@@ -70,7 +87,12 @@ class SeriesDrift(Detector):
         for r in range(int(occurrence.max()) + 1 if rows.size else 0):
             pick = np.flatnonzero(occurrence == r)
             out += self._round(rows[pick], t[pick], v[pick])
-        return out
+        drift = [f for f in out if f.kind == "series_drift"]
+        return [f for f in out if f.kind != "series_drift"] + self._groups.add(drift, clock)
+
+    def flush(self) -> list[Finding]:
+        """The end of the input: the groups of co-moving changes still held."""
+        return self._groups.flush()
 
     def _add(self, keys: Sequence[str]) -> None:
         new = [k for k in dict.fromkeys(keys) if k not in self._rows]
@@ -82,14 +104,18 @@ class SeriesDrift(Detector):
             element, metric = parse_series_key(key)
             if metric in self.warn_on:
                 self._warnings[key] = EarlyWarning(element, metric)
-        self.detector.grow(len(new))
+        # tested on every ``detector.every``-th sample at a phase from the key's name (not its arrival order)
+        self.detector.grow(len(new), np.array([zlib.crc32(k.encode()) for k in new], np.int64))
         self._times = np.vstack([self._times, np.zeros((len(new), self.detector.window))])
+        self._season.grow(len(new))
 
     def _round(self, rows: npt.NDArray[np.int64], times: npt.NDArray[np.float64],
                values: npt.NDArray[np.float64]) -> list[Finding]:  # fmt: skip
         self._times[rows, :-1] = self._times[rows, 1:]
         self._times[rows, -1] = times
-        found = [self._finding(c) for c in self.detector.update(rows, values) if self._material(c)]
+        adjusted, seasonal = self._season.adjust(rows, values)
+        self.detector.restart(seasonal)  # what it learned of these included their pattern
+        found = [self._finding(c) for c in self.detector.update(rows, adjusted) if self._material(c)]
         for row, time, value in zip(rows.tolist(), times.tolist(), values.tolist(), strict=True):
             warning = self._warnings.get(self._keys[row])
             if warning is not None and (f := warning.update(time, value)) is not None:
