@@ -230,6 +230,7 @@ def build_processor(settings: Settings, **engine: Any) -> Processor:
     config = EngineConfig(
         step_drift_warmup=settings.step_drift_warmup,
         step_drift_threshold=settings.step_drift_threshold,
+        structural_slowdown_threshold=settings.structural_slowdown_threshold,
         price_per_accel_hour=settings.price_per_accel_hour,
         job_idle_s=settings.job_idle_s,
     )

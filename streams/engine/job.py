@@ -65,7 +65,9 @@ class JobState:
         self.window = StepWindow(job, cfg.rollup_steps, cfg.price_per_accel_hour)
         self.steps = JobSteps(job)
         self.graph = OperatorGraph(job)
-        self.derived = JobDerivations(job, self.graph, window=cfg.rollup_steps)
+        self.derived = JobDerivations(
+            job, self.graph, window=cfg.rollup_steps, structural_threshold=cfg.structural_slowdown_threshold
+        )
         self.stragglers = CollectiveLateness(job, compute=RankCompute())
         self.sync = SyncLoss(job)
         self.reruns = Reruns(job)

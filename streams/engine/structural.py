@@ -1,4 +1,6 @@
-"""What the engine derives from a job's analysed steps, coordinated per job: attributions of its step-time
+"""What the engine derives from a job's analysed steps, coordinated per job: its blocking slowdown against the
+ideal step from peers (roll-ups, and `structural_slowdown` findings with ranked causes, :mod:`blocking`,
+:mod:`detectors.structural_slowdown`), attributions of its step-time
 drift findings (:mod:`attribution`, once ``ATTRIBUTION_STEPS`` analysed steps follow the finding's start),
 straggler cascades (:mod:`cascade`), control regressions (:mod:`regression`), critical-path shifts and
 replica phase drift (:mod:`detectors`), and waste roll-ups per window of ``window`` steps (:mod:`waste`).
@@ -9,9 +11,17 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from streams.engine.attribution import Attribution, StepGains, element_attributions
+from streams.engine.attribution import (
+    Attribution,
+    StepGains,
+    StructuralGains,
+    element_attributions,
+    structural_attributions,
+)
+from streams.engine.blocking import blocking_rollups
 from streams.engine.cascade import cascade, cascade_root
 from streams.engine.detectors.critical_path import CriticalPathShift, composition
+from streams.engine.detectors.structural_slowdown import IdealStep, StructuralSlowdown
 from streams.engine.detectors.sync_loss import PhaseDrift
 from streams.engine.findings import Finding
 from streams.engine.opgraph import OperatorGraph
@@ -36,6 +46,7 @@ class JobDerivations:
     job: str
     graph: OperatorGraph
     window: int = 50
+    structural_threshold: float = 0.10
     gains: deque[StepGains] = field(default_factory=lambda: deque(maxlen=KEEP_STEPS))
     _unattributed: list[Finding] = field(default_factory=list)
     _stragglers: list[Finding] = field(default_factory=list)
@@ -43,6 +54,8 @@ class JobDerivations:
     cp_shift: CriticalPathShift | None = None
     phase: PhaseDrift | None = None
     _waste: list[WasteRow] = field(default_factory=list)
+    _ideal: list[IdealStep] = field(default_factory=list)
+    structural: StructuralSlowdown | None = None
 
     def on_finding(self, finding: Finding) -> None:
         """A finding of the job's detectors that wants structural follow-up."""
@@ -58,7 +71,10 @@ class JobDerivations:
         for r in reports:
             w = r.whatif
             contains = {c.element: c.contains for c in w.candidates if c.contains}
-            self.gains.append(StepGains(r.step, r.t0, w.step_s, w.baseline_s, r.ranks, w.gains(), contains))
+            s = w.structural
+            structural = StructuralGains(s.ideal_s, s.gains(), s.extra(), s.contains)
+            self.gains.append(StepGains(r.step, r.t0, w.step_s, w.baseline_s, r.ranks, w.gains(), contains, structural))
+            self._blocking(IdealStep(r.step, r.t0, r.t0 + w.observed_s, s.actual_s, s.ideal_s, r.ranks), out)
             self._cascades(r, out)
             if self.cp_shift is None:
                 self.cp_shift = CriticalPathShift(self.job)
@@ -77,6 +93,17 @@ class JobDerivations:
         self._regressions(out)
         if final and self._waste:  # the end of the job: its partial window too
             out.rollups.extend(self._waste_rollups())
+
+    def _blocking(self, step: IdealStep, out: Derived) -> None:
+        """The step against its ideal: roll-ups (with the waste window's boundaries) and, when it completes
+        a persistent episode, a ``structural_slowdown`` finding with its ranked causes over the episode."""
+        self._ideal.append(step)
+        self.structural = self.structural or StructuralSlowdown(self.job, self.structural_threshold)
+        found = self.structural.update(step)
+        if found is not None:
+            out.findings.append(found)
+            episode = [g for g in self.gains if g.t0 >= found.start]
+            out.attributions.extend(structural_attributions(found.id, episode))
 
     def _attribute(self, out: Derived, final: bool) -> None:
         for finding in list(self._unattributed):
@@ -107,4 +134,5 @@ class JobDerivations:
 
     def _waste_rollups(self) -> list[Rollup]:
         rows, self._waste = self._waste, []
-        return waste_rollups(self.job, rows)
+        steps, self._ideal = self._ideal, []
+        return waste_rollups(self.job, rows) + blocking_rollups(self.job, steps)

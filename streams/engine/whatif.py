@@ -1,5 +1,9 @@
 """What-if: how long a step would have taken with one element healed, for the elements likely to matter.
 
+Two questions share one vectorised evaluation of the step graph: the structural one (the ideal step from
+peers and its decomposition, :mod:`ideal` and :mod:`decompose`), and the temporal one below, against the
+job's own healthy baseline, for the attribution of drift findings.
+
 *Healed* means the element's intrinsic durations (see :mod:`stepgraph`) are replaced by the median of its
 peers for the same op and microbatch position:
 
@@ -25,6 +29,8 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine import elements
+from streams.engine.decompose import Structural, plan
+from streams.engine.ideal import Peers, occurrences
 from streams.engine.stepgraph import CHAIN, MEMBER, RECV, SEND, Floats, Ints, StepGraph, dense
 
 TOP_RANKS = 4
@@ -53,6 +59,7 @@ class StepWhatIf:
     peer_median: Floats  # per node: the median intrinsic duration of its replica peers
     rank_ends: Floats  # per rank: its last span's end, as observed
     healed_rank_ends: Floats | None  # per rank: its last span's end with the top rank candidate healed
+    structural: Structural  # the ideal step from peers and the decomposition of the slowdown against it
 
     def gains(self) -> dict[str, float]:
         """Seconds the step would have been shorter with each candidate healed (≥ 0)."""
@@ -105,6 +112,7 @@ class Roles:
     stage_key: Ints  # stage peers: same (op, microbatch, occurrence in the rank's program)
     link: Ints  # the link a transfer crosses (lower stage), -1 for other nodes
     link_key: Ints  # link peers: same (direction, microbatch)
+    peers: Peers  # the peers of the ideal step (:mod:`ideal`)
 
     @classmethod
     def of(cls, g: StepGraph) -> Roles:
@@ -122,15 +130,11 @@ class Roles:
         direction = np.where(p2p, (peer_pp > g.pp).astype(np.int64) + 2 * (g.kind == RECV), -1)
         position = dense(g.pp, g.tp, np.where(chain, place, -1), direction, np.where(p2p, g.microbatch, -2))
         occurrence = np.zeros(n, np.int64)
-        occ_key = dense(g.rank, g.op, g.microbatch)
-        by_key = np.argsort(occ_key[: g.n_chain], kind="stable")
-        sk = occ_key[: g.n_chain][by_key]
-        first = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
-        occurrence[by_key] = np.arange(len(sk)) - np.repeat(first, np.diff(np.r_[first, len(sk)]))
+        occurrence[: g.n_chain] = occurrences(dense(g.rank, g.op, g.microbatch)[: g.n_chain])
         stage_key = np.where(chain, dense(g.op, g.microbatch, occurrence), -1)
         link = np.where(p2p & (peer_pp >= 0), np.minimum(g.pp, peer_pp), -1)
         link_key = np.where(link >= 0, dense(direction, g.microbatch), -1)
-        return cls(Grouping(position), stage_key, link, link_key)
+        return cls(Grouping(position), stage_key, link, link_key, Peers.of(g))
 
 
 def _peer_medians_excluding(groups: Ints, keys: Ints, values: Floats, mask: npt.NDArray[np.bool_]) -> Floats:
@@ -196,7 +200,10 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         op_excess = np.bincount(g.op, np.maximum(0.0, d0 - baseline), minlength=len(ops))
         for o in [int(o) for o in np.argsort(-op_excess, kind="stable")[:TOP_OPS] if op_excess[o] > 0]:
             add(elements.of_job("op", job, ops[o]), "op", np.where(g.op == o, baseline, d0))
-    ends = g.evaluate(np.stack(rows))
+    drift_rows = len(rows)
+    ideal = roles.peers.ideal.typical(d0)
+    structural = plan(g, job, ops, d0, ideal, roles.peers.replica.typical(d0))
+    ends = g.evaluate(np.stack([*rows, ideal, *structural.rows]))
     step_ends = ends.max(axis=1)
     first = 2 if baseline is not None else 1
     healed_rank_ends = None
@@ -207,11 +214,12 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         observed_s=g.observed_s,
         baseline_s=float(step_ends[1]) if baseline is not None else None,
         candidates=tuple(cands),
-        counterfactual_s=step_ends[first:],
+        counterfactual_s=step_ends[first:drift_rows],
         ends=ends[0],
         peer_median=peer_med,
         rank_ends=_last_end_per_rank(g, ends[0]),
         healed_rank_ends=healed_rank_ends,
+        structural=structural.result(float(step_ends[0]), float(step_ends[drift_rows]), step_ends[drift_rows + 1 :]),
     )
 
 

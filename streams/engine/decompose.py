@@ -1,0 +1,127 @@
+"""Decomposition of a step's blocking slowdown over the elements that may cause it, with both definitions
+of the what-if analysis (:mod:`ideal`):
+
+- **heal only X**: the step with X's nodes at their ideal and everything else as observed; X's slowdown is
+  T(actual) / T(actual with X healed);
+- **leave only X unhealed**: the ideal step except X's nodes as observed; X's slowdown is
+  T(ideal except X) / T(ideal).
+
+The first asks what fixing X alone would buy; the second how slow X alone makes an otherwise ideal job.
+They differ when several elements straggle at once (healing one leaves the others to block).
+
+Candidates: every pipeline stage and link and data-parallel replica (up to ``MAX_ALL`` of each, else those
+with the most time above their ideal — a documented cap for very large jobs), the ``MAX_RANKS`` ranks and
+``MAX_OPS`` op types with the most time above their ideal, and the group cause ``spread:<job>/dp``: the
+variation across data-parallel replicas (healed: every replica at the typical replica; left alone: the
+ideal plus each node's difference from the typical replica), the name for an imbalance spread over all
+replicas with no single one to blame. A link is its transfers (both directions); a stage, a replica and a
+rank are their spans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from streams.engine import elements
+from streams.engine.ideal import peer_stage
+from streams.engine.stepgraph import RECV, SEND, Floats, Ints, StepGraph
+
+MAX_ALL = 64  # stages, links, replicas: all of them up to this many, else the ones most above their ideal
+MAX_RANKS = 8
+MAX_OPS = 4
+
+Mask = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class Structural:
+    """A step's ideal and its decomposition: per candidate element, the step time with it alone healed and
+    with it alone left unhealed (modelled seconds, like ``actual_s``)."""
+
+    actual_s: float
+    ideal_s: float
+    elements: tuple[str, ...]
+    healed_s: Floats
+    unhealed_s: Floats
+    contains: dict[str, tuple[str, ...]]  # element -> more specific candidates inside it
+
+    @property
+    def slowdown(self) -> float:
+        """The step's blocking slowdown T(actual) / T(ideal)."""
+        return self.actual_s / self.ideal_s if self.ideal_s > 0 else 1.0
+
+    def gains(self) -> dict[str, float]:
+        """Seconds healing each element alone would save (≥ 0)."""
+        return {e: max(0.0, self.actual_s - h) for e, h in zip(self.elements, self.healed_s.tolist(), strict=True)}
+
+    def extra(self) -> dict[str, float]:
+        """Seconds each element alone, left unhealed, adds to the ideal step (≥ 0)."""
+        return {e: max(0.0, u - self.ideal_s) for e, u in zip(self.elements, self.unhealed_s.tolist(), strict=True)}
+
+
+@dataclass
+class Plan:
+    """The rows to evaluate for a step's decomposition: pairs (healed only, unhealed only) per element."""
+
+    elements: list[str]
+    rows: list[Floats]
+    contains: dict[str, tuple[str, ...]]
+
+    def result(self, actual_s: float, ideal_s: float, step_ends: Floats) -> Structural:
+        """``step_ends``: the step time of each row, in the order of ``rows``."""
+        return Structural(actual_s, ideal_s, tuple(self.elements), step_ends[0::2], step_ends[1::2], self.contains)
+
+
+def plan(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typical_replica: Floats) -> Plan:
+    """The candidates of one step and their two rows each (heal only; leave only unhealed)."""
+    out = Plan([], [], {})
+    spans = g.span >= 0
+    excess = np.maximum(0.0, d0 - ideal)
+
+    def add(element: str, mask: Mask, contains: tuple[str, ...] = ()) -> None:
+        out.elements.append(element)
+        out.rows += [np.where(mask, ideal, d0), np.where(mask, d0, ideal)]
+        if contains:
+            out.contains[element] = contains
+
+    ranks = _most(g.rank[spans], excess[spans], MAX_RANKS)
+    rank_ids = {r: elements.rank(job, r) for r in ranks}
+    for r in ranks:
+        add(rank_ids[r], g.rank == r)
+
+    def inside(mask: Mask) -> tuple[str, ...]:
+        return tuple(rank_ids[r] for r in ranks if bool(mask[g.rank == r].any()))
+
+    for column, build in ((g.dp, elements.dp), (g.pp, elements.stage)):
+        for i in _most(column[spans], excess[spans], MAX_ALL):
+            mask = spans & (column == i)
+            add(build(job, i), mask, inside(mask))
+    p2p = (g.kind == SEND) | (g.kind == RECV)
+    peer_pp = peer_stage(g, p2p)
+    link = np.where(p2p & (peer_pp >= 0) & (peer_pp != g.pp), np.minimum(g.pp, peer_pp), -1)
+    for lk in _most(link[p2p & (link >= 0)], excess[p2p & (link >= 0)], MAX_ALL):
+        add(elements.stage_link(job, lk), link == lk)
+    for o in _most(g.op[spans], excess[spans], MAX_OPS, positive=True):
+        add(elements.of_job("op", job, ops[o]), spans & (g.op == o))
+    replicas = [e for e in out.elements if elements.is_kind(e, "dp")]
+    if len(replicas) > 1:
+        out.elements.append(elements.spread(job, "dp"))
+        out.contains[elements.spread(job, "dp")] = tuple(replicas)
+        unhealed = np.where(spans, np.maximum(0.0, ideal + d0 - typical_replica), ideal)
+        out.rows += [np.where(spans, typical_replica, d0), unhealed]
+    return out
+
+
+def _most(keys: Ints, weights: Floats, cap: int, positive: bool = False) -> list[int]:
+    """The distinct keys, all of them up to ``cap``, else the ``cap`` with the most weight (ties: lower key
+    first); ``positive``: only keys with some weight."""
+    present, inverse = np.unique(keys, return_inverse=True)
+    total = np.bincount(inverse.ravel(), weights, minlength=len(present))
+    if positive:
+        present, total = present[total > 0], total[total > 0]
+    if len(present) > cap:
+        present = np.sort(present[np.lexsort((present, -total))[:cap]])
+    return [int(k) for k in present]
