@@ -107,9 +107,10 @@ def plan(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typi
     for o in _most(g.op[spans], excess[spans], MAX_OPS, positive=True):
         add(elements.of_job("op", job, ops[o]), spans & (g.op == o))
     replicas = [e for e in out.elements if elements.is_kind(e, "dp")]
-    if len(replicas) > 1:
+    if len(replicas) > 1:  # within a stage, peers differ by replica: a replica or a stage may locate the spread
         out.elements.append(elements.spread(job, "dp"))
-        out.contains[elements.spread(job, "dp")] = tuple(replicas)
+        located = tuple(e for e in out.elements if elements.kind_of(e) in ("dp", "stage"))
+        out.contains[elements.spread(job, "dp")] = located
         unhealed = np.where(spans, np.maximum(0.0, ideal + d0 - typical_replica), ideal)
         out.rows += [np.where(spans, typical_replica, d0), unhealed]
     return out
