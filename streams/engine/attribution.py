@@ -38,6 +38,7 @@ class StructuralGains:
     gains: dict[str, float]
     extra: dict[str, float]
     contains: dict[str, tuple[str, ...]]
+    decomposed: bool = True  # False: the step was not slow enough to be decomposed (no gains, no extra)
 
 
 @dataclass(frozen=True)
@@ -163,8 +164,9 @@ class Attribution:
 def structural_attributions(finding_id: str, window: list[StepGains]) -> list[Attribution]:
     """The ranked causes of a blocking slowdown over ``window`` against the ideal step from peers, with both
     definitions: ``slowdown`` heals only the cause (actual / actual with it healed), ``slowdown_unhealed``
-    leaves only it unhealed (ideal except it / ideal); ``share`` is its gain over actual less ideal."""
-    steps = [s for s in window if s.structural is not None]
+    leaves only it unhealed (ideal except it / ideal); ``share`` is its gain over actual less ideal. Over
+    the steps of the window that were decomposed (slow enough to ask why)."""
+    steps = [s for s in window if s.structural is not None and s.structural.decomposed]
     parts = [s.structural for s in steps if s.structural is not None]
     if not parts:
         return []

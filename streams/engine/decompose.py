@@ -16,6 +16,10 @@ variation across data-parallel replicas (healed: every replica at the typical re
 ideal plus each node's difference from the typical replica), the name for an imbalance spread over all
 replicas with no single one to blame. A link is its transfers (both directions); a stage, a replica and a
 rank are their spans.
+
+The engine decomposes only the steps at least half its ``structural_slowdown`` threshold above their
+ideal (:class:`streams.engine.steps.JobSteps` ``decompose_above``): a healthy step costs two rows (actual
+and ideal), and the causes of a slowdown are judged on the steps that had one.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class Structural:
     healed_s: Floats
     unhealed_s: Floats
     contains: dict[str, tuple[str, ...]]  # element -> more specific candidates inside it
+    decomposed: bool = True  # False: only the ideal was evaluated (the step was not slow enough to ask why)
 
     @property
     def slowdown(self) -> float:
@@ -71,7 +76,8 @@ class Plan:
     contains: dict[str, tuple[str, ...]]
 
     def result(self, actual_s: float, ideal_s: float, step_ends: Floats) -> Structural:
-        """``step_ends``: the step time of each row, in the order of ``rows``."""
+        """``step_ends``: the step time of each row, in the order of ``rows`` (evaluated apart from the
+        actual and ideal rows, so that a step not slow enough to ask why costs two rows, not all)."""
         return Structural(actual_s, ideal_s, tuple(self.elements), step_ends[0::2], step_ends[1::2], self.contains)
 
 
@@ -88,17 +94,13 @@ def plan(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typi
             out.contains[element] = contains
 
     ranks = _most(g.rank[spans], excess[spans], MAX_RANKS)
-    rank_ids = {r: elements.rank(job, r) for r in ranks}
+    first_node = {r: int(np.argmax(spans & (g.rank == r))) for r in ranks}
     for r in ranks:
-        add(rank_ids[r], g.rank == r)
-
-    def inside(mask: Mask) -> tuple[str, ...]:
-        return tuple(rank_ids[r] for r in ranks if bool(mask[g.rank == r].any()))
-
+        add(elements.rank(job, r), g.rank == r)
     for column, build in ((g.dp, elements.dp), (g.pp, elements.stage)):
         for i in _most(column[spans], excess[spans], MAX_ALL):
-            mask = spans & (column == i)
-            add(build(job, i), mask, inside(mask))
+            inside = tuple(elements.rank(job, r) for r in ranks if column[first_node[r]] == i)
+            add(build(job, i), spans & (column == i), inside)
     p2p = (g.kind == SEND) | (g.kind == RECV)
     peer_pp = peer_stage(g, p2p)
     link = np.where(p2p & (peer_pp >= 0) & (peer_pp != g.pp), np.minimum(g.pp, peer_pp), -1)

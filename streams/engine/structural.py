@@ -72,7 +72,7 @@ class JobDerivations:
             w = r.whatif
             contains = {c.element: c.contains for c in w.candidates if c.contains}
             s = w.structural
-            structural = StructuralGains(s.ideal_s, s.gains(), s.extra(), s.contains)
+            structural = StructuralGains(s.ideal_s, s.gains(), s.extra(), s.contains, s.decomposed)
             self.gains.append(StepGains(r.step, r.t0, w.step_s, w.baseline_s, r.ranks, w.gains(), contains, structural))
             self._blocking(IdealStep(r.step, r.t0, r.t0 + w.observed_s, s.actual_s, s.ideal_s, r.ranks), out)
             self._cascades(r, out)

@@ -159,9 +159,12 @@ def _peer_medians_excluding(groups: Ints, keys: Ints, values: Floats, mask: npt.
     return out
 
 
-def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, roles: Roles) -> StepWhatIf:
-    """Evaluate the step as observed, at baseline, and with each candidate element healed. ``roles``:
-    ``Roles.of(g)``, which depends on the structure only (cache it by ``g.signature``)."""
+def what_if(
+    g: StepGraph, job: str, ops: list[str], baseline: Floats | None, roles: Roles, decompose_above: float = 0.0
+) -> StepWhatIf:
+    """Evaluate the step as observed, at baseline, with each candidate element healed, and at its ideal from
+    peers; decompose its blocking slowdown when that is at least ``decompose_above`` (:mod:`decompose`).
+    ``roles``: ``Roles.of(g)``, which depends on the structure only (cache it by ``g.signature``)."""
     d0 = g.intrinsic
     spans = g.span >= 0
     peer_med = np.where(spans, roles.position.spread(roles.position.medians(d0)), d0)
@@ -202,9 +205,14 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
             add(elements.of_job("op", job, ops[o]), "op", np.where(g.op == o, baseline, d0))
     drift_rows = len(rows)
     ideal = roles.peers.ideal.typical(d0)
-    structural = plan(g, job, ops, d0, ideal, roles.peers.replica.typical(d0))
-    ends = g.evaluate(np.stack([*rows, ideal, *structural.rows]))
+    ends = g.evaluate(np.stack([*rows, ideal]))
     step_ends = ends.max(axis=1)
+    actual_s, ideal_s = float(step_ends[0]), float(step_ends[drift_rows])
+    structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)
+    if actual_s >= decompose_above * ideal_s:
+        found = plan(g, job, ops, d0, ideal, roles.peers.replica.typical(d0))
+        healed = g.evaluate(np.stack(found.rows)).max(axis=1) if found.rows else np.zeros(0)
+        structural = found.result(actual_s, ideal_s, healed)
     first = 2 if baseline is not None else 1
     healed_rank_ends = None
     if top_ranks:
@@ -219,7 +227,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         peer_median=peer_med,
         rank_ends=_last_end_per_rank(g, ends[0]),
         healed_rank_ends=healed_rank_ends,
-        structural=structural.result(float(step_ends[0]), float(step_ends[drift_rows]), step_ends[drift_rows + 1 :]),
+        structural=structural,
     )
 
 
