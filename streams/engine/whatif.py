@@ -15,8 +15,8 @@ peers for the same op and microbatch position:
   and microbatch;
 - an **op type**: by the job's own healthy baseline (there are no peers within a step), once one exists.
 
-Candidates: every stage and link (up to ``MAX_ALL``), the ranks and replicas with the most time above their
-peers, the op types with the most time above the baseline. All candidates are evaluated in one vectorised
+Candidates: every replica, stage and link (up to ``MAX_ALL`` of each, else those most above their peers),
+the ranks with the most time above their peers, the op types with the most time above the baseline. All candidates are evaluated in one vectorised
 pass, together with the step as observed and the step with every node at its baseline.
 """
 
@@ -34,9 +34,8 @@ from streams.engine.ideal import Peers, occurrences
 from streams.engine.stepgraph import CHAIN, MEMBER, RECV, SEND, Floats, Ints, StepGraph, dense
 
 TOP_RANKS = 4
-TOP_REPLICAS = 2
 TOP_OPS = 3
-MAX_ALL = 8  # stages and links evaluated exhaustively up to this many, else the top ones
+MAX_ALL = 8  # replicas, stages and links evaluated exhaustively up to this many, else the top ones
 
 
 @dataclass(frozen=True)
@@ -183,7 +182,7 @@ def what_if(
         add(elements.rank(job, r), "rank", np.where(g.rank == r, peer_med, d0))
     dp_excess = np.bincount(g.dp[spans], excess[spans])
     replicas = sorted(np.flatnonzero(np.bincount(g.dp[spans])).tolist(), key=lambda d: (-dp_excess[d], d))
-    for d in replicas[:TOP_REPLICAS] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
+    for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
         inside = tuple(elements.rank(job, r) for r in top_ranks if (g.dp[g.rank == r] == d).any())
         add(elements.dp(job, d), "dp", np.where(g.dp == d, peer_med, d0), inside)
     chain = roles.stage_key >= 0
