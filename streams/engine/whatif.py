@@ -16,8 +16,9 @@ peers for the same op and microbatch position:
 - an **op type**: by the job's own healthy baseline (there are no peers within a step), once one exists.
 
 Candidates: every replica, stage and link (up to ``MAX_ALL`` of each, else those most above their peers),
-the ranks with the most time above their peers, the op types with the most time above the baseline. All candidates are evaluated in one vectorised
-pass, together with the step as observed and the step with every node at its baseline.
+the ranks with the most time above their peers, the op types with the most time above the baseline. All
+candidates are evaluated in one vectorised pass, together with the step as observed and the step with every
+node at its baseline.
 """
 
 from __future__ import annotations
