@@ -211,8 +211,7 @@ def what_if(
     structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)
     if actual_s >= decompose_above * ideal_s:
         found = plan(g, job, ops, d0, ideal, roles.peers.replica.typical(d0))
-        healed = g.evaluate(np.stack(found.rows)).max(axis=1) if found.rows else np.zeros(0)
-        structural = found.result(actual_s, ideal_s, healed)
+        structural = found.result(actual_s, ideal_s, found.step_times(g))
     first = 2 if baseline is not None else 1
     healed_rank_ends = None
     if top_ranks:
