@@ -104,14 +104,17 @@ def plan(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typi
     first_node = {r: int(np.argmax(spans & (g.rank == r))) for r in ranks}
     for r in ranks:
         add(elements.rank(job, r), g.rank == r)
-    for column, build in ((g.dp, elements.dp), (g.pp, elements.stage)):
-        for i in _most(column[spans], excess[spans], MAX_ALL):
-            inside = tuple(elements.rank(job, r) for r in ranks if column[first_node[r]] == i)
-            add(build(job, i), spans & (column == i), inside)
     p2p = (g.kind == SEND) | (g.kind == RECV)
     peer_pp = peer_stage(g, p2p)
     link = np.where(p2p & (peer_pp >= 0) & (peer_pp != g.pp), np.minimum(g.pp, peer_pp), -1)
-    for lk in _most(link[p2p & (link >= 0)], excess[p2p & (link >= 0)], MAX_ALL):
+    links = _most(link[p2p & (link >= 0)], excess[p2p & (link >= 0)], MAX_ALL)
+    for column, build in ((g.dp, elements.dp), (g.pp, elements.stage)):
+        for i in _most(column[spans], excess[spans], MAX_ALL):
+            inside = tuple(elements.rank(job, r) for r in ranks if column[first_node[r]] == i)
+            if build is elements.stage:  # a stage's spans hold the transfers over its links
+                inside += tuple(elements.stage_link(job, lk) for lk in links if lk in (i - 1, i))
+            add(build(job, i), spans & (column == i), inside)
+    for lk in links:
         add(elements.stage_link(job, lk), link == lk)
     for o in _most(g.op[spans], excess[spans], MAX_OPS, positive=True):
         add(elements.of_job("op", job, ops[o]), spans & (g.op == o))
