@@ -17,13 +17,15 @@ ideal plus each node's difference from the typical replica), the name for an imb
 replicas with no single one to blame. A link is its transfers (both directions); a stage, a replica and a
 rank are their spans.
 
-The engine decomposes only the steps at least half its ``structural_slowdown`` threshold above their
-ideal (:class:`streams.engine.steps.JobSteps` ``decompose_above``): a healthy step costs two rows (actual
-and ideal), and the causes of a slowdown are judged on the steps that had one.
+The engine decomposes a step only when its causes may be asked for (:class:`Pending`, run by
+:mod:`structural` when the step is at least half the ``structural_slowdown`` threshold above its ideal and
+its episode has not been reported yet): a healthy step costs one extra row (the ideal), and an episode's
+decompositions stop with its finding.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,6 +88,22 @@ class Plan:
         """``step_ends``: the step time of each row, in the order of ``rows`` (evaluated apart from the
         actual and ideal rows, so that a step not slow enough to ask why costs two rows, not all)."""
         return Structural(actual_s, ideal_s, tuple(self.elements), step_ends[0::2], step_ends[1::2], self.contains)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What decomposing a step takes, kept with its report until the job asks why the step was slow."""
+
+    g: StepGraph
+    job: str
+    ops: list[str]
+    d0: Floats  # intrinsic durations as observed
+    ideal: Floats  # at the ideal from peers
+    typical_replica: Callable[[Floats], Floats]
+
+    def run(self, actual_s: float, ideal_s: float) -> Structural:
+        found = plan(self.g, self.job, self.ops, self.d0, self.ideal, self.typical_replica(self.d0))
+        return found.result(actual_s, ideal_s, found.step_times(self.g))
 
 
 def plan(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typical_replica: Floats) -> Plan:

@@ -63,7 +63,7 @@ class JobState:
     def __post_init__(self) -> None:
         job, cfg = self.job, self.config
         self.window = StepWindow(job, cfg.rollup_steps, cfg.price_per_accel_hour)
-        self.steps = JobSteps(job, decompose_above=1 + cfg.structural_slowdown_threshold / 2)
+        self.steps = JobSteps(job)
         self.graph = OperatorGraph(job)
         self.derived = JobDerivations(
             job, self.graph, window=cfg.rollup_steps, structural_threshold=cfg.structural_slowdown_threshold

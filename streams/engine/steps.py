@@ -63,7 +63,6 @@ class _Structure:
 @dataclass
 class JobSteps:
     job: str
-    decompose_above: float = 0.0  # blocking slowdown from which a step's slowdown is decomposed (decompose)
     late_spans: int = 0
     failed_steps: int = 0  # steps whose spans did not form a dependency graph
     ops: Codebook = field(default_factory=Codebook)
@@ -112,7 +111,7 @@ class JobSteps:
             spans = g.span >= 0
             structure.positions = np.full((int(g.rank.max(initial=0)) + 1, 3), -1, np.int64)
             structure.positions[g.rank[spans]] = np.stack([g.dp[spans], g.pp[spans], g.tp[spans]], axis=1)
-        result = what_if(g, self.job, self.ops.names, structure.baseline, structure.roles, self.decompose_above)
+        result = what_if(g, self.job, self.ops.names, structure.baseline, structure.roles)
         if structure.baseline is None:
             structure.warmup.append(result.peer_median)
             if len(structure.warmup) >= BASELINE_STEPS:

@@ -55,7 +55,10 @@ class JobDerivations:
     phase: PhaseDrift | None = None
     _waste: list[WasteRow] = field(default_factory=list)
     _ideal: list[IdealStep] = field(default_factory=list)
-    structural: StructuralSlowdown | None = None
+    structural: StructuralSlowdown = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.structural = StructuralSlowdown(self.job, self.structural_threshold)
 
     def on_finding(self, finding: Finding) -> None:
         """A finding of the job's detectors that wants structural follow-up."""
@@ -72,9 +75,12 @@ class JobDerivations:
             w = r.whatif
             contains = {c.element: c.contains for c in w.candidates if c.contains}
             s = w.structural
+            step = IdealStep(r.step, r.t0, r.t0 + w.observed_s, s.actual_s, s.ideal_s, r.ranks)
+            if self.structural.wants_causes(step):
+                s = w.decomposed()
             structural = StructuralGains(s.ideal_s, s.gains(), s.extra(), s.contains, s.decomposed)
             self.gains.append(StepGains(r.step, r.t0, w.step_s, w.baseline_s, r.ranks, w.gains(), contains, structural))
-            self._blocking(IdealStep(r.step, r.t0, r.t0 + w.observed_s, s.actual_s, s.ideal_s, r.ranks), out)
+            self._blocking(step, out)
             self._cascades(r, out)
             if self.cp_shift is None:
                 self.cp_shift = CriticalPathShift(self.job)
@@ -98,7 +104,6 @@ class JobDerivations:
         """The step against its ideal: roll-ups (with the waste window's boundaries) and, when it completes
         a persistent episode, a ``structural_slowdown`` finding with its ranked causes over the episode."""
         self._ideal.append(step)
-        self.structural = self.structural or StructuralSlowdown(self.job, self.structural_threshold)
         found = self.structural.update(step)
         if found is not None:
             out.findings.append(found)

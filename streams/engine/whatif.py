@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine import elements
-from streams.engine.decompose import Structural, plan
+from streams.engine.decompose import Pending, Structural
 from streams.engine.ideal import Peers, occurrences
 from streams.engine.stepgraph import CHAIN, MEMBER, RECV, SEND, Floats, Ints, StepGraph, dense
 
@@ -59,7 +59,12 @@ class StepWhatIf:
     peer_median: Floats  # per node: the median intrinsic duration of its replica peers
     rank_ends: Floats  # per rank: its last span's end, as observed
     healed_rank_ends: Floats | None  # per rank: its last span's end with the top rank candidate healed
-    structural: Structural  # the ideal step from peers and the decomposition of the slowdown against it
+    structural: Structural  # the ideal step from peers (not decomposed: see decomposed())
+    pending: Pending
+
+    def decomposed(self) -> Structural:
+        """The step's blocking slowdown decomposed over its candidate elements (:mod:`decompose`)."""
+        return self.pending.run(self.structural.actual_s, self.structural.ideal_s)
 
     def gains(self) -> dict[str, float]:
         """Seconds the step would have been shorter with each candidate healed (≥ 0)."""
@@ -159,12 +164,10 @@ def _peer_medians_excluding(groups: Ints, keys: Ints, values: Floats, mask: npt.
     return out
 
 
-def what_if(
-    g: StepGraph, job: str, ops: list[str], baseline: Floats | None, roles: Roles, decompose_above: float = 0.0
-) -> StepWhatIf:
+def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, roles: Roles) -> StepWhatIf:
     """Evaluate the step as observed, at baseline, with each candidate element healed, and at its ideal from
-    peers; decompose its blocking slowdown when that is at least ``decompose_above`` (:mod:`decompose`).
-    ``roles``: ``Roles.of(g)``, which depends on the structure only (cache it by ``g.signature``)."""
+    peers (its decomposition is left to :meth:`StepWhatIf.decomposed`). ``roles``: ``Roles.of(g)``, which
+    depends on the structure only (cache it by ``g.signature``)."""
     d0 = g.intrinsic
     spans = g.span >= 0
     peer_med = np.where(spans, roles.position.spread(roles.position.medians(d0)), d0)
@@ -209,9 +212,6 @@ def what_if(
     step_ends = ends.max(axis=1)
     actual_s, ideal_s = float(step_ends[0]), float(step_ends[drift_rows])
     structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)
-    if actual_s >= decompose_above * ideal_s:
-        found = plan(g, job, ops, d0, ideal, roles.peers.replica.typical(d0))
-        structural = found.result(actual_s, ideal_s, found.step_times(g))
     first = 2 if baseline is not None else 1
     healed_rank_ends = None
     if top_ranks:
@@ -227,6 +227,7 @@ def what_if(
         rank_ends=_last_end_per_rank(g, ends[0]),
         healed_rank_ends=healed_rank_ends,
         structural=structural,
+        pending=Pending(g, job, ops, d0, ideal, roles.peers.replica.typical),
     )
 
 

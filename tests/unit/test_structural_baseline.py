@@ -78,7 +78,7 @@ class Job:
 def analyse(job: Job, steps: int = 30, seed: int = 3) -> tuple[Derived, list[float]]:
     """The job's steps through the engine's step analysis and derivations (findings, attributions, roll-ups)."""
     rng = np.random.default_rng(seed)
-    js, out = JobSteps("j", decompose_above=1.05), Derived()  # as the engine runs it (threshold 0.10)
+    js, out = JobSteps("j"), Derived()
     derived = JobDerivations("j", OperatorGraph("j"), window=10)
     slowdowns: list[float] = []
     t = 1000.0

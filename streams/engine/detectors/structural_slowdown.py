@@ -47,6 +47,11 @@ class StructuralSlowdown(Detector):
     _recent: deque[IdealStep] = field(default_factory=deque)
     _episode: KOfN | None = None
 
+    def wants_causes(self, s: IdealStep) -> bool:
+        """Whether ``s`` may belong to an episode not reported yet and is slow enough (half the threshold) to
+        be decomposed: the causes of a finding are judged on its episode's steps up to the finding."""
+        return s.slowdown >= 1 + self.threshold / 2 and not (self._episode is not None and self._episode.alarmed)
+
     def update(self, s: IdealStep) -> Finding | None:
         self._recent.append(s)
         if len(self._recent) > self.window:
