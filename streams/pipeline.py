@@ -231,6 +231,7 @@ def build_processor(settings: Settings, **engine: Any) -> Processor:
         step_drift_warmup=settings.step_drift_warmup,
         step_drift_threshold=settings.step_drift_threshold,
         series_every=settings.series_every,
+        structural_slowdown_threshold=settings.structural_slowdown_threshold,
         price_per_accel_hour=settings.price_per_accel_hour,
         job_idle_s=settings.job_idle_s,
         rollup_window_s=settings.rollup_window_s,

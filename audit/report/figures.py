@@ -90,24 +90,25 @@ def blocking(scope: Scope) -> Figure:
     rows = scope.rows("blocking_slowdown", job=scope.job)
     queries = (("blocking_slowdown", {"job": scope.job}),)
     caption = (
-        "Allocated accelerator-seconds over those left when no rank waits for a late peer (blocking slowdown "
-        "against the structural baseline: 1.0 = no straggler waits), and over the compute alone (every wait, "
-        "bubble and exposed communication removed)."
+        "The steps as modelled over their ideal step from peers (blocking slowdown against the structural "
+        "baseline: 1.0 = no element slower than its peers), and allocated accelerator-seconds over the compute "
+        "alone (every wait, bubble and exposed communication removed)."
     )
     title = "Blocking slowdown against the structural baseline"
     if not rows:
         return Figure("blocking", title, caption, _empty("waste roll-ups"), queries, 0)
     xs = [(r["window_start"] + r["window_end"]) / 2 for r in rows]
-    ys = [r["blocking_slowdown"] for r in rows] + [r["slowdown_over_compute"] or 1.0 for r in rows]
+    ratio = [r["blocking_slowdown"] or 1.0 for r in rows]  # 1.0: a window without the ideal (older records)
+    ys = ratio + [r["slowdown_over_compute"] or 1.0 for r in rows]
     f = svg.Frame(scope.start, scope.end, min(1.0, *ys) * 0.98, max(ys) * 1.05)
     f.axes("× baseline")
     f.parts.append(
         f'<line x1="{f.left}" x2="{svg.WIDTH - f.right}" y1="{f.y(1):.1f}" y2="{f.y(1):.1f}" '
         'stroke="#333" stroke-dasharray="2 2"/>'
     )
-    f.line(xs, [r["blocking_slowdown"] for r in rows], svg.FINDING, "blocking slowdown (straggler waits)")
+    f.line(xs, ratio, svg.FINDING, "blocking slowdown (ideal from peers)")
     f.line(xs, [r["slowdown_over_compute"] for r in rows], svg.color(0), "allocated / compute", dash="5 3")
-    body = f.svg([("straggler waits", svg.FINDING), ("all waiting", svg.color(0))])
+    body = f.svg([("over the ideal", svg.FINDING), ("all waiting", svg.color(0))])
     return Figure("blocking", title, caption, body, queries, _marks(body))
 
 

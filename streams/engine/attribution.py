@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streams.engine import elements
@@ -27,6 +27,18 @@ from streams.engine.stepgraph import RECV_OPS, SEND_OPS
 SPECIFIC = 0.9
 MIN_SHARE = 0.05
 TOP = 5
+
+
+@dataclass(frozen=True)
+class StructuralGains:
+    """What the structural decomposition keeps of a step (:mod:`decompose`): its ideal step, and per
+    candidate the seconds healing it alone saves and the seconds it alone adds to the ideal."""
+
+    ideal_s: float
+    gains: dict[str, float]
+    extra: dict[str, float]
+    contains: dict[str, tuple[str, ...]]
+    decomposed: bool = True  # False: the step was not slow enough to be decomposed (no gains, no extra)
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,14 @@ class StepGains:
     ranks: int
     gains: dict[str, float]
     contains: dict[str, tuple[str, ...]]
+    structural: StructuralGains | None = None
+
+    def against_ideal(self) -> StepGains:
+        """The step's structural decomposition in the form :func:`rank_causes` reads (the ideal as its
+        baseline)."""
+        s = self.structural
+        assert s is not None
+        return StepGains(self.step, self.t0, self.step_s, s.ideal_s, self.ranks, s.gains, s.contains)
 
 
 @dataclass(frozen=True)
@@ -120,6 +140,7 @@ class Attribution:
     slowdown: float
     cost_accel_s: float
     evidence: dict[str, Any] = field(default_factory=dict)
+    slowdown_unhealed: float | None = None  # ideal-except-this-cause / ideal (structural causes only)
 
     @property
     def id(self) -> str:
@@ -135,8 +156,27 @@ class Attribution:
             "share": round(self.share, 6),
             "slowdown": round(self.slowdown, 6),
             "cost_accel_s": round(self.cost_accel_s, 6),
+            "slowdown_unhealed": None if self.slowdown_unhealed is None else round(self.slowdown_unhealed, 6),
             "evidence": self.evidence,
         }
+
+
+def structural_attributions(finding_id: str, window: list[StepGains]) -> list[Attribution]:
+    """The ranked causes of a blocking slowdown over ``window`` against the ideal step from peers, with both
+    definitions: ``slowdown`` heals only the cause (actual / actual with it healed), ``slowdown_unhealed``
+    leaves only it unhealed (ideal except it / ideal); ``share`` is its gain over actual less ideal. Over
+    the steps of the window that were decomposed (slow enough to ask why)."""
+    steps = [s for s in window if s.structural is not None and s.structural.decomposed]
+    parts = [s.structural for s in steps if s.structural is not None]
+    if not parts:
+        return []
+    ideal = sum(p.ideal_s for p in parts) / len(parts)
+    out = []
+    for a in element_attributions(finding_id, [s.against_ideal() for s in steps]):
+        extra = sum(p.extra.get(a.cause, 0.0) for p in parts) / len(parts)
+        unhealed = (ideal + extra) / ideal if ideal > 0 else 1.0
+        out.append(replace(a, evidence={**a.evidence, "ideal_s": round(ideal, 6)}, slowdown_unhealed=unhealed))
+    return out
 
 
 def element_attributions(finding_id: str, window: list[StepGains]) -> list[Attribution]:

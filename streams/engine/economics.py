@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine import elements
-from streams.engine.stepgraph import MEMBER, RECV, SEND, StepGraph
+from streams.engine.stepgraph import MEMBER, TRANSFER_KINDS, StepGraph
 from streams.engine.whatif import StepWhatIf
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def step_cost(
     ]
     straggler = min(left, ranks * max(gains, default=0.0))
     left -= straggler
-    comm = np.isin(g.kind[path], (MEMBER, SEND, RECV))
+    comm = np.isin(g.kind[path], (MEMBER, *TRANSFER_KINDS))
     exposed = min(left, ranks * float(g.intrinsic[path][comm].sum()))
     left -= exposed
     return StepCost(allocated, compute, dict(zip(WASTE_CAUSES, (straggler, exposed, left), strict=True)))

@@ -51,6 +51,12 @@ def stage_link(job_name: str, s: int) -> str:
     return of_job("link", job_name, f"stage{s}-stage{s + 1}")
 
 
+def spread(job_name: str, dimension: str) -> str:
+    """The group cause "variation across ``dimension``" of a job (``spread:llm/dp``: across its data-parallel
+    replicas), healed by bringing every member to the typical one."""
+    return of_job("spread", job_name, dimension)
+
+
 def kind_of(element_id: str) -> str:
     return element_id.partition(":")[0]
 

@@ -68,7 +68,8 @@ class JobState:
         self.window = StepWindow(job, cfg.rollup_steps, cfg.price_per_accel_hour, cfg.rollup_window_s)
         self.steps = JobSteps(job)
         self.graph = OperatorGraph(job)
-        self.derived = JobDerivations(job, self.graph, window=cfg.rollup_steps, window_s=cfg.rollup_window_s)
+        self.derived = JobDerivations(job, self.graph, window=cfg.rollup_steps, window_s=cfg.rollup_window_s,
+                                      structural_threshold=cfg.structural_slowdown_threshold)  # fmt: skip
         self.stragglers = CollectiveLateness(job, compute=RankCompute())
         self.sync = SyncLoss(job)
         self.reruns = Reruns(job)

@@ -20,13 +20,27 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine.economics import StepCost, step_cost
-from streams.engine.stepgraph import Codebook, Floats, Schedule, StepGraph, StepGraphError, build
+from streams.engine.stepgraph import (
+    BLOCKING,
+    CHAIN,
+    MEMBER,
+    RECV,
+    SEND,
+    Codebook,
+    Floats,
+    Schedule,
+    StepGraph,
+    StepGraphError,
+    build,
+)
 from streams.engine.whatif import Roles, StepWhatIf, what_if
 
 LAG = 2
 BASELINE_STEPS = 10
 MAX_STRUCTURES = 8
-OP_COLUMNS = ("rank", "dp", "pp", "tp", "op", "op_class", "start", "duration", "microbatch", "group", "seq", "peer")
+OP_COLUMNS = ("rank", "dp", "pp", "tp", "op", "op_class", "start", "duration", "microbatch", "group", "seq", "peer",
+              "p2p", "blocking")  # fmt: skip
+OPTIONAL = {"p2p": "", "blocking": False}  # columns a caller may leave out (the contract's defaults)
 
 
 @dataclass(frozen=True)
@@ -78,7 +92,8 @@ class JobSteps:
             if step <= self._done_through:
                 self.late_spans += int(rows.sum())
                 continue
-            self._pending.setdefault(step, []).append({k: columns[k][rows] for k in OP_COLUMNS})
+            part = {k: columns[k][rows] if k in columns else np.full(int(rows.sum()), OPTIONAL[k]) for k in OP_COLUMNS}
+            self._pending.setdefault(step, []).append(part)
         newest = max(self._pending, default=-1)
         return self._analyse([s for s in sorted(self._pending) if s <= newest - LAG])
 
@@ -134,7 +149,7 @@ def summarise(g: StepGraph, path: npt.NDArray[np.int64]) -> CriticalPath:
         np.unique(g.pp[path], return_inverse=True),
         np.unique(g.kind[path], return_inverse=True),
     )
-    names = {0: "compute", 1: "collective", 2: "transfer", 3: "transfer"}
+    names = {CHAIN: "compute", MEMBER: "collective", SEND: "transfer", RECV: "transfer", BLOCKING: "transfer"}
     by_class: dict[str, float] = {}
     for k, total in zip(classes[0].tolist(), np.bincount(classes[1], own).tolist(), strict=True):
         by_class[names[k]] = by_class.get(names[k], 0.0) + total

@@ -1,7 +1,10 @@
-"""What the engine derives from a job's analysed steps, coordinated per job: attributions of its step-time
+"""What the engine derives from a job's analysed steps, coordinated per job: its blocking slowdown against the
+ideal step from peers (roll-ups, and `structural_slowdown` findings with ranked causes, :mod:`blocking`,
+:mod:`detectors.structural_slowdown`), attributions of its step-time
 drift findings (:mod:`attribution`, once ``ATTRIBUTION_STEPS`` analysed steps follow the finding's start),
 straggler cascades (:mod:`cascade`), control regressions (:mod:`regression`), critical-path shifts and
-replica phase drift (:mod:`detectors`), and waste roll-ups per window of ``window`` steps (:mod:`waste`).
+replica phase drift (:mod:`detectors`), and waste roll-ups per window of ``window`` steps or ``window_s``
+seconds (:mod:`waste`).
 """
 
 from __future__ import annotations
@@ -9,19 +12,28 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from streams.engine.attribution import Attribution, StepGains, element_attributions
+from streams.engine.attribution import (
+    Attribution,
+    StepGains,
+    StructuralGains,
+    element_attributions,
+    structural_attributions,
+)
+from streams.engine.blocking import blocking_rollups
 from streams.engine.cascade import cascade, cascade_root
 from streams.engine.detectors.critical_path import CriticalPathShift, composition
+from streams.engine.detectors.structural_slowdown import IdealStep, StructuralSlowdown
 from streams.engine.detectors.sync_loss import PhaseDrift
 from streams.engine.findings import Finding
 from streams.engine.opgraph import OperatorGraph
 from streams.engine.regression import Decision, regression, windows
-from streams.engine.rollup import Rollup
+from streams.engine.rollup import Rollup, Windows
 from streams.engine.steps import StepReport
-from streams.engine.waste import WasteWindows
+from streams.engine.waste import WasteRow, waste_rollups
 
 ATTRIBUTION_STEPS = 10
 KEEP_STEPS = 512
+StepRow = tuple[WasteRow, IdealStep]  # what a roll-up window keeps of an analysed step
 
 
 @dataclass
@@ -36,17 +48,20 @@ class JobDerivations:
     job: str
     graph: OperatorGraph
     window: int = 50
-    window_s: float = 600.0  # a waste roll-up window ends after ``window`` steps or this long, whichever first
+    window_s: float = 600.0  # a roll-up window ends after ``window`` steps or this long, whichever first
+    structural_threshold: float = 0.10
     gains: deque[StepGains] = field(default_factory=lambda: deque(maxlen=KEEP_STEPS))
     _unattributed: list[Finding] = field(default_factory=list)
     _stragglers: list[Finding] = field(default_factory=list)
     _decisions: list[Decision] = field(default_factory=list)
     cp_shift: CriticalPathShift | None = None
     phase: PhaseDrift | None = None
-    _waste: WasteWindows = field(init=False)
+    _windows: Windows[StepRow] = field(init=False)
+    structural: StructuralSlowdown = field(init=False)
 
     def __post_init__(self) -> None:
-        self._waste = WasteWindows(self.job, self.window, self.window_s)
+        self._windows = Windows(self.window, self.window_s)
+        self.structural = StructuralSlowdown(self.job, self.structural_threshold)
 
     def on_finding(self, finding: Finding) -> None:
         """A finding of the job's detectors that wants structural follow-up."""
@@ -62,7 +77,13 @@ class JobDerivations:
         for r in reports:
             w = r.whatif
             contains = {c.element: c.contains for c in w.candidates if c.contains}
-            self.gains.append(StepGains(r.step, r.t0, w.step_s, w.baseline_s, r.ranks, w.gains(), contains))
+            s = w.structural
+            step = IdealStep(r.step, r.t0, r.t0 + w.observed_s, s.actual_s, s.ideal_s, r.ranks)
+            if self.structural.wants_causes(step):
+                s = w.decomposed()
+            structural = StructuralGains(s.ideal_s, s.gains(), s.extra(), s.contains, s.decomposed)
+            self.gains.append(StepGains(r.step, r.t0, w.step_s, w.baseline_s, r.ranks, w.gains(), contains, structural))
+            self._blocking(step, out)
             self._cascades(r, out)
             if self.cp_shift is None:
                 self.cp_shift = CriticalPathShift(self.job)
@@ -74,11 +95,20 @@ class JobDerivations:
             drifted = self.phase.update(r.step, r.t0, w.observed_s, r.replica_phase)
             if drifted is not None:
                 out.findings.append(drifted)
-            out.rollups.extend(self._waste.add((r.t0, w.observed_s, r.cost)))
+            out.rollups.extend(self._window_rollups(self._windows.add(r.t0, ((r.t0, w.observed_s, r.cost), step))))
         self._attribute(out, final)
         self._regressions(out)
         if final:  # the end of the job: its partial window too
-            out.rollups.extend(self._waste.flush())
+            out.rollups.extend(self._window_rollups(self._windows.flush()))
+
+    def _blocking(self, step: IdealStep, out: Derived) -> None:
+        """The step against its ideal: when it completes a persistent episode, a ``structural_slowdown``
+        finding with its ranked causes over the episode."""
+        found = self.structural.update(step)
+        if found is not None:
+            out.findings.append(found)
+            episode = [g for g in self.gains if g.t0 >= found.start]
+            out.attributions.extend(structural_attributions(found.id, episode))
 
     def _attribute(self, out: Derived, final: bool) -> None:
         for finding in list(self._unattributed):
@@ -106,3 +136,10 @@ class JobDerivations:
             if found is not None:
                 out.findings.append(found[0])
                 out.attributions.extend(found[1])
+
+    def _window_rollups(self, closed: list[list[StepRow]]) -> list[Rollup]:
+        """The roll-ups of the windows of analysed steps that closed: waste and blocking slowdown, on the same
+        boundaries (:class:`~streams.engine.rollup.Windows`: a window closes when an analysed step starts past
+        it, or at the job's end — steps are analysed some steps after they ran, so event time cannot)."""
+        return [r for rows in closed for r in (waste_rollups(self.job, [w for w, _ in rows])
+                                                + blocking_rollups(self.job, [i for _, i in rows]))]  # fmt: skip

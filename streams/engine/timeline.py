@@ -81,9 +81,7 @@ class Timeline:
             waiting = [t for t in self._newest.values() if t > -math.inf]
         return min(waiting, default=-math.inf) - self.lateness
 
-    def add_samples(
-        self, channel: str, batches: list[SampleBatch], offset: int = -1
-    ) -> list[npt.NDArray[np.bool_]]:
+    def add_samples(self, channel: str, batches: list[SampleBatch], offset: int = -1) -> list[npt.NDArray[np.bool_]]:
         """Buffer a message's sample batches (``offset``: the message's, in its channel); per batch, which
         samples were late (not buffered)."""
         frontier = self.frontier

@@ -1,5 +1,9 @@
 """What-if: how long a step would have taken with one element healed, for the elements likely to matter.
 
+Two questions share one vectorised evaluation of the step graph: the structural one (the ideal step from
+peers and its decomposition, :mod:`ideal` and :mod:`decompose`), and the temporal one below, against the
+job's own healthy baseline, for the attribution of drift findings.
+
 *Healed* means the element's intrinsic durations (see :mod:`stepgraph`) are replaced by the median of its
 peers for the same op and microbatch position:
 
@@ -11,9 +15,10 @@ peers for the same op and microbatch position:
   and microbatch;
 - an **op type**: by the job's own healthy baseline (there are no peers within a step), once one exists.
 
-Candidates: every stage and link (up to ``MAX_ALL``), the ranks and replicas with the most time above their
-peers, the op types with the most time above the baseline. All candidates are evaluated in one vectorised
-pass, together with the step as observed and the step with every node at its baseline.
+Candidates: every replica, stage and link (up to ``MAX_ALL`` of each, else those most above their peers),
+the ranks with the most time above their peers, the op types with the most time above the baseline. All
+candidates are evaluated in one vectorised pass, together with the step as observed and the step with every
+node at its baseline.
 """
 
 from __future__ import annotations
@@ -25,12 +30,13 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine import elements
-from streams.engine.stepgraph import CHAIN, MEMBER, RECV, SEND, Floats, Ints, StepGraph, dense
+from streams.engine.decompose import Pending, Structural
+from streams.engine.ideal import Peers, occurrences
+from streams.engine.stepgraph import PROGRAM_KINDS, RECV, SEND, Floats, Ints, StepGraph, dense
 
 TOP_RANKS = 4
-TOP_REPLICAS = 2
 TOP_OPS = 3
-MAX_ALL = 8  # stages and links evaluated exhaustively up to this many, else the top ones
+MAX_ALL = 8  # replicas, stages and links evaluated exhaustively up to this many, else the top ones
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,12 @@ class StepWhatIf:
     peer_median: Floats  # per node: the median intrinsic duration of its replica peers
     rank_ends: Floats  # per rank: its last span's end, as observed
     healed_rank_ends: Floats | None  # per rank: its last span's end with the top rank candidate healed
+    structural: Structural  # the ideal step from peers (not decomposed: see decomposed())
+    pending: Pending
+
+    def decomposed(self) -> Structural:
+        """The step's blocking slowdown decomposed over its candidate elements (:mod:`decompose`)."""
+        return self.pending.run(self.structural.actual_s, self.structural.ideal_s)
 
     def gains(self) -> dict[str, float]:
         """Seconds the step would have been shorter with each candidate healed (≥ 0)."""
@@ -105,11 +117,12 @@ class Roles:
     stage_key: Ints  # stage peers: same (op, microbatch, occurrence in the rank's program)
     link: Ints  # the link a transfer crosses (lower stage), -1 for other nodes
     link_key: Ints  # link peers: same (direction, microbatch)
+    peers: Peers  # the peers of the ideal step (:mod:`ideal`)
 
     @classmethod
     def of(cls, g: StepGraph) -> Roles:
         n = g.nodes
-        chain = (g.kind == CHAIN) | (g.kind == MEMBER)
+        chain = np.isin(g.kind, PROGRAM_KINDS)
         p2p = (g.kind == SEND) | (g.kind == RECV)
         idx = np.arange(n)
         rank_start = np.flatnonzero(np.r_[True, g.rank[1 : g.n_chain] != g.rank[: g.n_chain - 1]])
@@ -122,15 +135,11 @@ class Roles:
         direction = np.where(p2p, (peer_pp > g.pp).astype(np.int64) + 2 * (g.kind == RECV), -1)
         position = dense(g.pp, g.tp, np.where(chain, place, -1), direction, np.where(p2p, g.microbatch, -2))
         occurrence = np.zeros(n, np.int64)
-        occ_key = dense(g.rank, g.op, g.microbatch)
-        by_key = np.argsort(occ_key[: g.n_chain], kind="stable")
-        sk = occ_key[: g.n_chain][by_key]
-        first = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
-        occurrence[by_key] = np.arange(len(sk)) - np.repeat(first, np.diff(np.r_[first, len(sk)]))
+        occurrence[: g.n_chain] = occurrences(dense(g.rank, g.op, g.microbatch)[: g.n_chain])
         stage_key = np.where(chain, dense(g.op, g.microbatch, occurrence), -1)
         link = np.where(p2p & (peer_pp >= 0), np.minimum(g.pp, peer_pp), -1)
         link_key = np.where(link >= 0, dense(direction, g.microbatch), -1)
-        return cls(Grouping(position), stage_key, link, link_key)
+        return cls(Grouping(position), stage_key, link, link_key, Peers.of(g))
 
 
 def _peer_medians_excluding(groups: Ints, keys: Ints, values: Floats, mask: npt.NDArray[np.bool_]) -> Floats:
@@ -156,8 +165,9 @@ def _peer_medians_excluding(groups: Ints, keys: Ints, values: Floats, mask: npt.
 
 
 def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, roles: Roles) -> StepWhatIf:
-    """Evaluate the step as observed, at baseline, and with each candidate element healed. ``roles``:
-    ``Roles.of(g)``, which depends on the structure only (cache it by ``g.signature``)."""
+    """Evaluate the step as observed, at baseline, with each candidate element healed, and at its ideal from
+    peers (its decomposition is left to :meth:`StepWhatIf.decomposed`). ``roles``: ``Roles.of(g)``, which
+    depends on the structure only (cache it by ``g.signature``)."""
     d0 = g.intrinsic
     spans = g.span >= 0
     peer_med = np.where(spans, roles.position.spread(roles.position.medians(d0)), d0)
@@ -176,7 +186,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         add(elements.rank(job, r), "rank", np.where(g.rank == r, peer_med, d0))
     dp_excess = np.bincount(g.dp[spans], excess[spans])
     replicas = sorted(np.flatnonzero(np.bincount(g.dp[spans])).tolist(), key=lambda d: (-dp_excess[d], d))
-    for d in replicas[:TOP_REPLICAS] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
+    for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
         inside = tuple(elements.rank(job, r) for r in top_ranks if (g.dp[g.rank == r] == d).any())
         add(elements.dp(job, d), "dp", np.where(g.dp == d, peer_med, d0), inside)
     chain = roles.stage_key >= 0
@@ -196,8 +206,12 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         op_excess = np.bincount(g.op, np.maximum(0.0, d0 - baseline), minlength=len(ops))
         for o in [int(o) for o in np.argsort(-op_excess, kind="stable")[:TOP_OPS] if op_excess[o] > 0]:
             add(elements.of_job("op", job, ops[o]), "op", np.where(g.op == o, baseline, d0))
-    ends = g.evaluate(np.stack(rows))
+    drift_rows = len(rows)
+    ideal = roles.peers.ideal.typical(d0)
+    ends = g.evaluate(np.stack([*rows, ideal]))
     step_ends = ends.max(axis=1)
+    actual_s, ideal_s = float(step_ends[0]), float(step_ends[drift_rows])
+    structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)
     first = 2 if baseline is not None else 1
     healed_rank_ends = None
     if top_ranks:
@@ -207,11 +221,13 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         observed_s=g.observed_s,
         baseline_s=float(step_ends[1]) if baseline is not None else None,
         candidates=tuple(cands),
-        counterfactual_s=step_ends[first:],
+        counterfactual_s=step_ends[first:drift_rows],
         ends=ends[0],
         peer_median=peer_med,
         rank_ends=_last_end_per_rank(g, ends[0]),
         healed_rank_ends=healed_rank_ends,
+        structural=structural,
+        pending=Pending(g, job, ops, d0, ideal, roles.peers.replica.typical),
     )
 
 

@@ -26,6 +26,7 @@ from streams.engine.detectors.series_drift import SeriesDrift, series_key
 from streams.engine.detectors.serving import RetryStorm, TailLatency
 from streams.engine.detectors.step_time import StepObs, StepTimeDrift
 from streams.engine.detectors.straggler import CollectiveLateness
+from streams.engine.detectors.structural_slowdown import IdealStep, StructuralSlowdown
 from streams.engine.detectors.sync_loss import PhaseDrift, SyncLoss
 from streams.engine.opgraph import OperatorGraph
 
@@ -131,6 +132,14 @@ def slowing_down(n: int) -> Iterator[tuple[Any, ...]]:
         yield float(i), x
 
 
+def ideal_steps(n: int) -> Iterator[tuple[Any, ...]]:
+    """Steps against their ideal: 1-2% above it (jitter), 25% above it for the middle third."""
+    rng = np.random.default_rng(11)
+    for step in range(n):
+        actual = 1.0 + 0.01 * rng.random() + (0.25 if n // 3 <= step < 2 * n // 3 else 0.0)
+        yield (IdealStep(step, float(step), step + actual, actual, 0.99, 8),)
+
+
 @dataclass(frozen=True)
 class Case:
     make: Callable[[], Detector]
@@ -149,6 +158,7 @@ CASES: dict[type[Detector], Case] = {
     PhaseDrift: Case(lambda: PhaseDrift("j"), phases),
     SeriesDrift: Case(SeriesDrift, named_series),
     EarlyWarning: Case(lambda: EarlyWarning("service:s"), slowing_down),
+    StructuralSlowdown: Case(lambda: StructuralSlowdown("j"), ideal_steps),
 }
 
 

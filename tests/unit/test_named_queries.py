@@ -50,6 +50,8 @@ def records() -> list[AuditRecord]:
          "slowdown": 1.25, "cost_accel_s": 35.0, "evidence": {}},
         {"finding_id": F1.id, "rank": 2, "cause_kind": "decision", "cause": "D1", "share": 0.3,
          "slowdown": 1.05, "cost_accel_s": 15.0, "evidence": {}},
+        {"finding_id": F2.id, "rank": 1, "cause_kind": "element", "cause": "spread:j/dp", "share": 0.9,
+         "slowdown": 1.2, "slowdown_unhealed": 1.3, "cost_accel_s": 18.0, "evidence": {}},
     ]  # fmt: skip
     out += [AuditRecord("attribution", f"a{i}", src, a, "k") for i, a in enumerate(attributions)]
     graphs = [  # a graph, then a change that adds a rank and a link and removes nothing, then one that removes
@@ -73,6 +75,12 @@ def records() -> list[AuditRecord]:
         rollup("step_s", "job:j", 600.0, 1.2, 12.0),
         rollup("allocated_accel_s", "job:j", 0.0, 10.0, 100.0),
         rollup("compute_accel_s", "job:j", 0.0, 5.0, 50.0),
+        rollup("step_ideal_s", "job:j", 0.0, 0.8, 8.0),
+        rollup("step_modelled_s", "job:j", 0.0, 1.0, 10.0),
+        rollup("blocking_slowdown", "job:j", 0.0, 1.3, 13.0),
+        rollup("step_ideal_s", "job:j", 600.0, 1.0, 10.0),
+        rollup("step_modelled_s", "job:j", 600.0, 1.1, 11.0),
+        rollup("blocking_slowdown", "job:j", 600.0, 1.1, 11.0),
         rollup("energy_j_per_output", "job:j", 0.0, 4.0, 4.0),
         rollup("energy_j_per_output", "job:j", 600.0, 6.0, 6.0),
     ]
@@ -142,9 +150,13 @@ def test_step_time(db: Path) -> None:
 
 
 def test_blocking_slowdown(db: Path) -> None:
-    [(start, _, allocated, waited, blocking, over_compute)] = run(db, "blocking_slowdown", job="j")
-    assert (start, allocated, waited, over_compute) == (0.0, 100.0, 30.0, 2.0)
-    assert blocking == pytest.approx(100 / 70)
+    first, second = run(db, "blocking_slowdown", job="j")
+    start, _, steps, ideal, blocking, worst, allocated, waited, wait_slowdown, over_compute = first
+    assert (start, steps, ideal, worst, allocated, waited, over_compute) == (0.0, 10, 0.8, 1.3, 100.0, 30.0, 2.0)
+    assert blocking == pytest.approx(10 / 8)
+    assert wait_slowdown == pytest.approx(100 / 70)
+    assert second[0] == 600.0 and second[4] == pytest.approx(1.1) and second[6] is None  # no waste roll-ups there
+    assert run(db, "blocking_slowdown", job="other") == []
 
 
 def test_wasted_by_window(db: Path) -> None:
@@ -161,9 +173,10 @@ def test_output_economics(db: Path) -> None:
 
 def test_ranked_causes(db: Path) -> None:
     rows = run(db, "ranked_causes", job="j", start=0, end=10_000)
-    assert [(r[0], r[3], r[5], r[9]) for r in rows] == [("straggler", 1, "rank:j/3", None),
-                                                       ("straggler", 2, "D1", "power-manager")]  # fmt: skip
-    assert run(db, "ranked_causes", job="j", start=1001, end=10_000) == []
+    assert [(r[0], r[3], r[5], r[9], r[12]) for r in rows] == [
+        ("straggler", 1, "rank:j/3", None, None), ("straggler", 2, "D1", "power-manager", None),
+        ("step_time_drift", 1, "spread:j/dp", None, 1.3)]  # fmt: skip
+    assert run(db, "ranked_causes", job="j", start=1501, end=10_000) == []
     assert run(db, "ranked_causes", job="k", start=0, end=10_000) == []
 
 

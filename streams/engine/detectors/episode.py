@@ -16,6 +16,11 @@ class KOfN:
     _onset: float | None = None
     _alarmed: bool = False
 
+    @property
+    def alarmed(self) -> bool:
+        """Whether this episode has alarmed already (until it is re-armed)."""
+        return self._alarmed
+
     def update(self, flagged: bool, time: float) -> float | None:
         """The next observation; the episode's onset (time of its first flagged observation) when this one
         completes ``persistence`` of the last ``window``, else None."""

@@ -1,0 +1,158 @@
+"""Decomposition of a step's blocking slowdown over the elements that may cause it, with both definitions
+of the what-if analysis (:mod:`ideal`):
+
+- **heal only X**: the step with X's nodes at their ideal and everything else as observed; X's slowdown is
+  T(actual) / T(actual with X healed);
+- **leave only X unhealed**: the ideal step except X's nodes as observed; X's slowdown is
+  T(ideal except X) / T(ideal).
+
+The first asks what fixing X alone would buy; the second how slow X alone makes an otherwise ideal job.
+They differ when several elements straggle at once (healing one leaves the others to block).
+
+Candidates: every pipeline stage and link and data-parallel replica (up to ``MAX_ALL`` of each, else those
+with the most time above their ideal — a documented cap for very large jobs), the ``MAX_RANKS`` ranks and
+``MAX_OPS`` op types with the most time above their ideal, and the group cause ``spread:<job>/dp``: the
+variation across data-parallel replicas (healed: every replica at the typical replica; left alone: the
+ideal plus each node's difference from the typical replica), the name for an imbalance spread over all
+replicas with no single one to blame. A link is its transfers (both directions); a stage, a replica and a
+rank are their spans.
+
+The engine decomposes a step only when its causes may be asked for (:class:`Pending`, run by
+:mod:`structural` when the step is at least half the ``structural_slowdown`` threshold above its ideal and
+its episode has not been reported yet): a healthy step costs one extra row (the ideal), and an episode's
+decompositions stop with its finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from streams.engine import elements
+from streams.engine.ideal import peer_stage
+from streams.engine.stepgraph import TRANSFER_KINDS, Floats, Ints, StepGraph
+
+MAX_ALL = 64  # stages, links, replicas: all of them up to this many, else the ones most above their ideal
+MAX_RANKS = 8
+MAX_OPS = 4
+CHUNK = 64  # rows per evaluation: bounds the memory of a very large job's decomposition
+
+Mask = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class Structural:
+    """A step's ideal and its decomposition: per candidate element, the step time with it alone healed and
+    with it alone left unhealed (modelled seconds, like ``actual_s``)."""
+
+    actual_s: float
+    ideal_s: float
+    elements: tuple[str, ...]
+    healed_s: Floats
+    unhealed_s: Floats
+    contains: dict[str, tuple[str, ...]]  # element -> more specific candidates inside it
+    decomposed: bool = True  # False: only the ideal was evaluated (the step was not slow enough to ask why)
+
+    @property
+    def slowdown(self) -> float:
+        """The step's blocking slowdown T(actual) / T(ideal)."""
+        return self.actual_s / self.ideal_s if self.ideal_s > 0 else 1.0
+
+    def gains(self) -> dict[str, float]:
+        """Seconds healing each element alone would save (≥ 0)."""
+        return {e: max(0.0, self.actual_s - h) for e, h in zip(self.elements, self.healed_s.tolist(), strict=True)}
+
+    def extra(self) -> dict[str, float]:
+        """Seconds each element alone, left unhealed, adds to the ideal step (≥ 0)."""
+        return {e: max(0.0, u - self.ideal_s) for e, u in zip(self.elements, self.unhealed_s.tolist(), strict=True)}
+
+
+@dataclass
+class Plan:
+    """The rows to evaluate for a step's decomposition: pairs (healed only, unhealed only) per element."""
+
+    elements: list[str]
+    rows: list[Floats]
+    contains: dict[str, tuple[str, ...]]
+
+    def step_times(self, g: StepGraph) -> Floats:
+        """The step time of each row, evaluated ``CHUNK`` rows at a time (a 1,024-rank job has ~170 rows of
+        ~50k nodes: in one piece that would be hundreds of MB)."""
+        parts = [g.evaluate(np.stack(self.rows[i : i + CHUNK])).max(axis=1) for i in range(0, len(self.rows), CHUNK)]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def result(self, actual_s: float, ideal_s: float, step_ends: Floats) -> Structural:
+        """``step_ends``: the step time of each row, in the order of ``rows`` (evaluated apart from the
+        actual and ideal rows, so that a step not slow enough to ask why costs two rows, not all)."""
+        return Structural(actual_s, ideal_s, tuple(self.elements), step_ends[0::2], step_ends[1::2], self.contains)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What decomposing a step takes, kept with its report until the job asks why the step was slow."""
+
+    g: StepGraph
+    job: str
+    ops: list[str]
+    d0: Floats  # intrinsic durations as observed
+    ideal: Floats  # at the ideal from peers
+    typical_replica: Callable[[Floats], Floats]
+
+    def run(self, actual_s: float, ideal_s: float) -> Structural:
+        found = plan(self.g, self.job, self.ops, self.d0, self.ideal, self.typical_replica(self.d0))
+        return found.result(actual_s, ideal_s, found.step_times(self.g))
+
+
+def plan(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typical_replica: Floats) -> Plan:
+    """The candidates of one step and their two rows each (heal only; leave only unhealed)."""
+    out = Plan([], [], {})
+    spans = g.span >= 0
+    excess = np.maximum(0.0, d0 - ideal)
+
+    def add(element: str, mask: Mask, contains: tuple[str, ...] = ()) -> None:
+        out.elements.append(element)
+        out.rows += [np.where(mask, ideal, d0), np.where(mask, d0, ideal)]
+        if contains:
+            out.contains[element] = contains
+
+    ranks = _most(g.rank[spans], excess[spans], MAX_RANKS)
+    first_node = {r: int(np.argmax(spans & (g.rank == r))) for r in ranks}
+    for r in ranks:
+        add(elements.rank(job, r), g.rank == r)
+    p2p = np.isin(g.kind, TRANSFER_KINDS)
+    peer_pp = peer_stage(g, p2p)
+    link = np.where(p2p & (peer_pp >= 0) & (peer_pp != g.pp), np.minimum(g.pp, peer_pp), -1)
+    links = _most(link[p2p & (link >= 0)], excess[p2p & (link >= 0)], MAX_ALL)
+    for column, build in ((g.dp, elements.dp), (g.pp, elements.stage)):
+        for i in _most(column[spans], excess[spans], MAX_ALL):
+            inside = tuple(elements.rank(job, r) for r in ranks if column[first_node[r]] == i)
+            if build is elements.stage:  # a stage's spans hold the transfers over its links
+                inside += tuple(elements.stage_link(job, lk) for lk in links if lk in (i - 1, i))
+            add(build(job, i), spans & (column == i), inside)
+    for lk in links:
+        add(elements.stage_link(job, lk), link == lk)
+    for o in _most(g.op[spans], excess[spans], MAX_OPS, positive=True):
+        add(elements.of_job("op", job, ops[o]), spans & (g.op == o))
+    replicas = [e for e in out.elements if elements.is_kind(e, "dp")]
+    if len(replicas) > 1:  # within a stage, peers differ by replica: a replica or a stage may locate the spread
+        out.elements.append(elements.spread(job, "dp"))
+        located = tuple(e for e in out.elements if elements.kind_of(e) in ("dp", "stage"))
+        out.contains[elements.spread(job, "dp")] = located
+        unhealed = np.where(spans, np.maximum(0.0, ideal + d0 - typical_replica), ideal)
+        out.rows += [np.where(spans, typical_replica, d0), unhealed]
+    return out
+
+
+def _most(keys: Ints, weights: Floats, cap: int, positive: bool = False) -> list[int]:
+    """The distinct keys, all of them up to ``cap``, else the ``cap`` with the most weight (ties: lower key
+    first); ``positive``: only keys with some weight."""
+    present, inverse = np.unique(keys, return_inverse=True)
+    total = np.bincount(inverse.ravel(), weights, minlength=len(present))
+    if positive:
+        present, total = present[total > 0], total[total > 0]
+    if len(present) > cap:
+        present = np.sort(present[np.lexsort((present, -total))[:cap]])
+    return [int(k) for k in present]

@@ -1,0 +1,197 @@
+"""The structural baseline (the ideal step from peers) and the decomposition of a job's blocking slowdown,
+on small jobs simulated here by hand: a pipeline of ``pp`` stages in ``dp`` replicas (forward passes of a
+few microbatches, each an attention and an MLP span; activations sent between stages; an all-reduce per
+stage across the replicas; an optimizer step). The truth is the same hand simulation run again with the
+cause removed, so the engine's graph, its ideal and its what-if are checked against an independent model
+of the job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streams.engine.attribution import Attribution
+from streams.engine.opgraph import OperatorGraph
+from streams.engine.steps import JobSteps
+from streams.engine.structural import Derived, JobDerivations
+
+MB = 4  # microbatches
+FWD, SEND, AR, OPT = 0.10, 0.02, 0.03, 0.01  # seconds: forward per microbatch, send, all-reduce, optimizer
+
+
+@dataclass
+class Job:
+    dp: int = 4
+    pp: int = 3
+    compute: dict[tuple[int, int], float] = field(default_factory=dict)  # (replica, stage) -> factor on its compute
+    link: dict[int, float] = field(default_factory=dict)  # lower stage of the link -> factor on its sends
+    jitter: float = 0.0  # relative, per span
+
+    def rank(self, d: int, s: int) -> int:
+        return d * self.pp + s
+
+    def step(self, step: int, t0: float, rng: np.random.Generator | None = None) -> tuple[dict[str, Any], float]:
+        """One step's op spans (the contract's columns) and its true duration."""
+        rows: list[tuple[Any, ...]] = []  # rank, dp, pp, op, class, start, duration, mb, group, seq, peer
+
+        def noisy(x: float) -> float:
+            return x * (1 + self.jitter * float(rng.standard_normal())) if rng is not None else x
+
+        done = np.full((self.dp, self.pp), t0)  # when each rank is free
+        for m in range(MB):
+            for d in range(self.dp):
+                arrived = t0
+                for s in range(self.pp):
+                    done[d, s] = max(done[d, s], arrived)
+                    for op, share in (("attention", 0.4), ("mlp", 0.6)):  # a forward pass: two kinds of work
+                        dur = noisy(share * FWD * self.compute.get((d, s), 1.0))
+                        rows.append((self.rank(d, s), d, s, op, "compute", done[d, s], dur, m, "", -1, -1))
+                        done[d, s] += dur
+                    if s + 1 < self.pp:
+                        sent = noisy(SEND * self.link.get(s, 1.0))
+                        nxt = self.rank(d, s + 1)
+                        rows.append((self.rank(d, s), d, s, "send", "comm", done[d, s], sent, m, "", -1, nxt))
+                        rows.append((nxt, d, s + 1, "recv", "comm", done[d, s], sent, m, "", -1, self.rank(d, s)))
+                        arrived = done[d, s] + sent
+        end = t0
+        for s in range(self.pp):
+            release = float(done[:, s].max())
+            for d in range(self.dp):
+                r = self.rank(d, s)
+                waited = release + AR - done[d, s]
+                rows.append((r, d, s, "allreduce", "comm", done[d, s], waited, -1, f"ar{s}", step, -1))
+                rows.append((r, d, s, "optimizer", "compute", release + AR, OPT, -1, "", -1, -1))
+                end = max(end, release + AR + OPT)
+        names = ("rank", "dp", "pp", "op", "op_class", "start", "duration", "microbatch", "group", "seq", "peer")
+        cols: dict[str, Any] = {k: np.array([r[i] for r in rows], dtype=object if isinstance(rows[0][i], str)
+                                else None) for i, k in enumerate(names)}  # fmt: skip
+        cols["tp"] = np.zeros(len(rows), np.int64)
+        return cols, end - t0
+
+    def true_step_s(self) -> float:
+        return self.step(0, 0.0)[1]
+
+
+def analyse(job: Job, steps: int = 30, seed: int = 3) -> tuple[Derived, list[float]]:
+    """The job's steps through the engine's step analysis and derivations (findings, attributions, roll-ups)."""
+    rng = np.random.default_rng(seed)
+    js, out = JobSteps("j"), Derived()
+    derived = JobDerivations("j", OperatorGraph("j"), window=10)
+    slowdowns: list[float] = []
+    t = 1000.0
+    for step in range(steps):
+        cols, duration = job.step(step, t, rng if job.jitter else None)
+        reports = js.add(np.full(len(cols["rank"]), step), cols)
+        slowdowns += [r.whatif.structural.slowdown for r in reports]
+        derived.on_reports(reports, out)
+        t += duration + 0.05
+    reports = js.flush()
+    slowdowns += [r.whatif.structural.slowdown for r in reports]
+    derived.on_reports(reports, out, final=True)
+    return out, slowdowns
+
+
+def structural(out: Derived) -> list[Attribution]:
+    [finding] = [f for f in out.findings if f.kind == "structural_slowdown"]
+    assert finding.subjects == ("job:j",)
+    return [a for a in out.attributions if a.finding_id == finding.id]
+
+
+def healthy(job: Job) -> Job:
+    return Job(job.dp, job.pp)
+
+
+def check_top(job: Job, element: str, healed: Job, unhealed: Job | None = None) -> None:
+    """``element`` is named first; its slowdowns within 5% of the truth: actual / actual with it healed
+    (``healed``: the job without it), and ideal with only it unhealed / ideal (``unhealed``, default: the
+    job itself, when it is the only cause; the ideal is the healthy job)."""
+    out, _ = analyse(job)
+    top = structural(out)[0]
+    assert top.cause == element
+    assert top.slowdown == pytest.approx(job.true_step_s() / healed.true_step_s(), rel=0.05)
+    truth_unhealed = (unhealed or job).true_step_s() / healthy(job).true_step_s()
+    assert top.slowdown_unhealed == pytest.approx(truth_unhealed, rel=0.05)
+    assert top.slowdown > 1.1  # not trivially within 5% of 1
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.02])  # exact spans, and 2% noise on every span
+def test_a_straggler_rank_present_from_the_first_step_is_named_with_its_slowdown(jitter: float) -> None:
+    job = Job(compute={(2, 1): 1.6}, jitter=jitter)
+    check_top(job, "rank:j/7", healthy(job))
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.02])  # exact spans, and 2% noise on every span
+def test_a_slow_replica_is_named_rather_than_one_of_its_ranks(jitter: float) -> None:
+    job = Job(compute={(1, s): 1.5 for s in range(3)}, jitter=jitter)
+    check_top(job, "dp:j/1", healthy(job))
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.02])  # exact spans, and 2% noise on every span
+def test_a_stage_slow_in_several_replicas_is_named_as_the_stage(jitter: float) -> None:
+    # stage 2 of replicas 0 and 1 (of 4) runs 1.5x: no single replica or rank explains it
+    job = Job(compute={(0, 2): 1.5, (1, 2): 1.5}, jitter=jitter)
+    check_top(job, "stage:j/2", healthy(job))
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.02])  # exact spans, and 2% noise on every span
+def test_a_slow_link_is_named_as_the_link(jitter: float) -> None:
+    # the stages either side hold its transfers too: the link is the more specific explanation
+    job = Job(link={0: 6.0}, jitter=jitter)
+    check_top(job, "link:j/stage0-stage1", healthy(job))
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.02])  # exact spans, and 2% noise on every span
+def test_an_imbalance_spread_over_the_replicas_is_named_as_the_spread(jitter: float) -> None:
+    # every replica a little different (variable sequence lengths): the typical replica is the lower median
+    spread = {0: 1.0, 1: 1.15, 2: 1.3, 3: 1.45}
+    job = Job(compute={(d, s): f for d, f in spread.items() for s in range(3)}, jitter=jitter)
+    typical = Job(compute={(d, s): 1.15 for d in range(4) for s in range(3)})
+    out, _ = analyse(job)
+    top = structural(out)[0]
+    assert top.cause == "spread:j/dp"
+    assert top.slowdown == pytest.approx(job.true_step_s() / typical.true_step_s(), rel=0.05)
+    # left alone in the ideal (every node at the typical replica's time): each replica's difference from the
+    # typical one stays, on top of the ideal
+    assert top.slowdown_unhealed == pytest.approx(job.true_step_s() / typical.true_step_s(), rel=0.05)
+    assert "dp:j/3" in [a.cause for a in structural(out)]  # the slowest replica is ranked, after the spread
+
+
+def test_a_healthy_job_with_jitter_has_no_structural_slowdown() -> None:
+    out, slowdowns = analyse(Job(jitter=0.02), steps=40)
+    assert not [f for f in out.findings if f.kind == "structural_slowdown"]
+    assert 1.0 <= np.median(slowdowns) < 1.05
+    names = {r.name for r in out.rollups}
+    assert {"step_ideal_s", "step_modelled_s", "blocking_slowdown"} <= names
+
+
+def test_an_intrinsically_heavier_stage_is_not_a_straggler() -> None:
+    # the last stage computes 1.6x in every replica (it holds the loss): its peers are the same stage elsewhere
+    job = Job(compute={(d, 2): 1.6 for d in range(4)})
+    out, slowdowns = analyse(job)
+    assert not [f for f in out.findings if f.kind == "structural_slowdown"]
+    assert max(slowdowns) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_a_job_with_one_replica_has_no_peers_and_no_slowdown() -> None:
+    job = Job(dp=1, compute={(0, 1): 2.0})  # no peers for its stage: the ideal cannot call it slow
+    out, slowdowns = analyse(job)
+    assert max(slowdowns) == pytest.approx(1.0, abs=1e-6)
+    assert not [f for f in out.findings if f.kind == "structural_slowdown"]
+
+
+def test_the_roll_ups_hold_the_ideal_and_the_ratio_per_step() -> None:
+    job = Job(compute={(2, 1): 1.6})
+    out, _ = analyse(job, steps=30)
+    by_name = {(r.name, r.window_start): r for r in out.rollups}
+    windows = sorted(start for name, start in by_name if name == "blocking_slowdown")
+    assert len(windows) == 3  # 30 steps in windows of 10
+    for start in windows:
+        ideal, modelled = by_name[("step_ideal_s", start)], by_name[("step_modelled_s", start)]
+        ratio = by_name[("blocking_slowdown", start)]
+        assert len(ratio.values) == 10
+        assert ratio.values == pytest.approx([m / i for m, i in zip(modelled.values, ideal.values, strict=True)])
+        assert ideal.total == pytest.approx(10 * healthy(job).true_step_s(), rel=1e-6)
+        assert modelled.total == pytest.approx(10 * job.true_step_s(), rel=1e-6)
