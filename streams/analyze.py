@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -82,7 +83,7 @@ def samples_only(path: Path) -> bool:
     names = pq.ParquetFile(path).schema_arrow.names
     if "kind" not in names or "schema" in names:
         return False
-    kinds = pc.unique(pq.read_table(path, columns=["kind"])["kind"]).to_pylist()
+    kinds = pc.unique(pq.ParquetFile(path).read(columns=["kind"])["kind"]).to_pylist()
     return set(kinds) <= set(SAMPLE_KINDS)
 
 
@@ -94,15 +95,23 @@ def parquet_columns(path: Path) -> Iterator[Message]:
     position = 0
     for seq, rows in enumerate(_slices(pq.ParquetFile(path).iter_batches(batch_size=65_536), ROWS_PER_MESSAGE)):
         position += rows.num_rows
-        kinds = rows.column("kind")
         columns = []
-        for kind in SAMPLE_KINDS:
-            part = rows.filter(pc.equal(kinds, kind))
+        for kind, part in _by_kind(rows):
             if part.num_rows:
                 data = {name: part.column(name).to_pylist() for name in part.column_names if name != "kind"}
                 columns.append({"kind": kind, "n": part.num_rows, "data": data})
         doc = {"schema": TELEMETRY_SCHEMA, "source": source, "seq": seq, "columns": columns}
         yield Message("telemetry", orjson.dumps(doc), SourcePosition(str(path), 0, position), oldest(doc))
+
+
+def _by_kind(rows: pa.Table) -> list[tuple[str, pa.Table]]:
+    """The rows of each sample kind (in ``SAMPLE_KINDS`` order), without copying when there is one kind."""
+    kinds = rows.column("kind")
+    present = set(pc.unique(kinds).to_pylist())
+    if len(present) == 1:
+        return [(kind, rows) for kind in SAMPLE_KINDS if kind in present]
+    names = kinds.to_numpy(zero_copy_only=False)
+    return [(kind, rows.take(np.flatnonzero(names == kind))) for kind in SAMPLE_KINDS if kind in present]
 
 
 def _slices(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.Table]:
