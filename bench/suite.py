@@ -12,6 +12,9 @@ in every repeat, so that their ratio is measured side by side):
   (samples/s, and per worker), and to every audit row committed (includes the worker's idle flush);
 - **replay** of the topics' whole range and **analyze** of the same messages as a JSONL file;
 - **sink**: audit records drained from Kafka into DuckDB (``bench_sink_kafka``), beside aiokafka alone;
+- **finding latency** p50/p99 at 10 k and 100 k samples/s offered: the workload produced at that pace to
+  fresh topics while a worker and the sink run; from sending the message a finding names as its source to
+  the finding visible to a query through the sink's SQL endpoint (polled every 0.2 s);
 - **RSS** of the engine (a child process per point) against ranks and the allowed lateness (the event-time
   window that is buffered), with its samples/s and CPU µs per sample.
 
@@ -64,6 +67,7 @@ class Workload:
     items: list[Item]
     samples: int
     records: int
+    findings: int
 
     @staticmethod
     def of(jobs: tuple[tuple[str, int, int], ...]) -> Workload:
@@ -73,7 +77,8 @@ class Workload:
         items = [(k, key, v) for _, _, k, key, v in keyed]
         out = run_stream([(k, v) for k, _, v in items])
         samples = sum(n for kind, n in out.samples_by_kind.items() if kind != "decision")
-        return Workload(items, samples, len(out.audit))
+        findings = sum(1 for r in out.audit if r.type == "finding")
+        return Workload(items, samples, len(out.audit), findings)
 
 
 @dataclass
@@ -203,6 +208,82 @@ def _until(done: Callable[[], bool], children: list[Child], timeout_s: float) ->
     return time.perf_counter()
 
 
+def latency(cfg: Settings, w: Workload, rate: float, figures: Figures, logs: Path) -> None:
+    """The workload produced at ``rate`` samples/s (paced per message) to fresh topics while a worker and
+    the sink run; each finding's latency: from sending the message it names as its source to the finding
+    being visible to a query through the sink's SQL endpoint (polled every 0.2 s)."""
+    from audit.query import Endpoint, run_query
+    from streams.contract.envelope import decode_telemetry
+
+    tag = f"lat{rate:.0f}-{time.monotonic_ns()}"
+    names = ("telemetry_topic", "decisions_topic", "worker_group", "sink_group", "audit_topic", "state_topic",
+             "checkpoint_topic", "dead_letter_topic")  # fmt: skip
+    update: dict[str, Any] = {n: f"{getattr(cfg, n)}-{tag}" for n in names}
+    run = cfg.model_copy(update={**update, "db_path": logs / f"audit-{tag}.duckdb"})
+    asyncio.run(ensure_topics(run.kafka_bootstrap_servers, run.all_topics, run.topic_partitions))
+    children = [Child(["sink"], to_env(run), logs / f"sink-{tag}.log"),
+                Child(["worker"], to_env(run), logs / f"worker-{tag}.log")]  # fmt: skip
+    sizes = [decode_telemetry(v).total if k == "telemetry" else 0 for k, _, v in w.items]
+    sent: dict[tuple[str, int, int], float] = {}
+    seen: dict[str, float] = {}
+    endpoint = Endpoint(f"http://127.0.0.1:{run.sink_http_port}/sql")
+    sql = "SELECT record_id, decode(value) FROM audit_log WHERE record_type = 'finding'"
+
+    def poll() -> None:
+        for rid, value in run_query(run.db_path, sql, endpoint=endpoint).rows:
+            seen.setdefault(rid, time.perf_counter())
+            seen.setdefault(f"src:{rid}", orjson.loads(value)["source"])  # type: ignore[arg-type]
+
+    try:
+        children[0].wait_healthy(run.sink_http_port)
+        children[1].wait_healthy(run.worker_http_port, timeout=180)
+        asyncio.run(paced(run, w, sizes, rate, sent))
+        deadline = time.monotonic() + 300
+        while len([k for k in seen if not k.startswith("src:")]) < w.findings and time.monotonic() < deadline:
+            poll()
+            time.sleep(0.2)
+    finally:
+        for child in children:
+            child.stop()
+    delays = []
+    for rid, at in seen.items():
+        if not rid.startswith("src:"):
+            src = seen[f"src:{rid}"]
+            key = (src["topic"], src["partition"], src["offset"])  # type: ignore[index]
+            if key in sent:
+                delays.append(at - sent[key])
+    if delays:
+        delays.sort()
+        name = f"finding latency at {rate:,.0f} samples/s offered"
+        figures.add(f"{name}, p50", delays[len(delays) // 2], "s", f"{len(delays)} of {w.findings} findings")
+        figures.add(f"{name}, p99", delays[min(len(delays) - 1, int(len(delays) * 0.99))], "s",
+                    f"allowed lateness {run.allowed_lateness_s:g} s of event time")
+
+
+async def paced(
+    run: Settings, w: Workload, sizes: list[int], rate: float, sent: dict[tuple[str, int, int], float]
+) -> None:
+    """Produce the workload at ``rate`` samples/s; ``sent``: when each (topic, partition, offset) was sent."""
+    from aiokafka import AIOKafkaProducer
+
+    topics = {"telemetry": run.telemetry_topic, "decisions": run.decisions_topic}
+    producer = AIOKafkaProducer(bootstrap_servers=run.kafka_bootstrap_servers, acks="all", linger_ms=2,
+                                max_request_size=8 << 20)  # fmt: skip
+    await producer.start()
+    try:
+        started, offered = time.perf_counter(), 0
+        for (kind, key, value), size in zip(w.items, sizes, strict=True):
+            ahead = started + offered / rate - time.perf_counter()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+            at = time.perf_counter()
+            meta = await (await producer.send(topics[kind], value, key=key.encode()))
+            sent[(meta.topic, meta.partition, meta.offset)] = at
+            offered += size
+    finally:
+        await producer.stop()
+
+
 def replay_rate(cfg: Settings, w: Workload, figures: Figures) -> None:
     from streams.pipeline import build_processor
     from streams.replay import Range, replay
@@ -272,7 +353,8 @@ def rss_child(ranks: int, steps: int, lateness: float) -> None:
                       "wall": time.perf_counter() - started}))  # fmt: skip
 
 
-SECTIONS = ("inprocess", "ceiling", "live", "replay", "analyze", "sink", "rss")
+SECTIONS = ("inprocess", "ceiling", "live", "replay", "analyze", "sink", "rss", "latency")
+RATES = (10_000.0, 100_000.0)  # offered samples/s for the latency figures
 
 
 def main() -> int:
@@ -305,17 +387,7 @@ def main() -> int:
             asyncio.run(produce_keyed(cfg.kafka_bootstrap_servers, topics, w.items))
         for r in range(repeats):  # interleaved: every figure once per repeat
             print(f"repeat {r + 1}/{repeats} ...", flush=True)
-            if "inprocess" in only:
-                in_process(w, figures)
-            if "ceiling" in only:
-                ceiling(cfg, w, figures)
-            if "live" in only:
-                for n in map(int, args.workers.split(",")):
-                    live(cfg, w, figures, n, work)
-            if "replay" in only:
-                replay_rate(cfg, w, figures)
-            if "analyze" in only:
-                analyze_rate(w, figures, work)
+            one_repeat(cfg, w, figures, only, [int(n) for n in args.workers.split(",")], work)
         if "sink" in only:
             records = 50_000 if args.smoke else 500_000
             _fill_audit(cfg, records)
@@ -336,6 +408,23 @@ def main() -> int:
     args.json.write_text(json.dumps(doc, indent=2))
     print(f"machine: {machine}; {time.monotonic() - began:.0f}s; JSON in {args.json}")
     return 0
+
+
+def one_repeat(cfg: Settings, w: Workload, figures: Figures, only: set[str], workers: list[int], work: Path) -> None:
+    if "inprocess" in only:
+        in_process(w, figures)
+    if "ceiling" in only:
+        ceiling(cfg, w, figures)
+    if "live" in only:
+        for n in workers:
+            live(cfg, w, figures, n, work)
+    if "replay" in only:
+        replay_rate(cfg, w, figures)
+    if "analyze" in only:
+        analyze_rate(w, figures, work)
+    if "latency" in only:
+        for rate in RATES:
+            latency(cfg, w, rate, figures, work)
 
 
 def _fill_audit(cfg: Settings, n: int) -> None:
