@@ -373,7 +373,7 @@ def main() -> int:
     repeats = 1 if args.smoke else args.repeats
     jobs = SMOKE_JOBS if args.smoke else FULL_JOBS
     began = time.monotonic()
-    w = Workload.of(jobs)
+    w = Workload.of(jobs) if only - {"rss"} else Workload([], 0, 0, 0)
     print(f"workload: {', '.join(f'{n} {r} ranks x {s} steps' for n, r, s in jobs)}: {w.samples:,} samples in "
           f"{len(w.items):,} messages, {w.records:,} records; {repeats} run(s) each", flush=True)  # fmt: skip
     figures = Figures()
