@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 NATIVE := $(VENV)/.native-built
 
-.PHONY: test unit integration lint demo kafka-start kafka-stop clean
+.PHONY: test unit integration lint demo kafka-start kafka-stop clean bench bench-smoke
 
 .venv: pyproject.toml
 	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "driftlog needs Python 3.11+ (set PY=python3.11)")'
@@ -44,6 +44,14 @@ lint: $(NATIVE)
 
 demo: $(NATIVE)
 	$(BIN)/driftlog demo
+
+# Throughput figures of issue 15 (bench/suite.py): one table, and JSON in bench-results.json. Not part of
+# `make test`; `bench-smoke` is its one-minute form (a test runs it too: tests/integration/test_bench_smoke.py).
+bench: $(NATIVE)
+	$(BIN)/python bench/suite.py --repeats 3 --json bench-results.json
+
+bench-smoke: $(NATIVE)
+	$(BIN)/python bench/suite.py --smoke --json bench-smoke.json
 
 kafka-start: $(NATIVE)
 	$(BIN)/driftlog kafka start

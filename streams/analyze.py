@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from audit.records import AuditRecord, SourcePosition
 from audit.store import AuditStore, RawRecord
@@ -42,6 +46,9 @@ class Message:
 
 def messages_of(path: Path, report: Report) -> Iterator[Message]:
     """A file's Kafka values, in file order."""
+    if path.suffix.lower() == ".parquet" and samples_only(path):
+        yield from parquet_columns(path)
+        return
     rows: list[dict[str, Any]] = []
     seq = 0
     position = 0
@@ -68,6 +75,56 @@ def messages_of(path: Path, report: Report) -> Iterator[Message]:
             report.skip(f"{path}:{position}: neither an envelope, a decision nor a sample (kind {row.get('kind')!r})")
     if rows:
         yield batch()
+
+
+def samples_only(path: Path) -> bool:
+    """Whether a Parquet file holds sample rows only (a ``kind`` column of sample kinds, no envelopes): then
+    it is read by columns (:func:`parquet_columns`), never row by row."""
+    names = pq.ParquetFile(path).schema_arrow.names
+    if "kind" not in names or "schema" in names:
+        return False
+    kinds = pc.unique(pq.ParquetFile(path).read(columns=["kind"])["kind"]).to_pylist()
+    return set(kinds) <= set(SAMPLE_KINDS)
+
+
+def parquet_columns(path: Path) -> Iterator[Message]:
+    """A Parquet file of sample rows as columnar envelopes of ``ROWS_PER_MESSAGE`` rows (per kind, each
+    column's values as one list: no dict per row), cut where the row-wise reading cuts its messages, so the
+    provenance (the row number ending each message) is the same."""
+    source = f"file:{path.name}"
+    position = 0
+    for seq, rows in enumerate(_slices(pq.ParquetFile(path).iter_batches(batch_size=65_536), ROWS_PER_MESSAGE)):
+        position += rows.num_rows
+        columns = []
+        for kind, part in _by_kind(rows):
+            if part.num_rows:
+                data = {name: part.column(name).to_pylist() for name in part.column_names if name != "kind"}
+                columns.append({"kind": kind, "n": part.num_rows, "data": data})
+        doc = {"schema": TELEMETRY_SCHEMA, "source": source, "seq": seq, "columns": columns}
+        yield Message("telemetry", orjson.dumps(doc), SourcePosition(str(path), 0, position), oldest(doc))
+
+
+def _by_kind(rows: pa.Table) -> list[tuple[str, pa.Table]]:
+    """The rows of each sample kind (in ``SAMPLE_KINDS`` order), without copying when there is one kind."""
+    kinds = rows.column("kind")
+    present = set(pc.unique(kinds).to_pylist())
+    if len(present) == 1:
+        return [(kind, rows) for kind in SAMPLE_KINDS if kind in present]
+    names = kinds.to_numpy(zero_copy_only=False)
+    return [(kind, rows.take(np.flatnonzero(names == kind))) for kind in SAMPLE_KINDS if kind in present]
+
+
+def _slices(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.Table]:
+    """The rows of ``batches`` in tables of ``size`` rows (the last one shorter)."""
+    held = pa.table({})
+    for batch in batches:
+        table = pa.Table.from_batches([batch])
+        held = pa.concat_tables([held, table]) if held.num_rows else table
+        while held.num_rows >= size:
+            yield held.slice(0, size)
+            held = held.slice(size)
+    if held.num_rows:
+        yield held
 
 
 def trace_messages(paths: list[Path], job: str | None = None) -> Iterator[Message]:

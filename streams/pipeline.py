@@ -3,12 +3,15 @@ live agents share it: raw bytes + source position in, audit records and dead let
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import pickle
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
 
 from audit.records import AuditRecord, SourcePosition
@@ -17,10 +20,11 @@ from streams.contract.admission import Admission
 from streams.contract.decision import decode_decision
 from streams.contract.envelope import Reject, decode_telemetry
 from streams.engine import elements
-from streams.engine.engine import Engine, EngineConfig, EngineOutput
-from streams.engine.timeline import Chunk, Timeline
+from streams.engine.engine import Engine, EngineConfig, EngineOutput, unpickled
+from streams.engine.timeline import Chunk, Origin, Timeline
 
 MAX_LISTED = 1000  # sample positions listed per dead-letter reason (the count is always exact)
+MAX_REFUSED = 4096  # admission verdicts kept before those of released messages are forgotten
 
 
 def _rid(*parts: object) -> str:
@@ -103,6 +107,9 @@ class Processor:
     epoch_s: float = 1.0
     decision_share: tuple[int, int] = (0, 1)  # (index, count): the decision partitions whose records it writes
     timeline: Timeline = field(init=False)
+    # (channel, offset) -> what admission refused of a message that may still be buffered: the message's
+    # sample indices, or None for the whole message (a duplicate); re-reading it after a restore keeps that
+    refused: dict[Origin, tuple[int, ...] | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.timeline = Timeline(lateness=self.admission.allowed_lateness, epoch_s=self.epoch_s)
@@ -122,9 +129,10 @@ class Processor:
         if decoded.total:
             why = self.admission.duplicate_message(decoded.source, decoded.seq)
             if why is not None:
+                self._refuse(source, None)
                 out.reject(raw, source, [Reject("duplicate", why)])
                 return out
-            kept = []
+            kept, refused_at = [], []
             screened = self.admission.screen(decoded.source, decoded.batches, now)
             for batch, (late, future) in zip(decoded.batches, screened, strict=True):
                 if late.any():
@@ -135,6 +143,9 @@ class Processor:
                     rejects.extend(Reject("future", detail, int(i)) for i in batch.index[future])
                 refused = late | future
                 kept.append(batch.select(~refused) if refused.any() else batch)
+                refused_at.extend(batch.index[refused].tolist())
+            if refused_at:
+                self._refuse(source, tuple(refused_at))
             behind = self.timeline.add_samples(channel(source), kept, source.offset)
             for batch, late in zip(kept, behind, strict=True):
                 if late.any():
@@ -170,6 +181,7 @@ class Processor:
         if decision is not None and self.admission.duplicate_decision(decision["id"]):
             reject = Reject("duplicate", f"decision {decision['id']!r} was already recorded")
             decision = None
+            self._refuse(source, None)
         if decision is not None and not self.timeline.add_decision(channel(source), decision, source.offset):
             reject = Reject("late", "decision older than the watermark (the steps it could affect were analysed)")
             decision = None
@@ -183,6 +195,48 @@ class Processor:
             out.audit.append(_decision_record(decision, source))
         self._release(out, caught_up)
         return out
+
+    def snapshot(self) -> Resumable:
+        """The state to resume from, without the event-time buffer: the engine's and admission's state, the
+        timeline's channel times and frontier, and per channel the offset to re-read from (:meth:`rebuffer`
+        every message from there up to what was processed, then carry on)."""
+        pending = self.timeline.pending()
+        light = copy.copy(self)
+        light.timeline = self.timeline.without_buffer()
+        self.refused = self._still_pending(pending)  # what no re-read will ask about is forgotten
+        light.refused = dict(self.refused)
+        return Resumable(pickle.dumps(light, protocol=pickle.HIGHEST_PROTOCOL), pending)
+
+    @staticmethod
+    def resume(state: bytes) -> Processor:
+        """A processor from :meth:`snapshot`'s state, its buffer empty until the pending range is re-read."""
+        return unpickled(state, Processor, "a processor snapshot")
+
+    def rebuffer(self, raw: bytes, source: SourcePosition, decision: bool = False) -> None:
+        """A message re-read after :meth:`resume` (``decision``: from a decisions channel): what of it is not
+        yet released goes back into the buffer, with the admission verdicts it had then. Emits nothing: its
+        records and dead letters were written the first time."""
+        at = (channel(source), source.offset)
+        verdict = self.refused.get(at, ())
+        if verdict is None:
+            return
+        if decision:
+            found, _ = decode_decision(raw)
+            if found is not None:
+                self.timeline.add_decision(at[0], found, source.offset)
+            return
+        batches = decode_telemetry(raw).batches
+        kept = [b.select(~np.isin(b.index, verdict)) for b in batches] if verdict else batches
+        self.timeline.add_samples(at[0], kept, source.offset)
+
+    def _refuse(self, source: SourcePosition, verdict: tuple[int, ...] | None) -> None:
+        self.refused[(channel(source), source.offset)] = verdict
+        if len(self.refused) > MAX_REFUSED:  # bounded without snapshots too (analyze, replay)
+            self.refused = self._still_pending(self.timeline.pending())
+
+    def _still_pending(self, pending: dict[str, int]) -> dict[Origin, tuple[int, ...] | None]:
+        """The admission verdicts of messages a re-read from ``pending`` would see again."""
+        return {at: v for at, v in self.refused.items() if at[1] >= pending.get(at[0], at[1] + 1)}
 
     def records_decisions_of(self, source: SourcePosition) -> bool:
         """Whether this processor writes the records of decisions read from ``source``: it must own the
@@ -223,6 +277,15 @@ class Processor:
         if offset < 0:
             return None
         return SourcePosition(*parse_channel(name), offset)
+
+
+@dataclass(frozen=True)
+class Resumable:
+    """A processor's snapshot (:meth:`Processor.snapshot`): its state, and per channel the offset from which
+    the driver re-reads (:meth:`Processor.rebuffer`) up to the offsets the snapshot covers."""
+
+    state: bytes
+    pending: dict[str, int]
 
 
 def build_processor(settings: Settings, **engine: Any) -> Processor:

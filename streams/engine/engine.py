@@ -19,7 +19,7 @@ from __future__ import annotations
 import pickle
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from streams.engine.output import EngineOutput
 from streams.engine.timeline import Chunk
 
 __all__ = ["Engine", "EngineConfig", "EngineOutput"]
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -85,10 +86,7 @@ class Engine:
 
     @staticmethod
     def restore(data: bytes) -> Engine:
-        engine = pickle.loads(data)
-        if not isinstance(engine, Engine):
-            raise TypeError("not an engine snapshot")
-        return engine
+        return unpickled(data, Engine, "an engine snapshot")
 
     def owns(self, job: str) -> bool:
         index, count = self.shard
@@ -150,13 +148,20 @@ class Engine:
             out.extend(emitted)
 
 
+def unpickled(data: bytes, kind: type[_T], what: str) -> _T:
+    """``data`` unpickled, refused (TypeError) unless it is a ``kind``."""
+    found = pickle.loads(data)
+    if not isinstance(found, kind):
+        raise TypeError(f"not {what}")
+    return found
+
+
 def _by_job(batch: SampleBatch) -> list[tuple[str, dict[str, Any]]]:
     """The batch's columns per job ('' for samples of no job), jobs in sorted order, rows in batch order."""
-    jobs = batch.columns["job"]
-    names, inverse = np.unique(jobs.astype(str), return_inverse=True)
+    jobs = [str(j) for j in batch.columns["job"].tolist()]
+    names = sorted(set(jobs))
     if len(names) == 1:
-        return [(str(names[0]), batch.columns)]
-    inverse = inverse.ravel()
-    return [
-        (str(name), {k: v[inverse == i] for k, v in batch.columns.items()}) for i, name in enumerate(names.tolist())
-    ]
+        return [(names[0], batch.columns)]
+    number = {name: i for i, name in enumerate(names)}
+    inverse = np.fromiter(map(number.__getitem__, jobs), np.int64, len(jobs))
+    return [(name, {k: v[inverse == i] for k, v in batch.columns.items()}) for i, name in enumerate(names)]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from streams.contract.schema import EVENT_TIME
 
 KIND_ORDER = ("topology", "op", "step", "metric")  # within a chunk: placements first, then what they place
 Origin = tuple[str, int]  # (channel, offset) of an input message
+FEW_TIED = 64  # up to this many rows of equal event times are ordered by all columns in one sort
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,13 @@ class _Epoch:
     parts: dict[str, list[SampleBatch]] = field(default_factory=dict)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     origin: Origin = ("", -1)  # the contributing message last in (channel, offset) order
+    first: dict[str, int] = field(default_factory=dict)  # channel -> its first message contributing
 
     def contributed(self, origin: Origin) -> None:
         self.origin = max(self.origin, origin)
+        channel, offset = origin
+        if offset < self.first.get(channel, offset + 1):
+            self.first[channel] = offset
 
 
 @dataclass
@@ -63,6 +68,20 @@ class Timeline:
         """Channels that exist before they deliver anything (they hold the watermark back until they do)."""
         for c in channels:
             self._newest.setdefault(c, -math.inf)
+
+    def pending(self) -> dict[str, int]:
+        """Per channel, the offset of the first message with samples or decisions still buffered: re-reading
+        each channel from there rebuilds the buffer (:meth:`without_buffer`)."""
+        first: dict[str, int] = {}
+        for epoch in self._epochs.values():
+            for channel, offset in epoch.first.items():
+                first[channel] = min(offset, first.get(channel, offset))
+        return first
+
+    def without_buffer(self) -> Timeline:
+        """This timeline with nothing buffered (its channels' times and released frontier kept): what a
+        snapshot keeps; re-adding the messages from :meth:`pending` on refills it as it was."""
+        return replace(self, _newest=dict(self._newest), _epochs={})
 
     def forget(self, channel: str) -> None:
         """A channel that has ended (a file read to its end, a replayed partition read to its range's end):
@@ -167,18 +186,70 @@ def _slices(
 
 def canonical(kind: str, parts: list[SampleBatch]) -> SampleBatch:
     """One batch of ``parts``, its rows sorted by event time, then by every other column: the same rows in
-    the same order however they were split into messages. ``index`` (a position in a message) is dropped."""
+    the same order however they were split into messages. ``index`` (a position in a message) is dropped.
+
+    Sorting by event time alone settles most rows; only the runs of rows with equal event times are then
+    ordered by the other columns (:func:`_settle_ties`), which gives the order a sort by every column gives."""
     names = sorted(parts[0].columns)
     cols = {n: np.concatenate([p.columns[n] for p in parts]) for n in names} if len(parts) > 1 else parts[0].columns
-    if len(cols[names[0]]) <= 1:  # nothing to order
-        return SampleBatch(kind, np.arange(len(cols[names[0]]), dtype=np.int64), dict(cols))
-    keys: list[npt.NDArray[Any]] = []
-    for n in reversed(names):  # np.lexsort: the last key is the primary one
-        v = cols[n]
-        if v.dtype.kind in {"O", "U"}:
-            keys.append(np.unique(v.astype(str), return_inverse=True)[1].ravel())
-        else:
-            keys.append(np.nan_to_num(v, nan=-np.inf) if v.dtype.kind == "f" and np.isnan(v).any() else v)
-    keys.append(np.asarray(cols[EVENT_TIME[kind]], np.float64))
-    order = np.lexsort(keys)
-    return SampleBatch(kind, np.arange(len(order), dtype=np.int64), {k: v[order] for k, v in cols.items()})
+    n = len(cols[names[0]])
+    if n <= 1:  # nothing to order
+        return SampleBatch(kind, np.arange(n, dtype=np.int64), dict(cols))
+    times = np.asarray(cols[EVENT_TIME[kind]], np.float64)
+    order = np.argsort(times, kind="stable")
+    ordered = times[order]
+    tied = (ordered[1:] == ordered[:-1]) | (np.isnan(ordered[1:]) & np.isnan(ordered[:-1]))
+    if tied.any():
+        _settle_ties(order, tied, cols, names)
+    return SampleBatch(kind, np.arange(n, dtype=np.int64), {k: v[order] for k, v in cols.items()})
+
+
+def _settle_ties(
+    order: npt.NDArray[np.intp], tied: npt.NDArray[np.bool_], cols: dict[str, npt.NDArray[Any]], names: list[str]
+) -> None:
+    """Reorder, in place, the runs of ``order`` whose event times are equal (``tied[i]``: position i+1 has
+    the time of position i) by the other columns in ``names`` order (strings by value, NaN first). A few
+    tied rows are ordered by every column in one sort; many, one column at a time, each over the rows the
+    columns before it left tied only (usually few)."""
+    if tied.sum() < FEW_TIED:
+        member, run, rows = _tied_rows(order, tied)
+        order[member] = rows[np.lexsort([*(_sort_key(cols[n][rows]) for n in reversed(names)), run])]
+        return
+    for name in names:
+        member, run, rows = _tied_rows(order, tied)
+        if not len(rows):
+            return
+        key = _sort_key(cols[name][rows])
+        within = np.lexsort((key, run))
+        order[member] = rows[within]
+        key, run = key[within], run[within]
+        tied = np.zeros(len(order) - 1, np.bool_)  # still equal: same run, same value in this column
+        tied[np.flatnonzero(member)[:-1][(run[1:] == run[:-1]) & (key[1:] == key[:-1])]] = True
+
+
+def _tied_rows(
+    order: npt.NDArray[np.intp], tied: npt.NDArray[np.bool_]
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """The positions of ``order`` in a run of equal rows, the run of each, and their rows."""
+    member = np.zeros(len(order), np.bool_)
+    member[1:] |= tied
+    member[:-1] |= tied
+    run = np.cumsum(np.concatenate(([True], ~tied)))[member]
+    return member, run, order[member]
+
+
+def _sort_key(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A column as something np.lexsort orders: strings by their rank, NaN as -inf."""
+    if values.dtype.kind in {"O", "U"}:
+        listed = values.tolist()
+        try:
+            distinct = sorted(set(listed))
+        except TypeError:  # not all str (e.g. None among them): by their text
+            listed = [str(v) for v in listed]
+            distinct = sorted(set(listed))
+        rank = {v: i for i, v in enumerate(distinct)}
+        return np.fromiter(map(rank.__getitem__, listed), np.int64, len(listed))
+    if values.dtype.kind == "f" and np.isnan(values).any():
+        filled: npt.NDArray[Any] = np.nan_to_num(values, nan=-np.inf)
+        return filled
+    return values

@@ -1,0 +1,457 @@
+"""`make bench`: the throughput figures of issue 15 in one table, and as JSON.
+
+    .venv/bin/python bench/suite.py [--repeats 3] [--json bench-results.json] [--smoke] [--only live,rss]
+
+Figures (each the median of ``--repeats`` runs; runs that are compared run interleaved, one after the other,
+in every repeat, so that their ratio is measured side by side):
+
+- **in-process**: the engine over the workload's messages in this process (``streams.testing.run_stream``);
+- **raw ceiling**: a bare aiokafka consumer that only ``orjson``-decodes the same messages from the topic;
+- **live, N worker(s)**: the workload pre-produced to a 4-partition telemetry topic (several jobs, keyed by
+  job); ``driftlog worker`` ×N and ``driftlog sink`` started; from every worker healthy to telemetry lag 0
+  (samples/s, and per worker), and to every audit row committed (includes the worker's idle flush);
+- **replay** of the topics' whole range and **analyze** of the same messages as a JSONL file;
+- **sink**: audit records drained from Kafka into DuckDB (``bench_sink_kafka``), beside aiokafka alone;
+- **finding latency** p50/p99 at 10 k and 100 k samples/s offered: the workload produced at that pace to
+  fresh topics while a worker and the sink run; from sending the message a finding names as its source to
+  the finding visible to a query through the sink's SQL endpoint (polled every 0.2 s);
+- **RSS** of the engine (a child process per point) against ranks and the allowed lateness (the event-time
+  window that is buffered), with its samples/s and CPU µs per sample.
+
+``--smoke`` is the one-minute form CI runs (small workload, one run, figures printed, nothing asserted).
+Uses KAFKA_BOOTSTRAP_SERVERS if set, else starts the local broker (bench/_broker.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import orjson
+from aiokafka import AIOKafkaConsumer
+
+from bench._broker import bench_settings
+from streams.config import Settings, to_env
+from streams.demo import input_ended
+from streams.kafka.admin import ensure_topics, group_lag, partitions
+from streams.sim.scenarios import SCENARIOS
+from streams.supervise import Child, free_port
+from streams.testing import run_stream, stored_records
+from streams.variants import message_time
+
+Item = tuple[str, str, bytes]  # (telemetry | decisions, key, value)
+FULL_JOBS = (("training-fabric", 64, 300), ("inference-sla", 16, 80), ("control-storm", 32, 80),
+             ("serving-saturation", 16, 100))  # fmt: skip
+SMOKE_JOBS = (("training-fabric", 16, 40), ("inference-sla", 16, 40))
+# ranks, steps, allowed lateness (s): ranks at a short run; then the buffered window, 30 s against 10 minutes,
+# over a run long enough (64 ranks x 300 steps: ~3 min of event time) for the window to matter
+FULL_RSS = ((1024, 4, 30.0), (4096, 2, 30.0), (16384, 2, 30.0), (64, 300, 30.0), (64, 300, 600.0))
+SMOKE_RSS = ((1024, 2, 30.0),)
+
+
+@dataclass
+class Workload:
+    """Several simulated jobs running at once: their messages interleaved in event time, keyed by job."""
+
+    items: list[Item]
+    samples: int
+    records: int
+    findings: int
+
+    @staticmethod
+    def of(jobs: tuple[tuple[str, int, int], ...]) -> Workload:
+        scenarios = [SCENARIOS[name](seed, ranks, steps) for seed, (name, ranks, steps) in enumerate(jobs, 1)]
+        keyed = sorted(((message_time((k, v)), n, k, key, v) for n, (k, key, v) in
+                        enumerate(m for s in scenarios for m in s.run())), key=lambda m: m[:2])  # fmt: skip
+        items = [(k, key, v) for _, _, k, key, v in keyed]
+        out = run_stream([(k, v) for k, _, v in items])
+        samples = sum(n for kind, n in out.samples_by_kind.items() if kind != "decision")
+        findings = sum(1 for r in out.audit if r.type == "finding")
+        return Workload(items, samples, len(out.audit), findings)
+
+
+@dataclass
+class Figures:
+    """Per figure, the value of every run (the table shows the median)."""
+
+    runs: dict[str, list[float]] = field(default_factory=dict)
+    units: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def add(self, name: str, value: float, unit: str, note: str = "") -> None:
+        self.runs.setdefault(name, []).append(value)
+        self.units[name] = unit
+        if note:
+            self.notes[name] = note
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.runs[name])
+
+    def ratio(self, name: str, over: str, unit: str = "x") -> None:
+        """A ratio of two figures' medians, both measured in the same repeats."""
+        top, bottom = self.runs.get(name), self.runs.get(over)
+        if top and bottom:
+            key = f"{name} / {over}"
+            self.runs[key] = [a / b for a, b in zip(top, bottom, strict=False) if b]
+            self.units[key] = unit
+
+    def table(self) -> str:
+        width = max(len(n) for n in self.runs)
+        lines = [f"{'figure':<{width}}  {'median':>12}  unit        runs"]
+        for name, values in self.runs.items():
+            runs = ", ".join(_num(v) for v in values)
+            note = f"  ({self.notes[name]})" if name in self.notes else ""
+            lines.append(f"{name:<{width}}  {_num(self.median(name)):>12}  {self.units[name]:<10}  {runs}{note}")
+        return "\n".join(lines)
+
+    def as_json(self) -> dict[str, Any]:
+        return {n: {"median": self.median(n), "unit": self.units[n], "runs": v, "note": self.notes.get(n, "")}
+                for n, v in self.runs.items()}  # fmt: skip
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def in_process(w: Workload, figures: Figures) -> None:
+    started, cpu = time.perf_counter(), time.process_time()
+    run_stream([(k, v) for k, _, v in w.items])
+    wall, used = time.perf_counter() - started, time.process_time() - cpu
+    figures.add("in-process engine", w.samples / wall, "samples/s")
+    figures.add("in-process engine CPU", used / w.samples * 1e6, "CPU µs/sample")
+
+
+async def _ceiling(cfg: Settings, w: Workload) -> float:
+    consumer = AIOKafkaConsumer(bootstrap_servers=cfg.kafka_bootstrap_servers, enable_auto_commit=False,
+                                max_partition_fetch_bytes=8 << 20)  # fmt: skip
+    await consumer.start()
+    try:
+        consumer.assign(await partitions(cfg.kafka_bootstrap_servers, [cfg.telemetry_topic]))
+        await consumer.seek_to_beginning()
+        todo = sum(1 for k, _, _ in w.items if k == "telemetry")
+        started = time.perf_counter()
+        while todo > 0:
+            for messages in (await consumer.getmany(timeout_ms=200, max_records=2000)).values():
+                for m in messages:
+                    orjson.loads(m.value or b"{}")
+                todo -= len(messages)
+        return w.samples / (time.perf_counter() - started)
+    finally:
+        await consumer.stop()
+
+
+def ceiling(cfg: Settings, w: Workload, figures: Figures) -> None:
+    figures.add("raw ceiling (aiokafka + orjson)", asyncio.run(_ceiling(cfg, w)), "samples/s")
+
+
+def live(cfg: Settings, w: Workload, figures: Figures, workers: int, logs: Path) -> None:
+    """A fresh namespace per run (its own groups, so each run reads the topics from the start)."""
+    tag = f"{workers}w-{time.monotonic_ns()}"
+    names = ("worker_group", "sink_group", "audit_topic", "state_topic", "checkpoint_topic")
+    update: dict[str, Any] = {n: f"{getattr(cfg, n)}-{tag}" for n in names}
+    run = cfg.model_copy(update={**update, "db_path": logs / f"audit-{tag}.duckdb"})
+    asyncio.run(ensure_topics(run.kafka_bootstrap_servers, run.all_topics, run.topic_partitions))
+    env = to_env(run)
+    ports = [run.worker_http_port] + [free_port() for _ in range(workers - 1)]
+    sink = Child(["sink"], env, logs / f"sink-{tag}.log")
+    children = [Child(["worker"], {**env, "DRIFTLOG_WORKER_HTTP_PORT": str(p)}, logs / f"worker{i}-{tag}.log")
+                for i, p in enumerate(ports)]  # fmt: skip
+    try:
+        sink.wait_healthy(run.sink_http_port)
+        for child, port in zip(children, ports, strict=True):
+            child.wait_healthy(port, timeout=180)
+        started = time.perf_counter()
+        lag = _lag(run, run.worker_group, run.telemetry_topic)
+        drained = _until(lambda: lag() == 0, children, 900)
+        _until(lambda: all(input_ended(p) for p in ports), children, 300)
+        sink_lag = _lag(run, run.sink_group, run.audit_topic)
+        committed = _until(lambda: sink_lag() == 0, [sink], 300)
+    finally:
+        for child in [*children, sink]:
+            child.stop()
+    name = f"live, {workers} worker{'s' * (workers > 1)}"
+    figures.add(f"{name}: to lag 0", w.samples / (drained - started), "samples/s")
+    figures.add(f"{name}: to lag 0, per worker", w.samples / (drained - started) / workers, "samples/s")
+    figures.add(f"{name}: to audit rows committed", w.samples / (committed - started), "samples/s",
+                f"includes the idle flush of {run.idle_flush_s:g} s")
+    figures.add(f"{name}: records stored / expected", len(stored_records(run.db_path)) / w.records, "share",
+                f"{w.records:,} expected (the in-process run)")
+
+
+def _lag(cfg: Settings, group: str, topic: str) -> Callable[[], int]:
+    def lag() -> int:
+        by_partition = asyncio.run(group_lag(cfg.kafka_bootstrap_servers, group, [topic]))
+        return sum(by_partition.values()) if by_partition else -1
+
+    return lag
+
+
+def _until(done: Callable[[], bool], children: list[Child], timeout_s: float) -> float:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        for child in children:
+            child.check_alive()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not done in {timeout_s:.0f}s: {[c.tail()[-500:] for c in children]}")
+        time.sleep(0.1)
+    return time.perf_counter()
+
+
+def latency(cfg: Settings, w: Workload, rate: float, figures: Figures, logs: Path) -> None:
+    """The workload produced at ``rate`` samples/s (paced per message) to fresh topics while a worker and
+    the sink run; each finding's latency: from sending the message it names as its source to the finding
+    being visible to a query through the sink's SQL endpoint (polled every 0.2 s)."""
+    from audit.query import Endpoint, run_query
+    from streams.contract.envelope import decode_telemetry
+
+    tag = f"lat{rate:.0f}-{time.monotonic_ns()}"
+    names = ("telemetry_topic", "decisions_topic", "worker_group", "sink_group", "audit_topic", "state_topic",
+             "checkpoint_topic", "dead_letter_topic")  # fmt: skip
+    update: dict[str, Any] = {n: f"{getattr(cfg, n)}-{tag}" for n in names}
+    run = cfg.model_copy(update={**update, "db_path": logs / f"audit-{tag}.duckdb"})
+    asyncio.run(ensure_topics(run.kafka_bootstrap_servers, run.all_topics, run.topic_partitions))
+    children = [Child(["sink"], to_env(run), logs / f"sink-{tag}.log"),
+                Child(["worker"], to_env(run), logs / f"worker-{tag}.log")]  # fmt: skip
+    sizes = [decode_telemetry(v).total if k == "telemetry" else 0 for k, _, v in w.items]
+    sent: dict[tuple[str, int, int], float] = {}
+    seen: dict[str, float] = {}
+    endpoint = Endpoint(f"http://127.0.0.1:{run.sink_http_port}/sql")
+    sql = "SELECT record_id, decode(value) FROM audit_log WHERE record_type = 'finding'"
+
+    def poll() -> None:
+        for rid, value in run_query(run.db_path, sql, endpoint=endpoint).rows:
+            seen.setdefault(rid, time.perf_counter())
+            seen.setdefault(f"src:{rid}", orjson.loads(value)["source"])  # type: ignore[arg-type]
+
+    try:
+        children[0].wait_healthy(run.sink_http_port)
+        children[1].wait_healthy(run.worker_http_port, timeout=180)
+        asyncio.run(paced(run, w, sizes, rate, sent))
+        deadline = time.monotonic() + 300
+        while len([k for k in seen if not k.startswith("src:")]) < w.findings and time.monotonic() < deadline:
+            poll()
+            time.sleep(0.2)
+    finally:
+        for child in children:
+            child.stop()
+    delays = []
+    for rid, at in seen.items():
+        if not rid.startswith("src:"):
+            src = seen[f"src:{rid}"]
+            key = (src["topic"], src["partition"], src["offset"])  # type: ignore[index]
+            if key in sent:
+                delays.append(at - sent[key])
+    if delays:
+        delays.sort()
+        name = f"finding latency at {rate:,.0f} samples/s offered"
+        figures.add(f"{name}, p50", delays[len(delays) // 2], "s", f"{len(delays)} of {w.findings} findings")
+        figures.add(f"{name}, p99", delays[min(len(delays) - 1, int(len(delays) * 0.99))], "s",
+                    f"allowed lateness {run.allowed_lateness_s:g} s of event time")
+
+
+async def paced(
+    run: Settings, w: Workload, sizes: list[int], rate: float, sent: dict[tuple[str, int, int], float]
+) -> None:
+    """Produce the workload at ``rate`` samples/s; ``sent``: when each (topic, partition, offset) was sent."""
+    from aiokafka import AIOKafkaProducer
+
+    topics = {"telemetry": run.telemetry_topic, "decisions": run.decisions_topic}
+    producer = AIOKafkaProducer(bootstrap_servers=run.kafka_bootstrap_servers, acks="all", linger_ms=2,
+                                max_request_size=8 << 20)  # fmt: skip
+    await producer.start()
+    try:
+        started, offered = time.perf_counter(), 0
+        for (kind, key, value), size in zip(w.items, sizes, strict=True):
+            ahead = started + offered / rate - time.perf_counter()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+            at = time.perf_counter()
+            meta = await (await producer.send(topics[kind], value, key=key.encode()))
+            sent[(meta.topic, meta.partition, meta.offset)] = at
+            offered += size
+    finally:
+        await producer.stop()
+
+
+def replay_rate(cfg: Settings, w: Workload, figures: Figures) -> None:
+    from streams.pipeline import build_processor
+    from streams.replay import Range, replay
+
+    topics = {"telemetry": cfg.telemetry_topic, "decisions": cfg.decisions_topic}
+    started, cpu = time.perf_counter(), time.process_time()
+    asyncio.run(replay(cfg.kafka_bootstrap_servers, topics, Range(0, None), build_processor(cfg)))
+    figures.add("replay (whole range)", w.samples / (time.perf_counter() - started), "samples/s")
+    figures.add("replay CPU", (time.process_time() - cpu) / w.samples * 1e6, "CPU µs/sample")
+
+
+def analyze_rate(w: Workload, figures: Figures, work: Path) -> None:
+    from streams.analyze import analyze_files
+
+    path = work / "workload.jsonl"
+    if not path.exists():
+        path.write_bytes(b"".join(v + b"\n" for _, _, v in w.items))
+    started, cpu = time.perf_counter(), time.process_time()
+    analyze_files([path])
+    figures.add("analyze (JSONL of envelopes)", w.samples / (time.perf_counter() - started), "samples/s")
+    figures.add("analyze CPU", (time.process_time() - cpu) / w.samples * 1e6, "CPU µs/sample")
+
+
+def sink_rate(cfg: Settings, records: int, figures: Figures) -> None:
+    from bench.bench_sink_kafka import consume_only, sink_drain
+
+    rate, cpu = asyncio.run(consume_only(cfg, records))
+    figures.add("aiokafka alone, audit topic", rate, "records/s")
+    rate, cpu = asyncio.run(sink_drain(cfg, records))
+    figures.add("sink, Kafka -> DuckDB", rate, "rows/s")
+    figures.add("sink CPU", cpu, "CPU µs/row")
+
+
+def rss_point(ranks: int, steps: int, lateness: float, figures: Figures) -> None:
+    """The engine in a child process (its peak RSS is its own): ``--rss-child``."""
+    cmd = [sys.executable, __file__, "--rss-child", str(ranks), str(steps), str(lateness)]
+    out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+    name = f"{ranks:,} ranks, lateness {lateness:g} s"
+    figures.add(f"RSS, {name}", out["rss_mb"], "MB", f"{out['samples']:,} samples, engine after the sim")
+    figures.add(f"engine, {name}", out["rate"], "samples/s")
+    figures.add(f"engine CPU, {name}", out["cpu_us"], "CPU µs/sample")
+
+
+def rss_child(ranks: int, steps: int, lateness: float) -> None:
+    from audit.records import SourcePosition
+    from streams.contract.admission import Admission
+    from streams.engine.engine import Engine
+    from streams.pipeline import Processor
+
+    scenario = SCENARIOS["training-fabric"](1, ranks, steps)
+    processor = Processor(Engine(), Admission(allowed_lateness=lateness))
+    processor.declare([SourcePosition("telemetry", 0, 0)])
+    samples, started, cpu = 0, time.perf_counter(), 0.0
+    for offset, (kind, _, value) in enumerate(scenario.run()):  # the sim generates as the engine consumes
+        c = time.process_time()
+        source = SourcePosition(kind, 0, offset)
+        out = processor.telemetry(value, source) if kind == "telemetry" else processor.decision(value, source)
+        samples += sum(n for k, n in out.samples_by_kind.items() if k != "decision")
+        cpu += time.process_time() - c
+    c = time.process_time()
+    processor.flush(SourcePosition("telemetry", 0, 0))
+    cpu += time.process_time() - c
+    rss = peak_rss_mb()
+    print(json.dumps({"rss_mb": rss, "samples": samples, "rate": samples / cpu, "cpu_us": cpu / samples * 1e6,
+                      "wall": time.perf_counter() - started}))  # fmt: skip
+
+
+SECTIONS = ("inprocess", "ceiling", "live", "replay", "analyze", "sink", "rss", "latency")
+RATES = (10_000.0, 100_000.0)  # offered samples/s for the latency figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=Path("bench-results.json"))
+    parser.add_argument("--smoke", action="store_true", help="the one-minute form: small workload, one run")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated, of {','.join(SECTIONS)}")
+    parser.add_argument("--workers", default="1,2", help="live runs: worker counts, e.g. 1,2")
+    parser.add_argument("--rss-child", nargs=3, metavar=("RANKS", "STEPS", "LATENESS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rss_child:
+        rss_child(int(args.rss_child[0]), int(args.rss_child[1]), float(args.rss_child[2]))
+        return 0
+    only = set(args.only.split(","))
+    repeats = 1 if args.smoke else args.repeats
+    jobs = SMOKE_JOBS if args.smoke else FULL_JOBS
+    began = time.monotonic()
+    w = Workload.of(jobs) if only - {"rss"} else Workload([], 0, 0, 0)
+    print(f"workload: {', '.join(f'{n} {r} ranks x {s} steps' for n, r, s in jobs)}: {w.samples:,} samples in "
+          f"{len(w.items):,} messages, {w.records:,} records; {repeats} run(s) each", flush=True)  # fmt: skip
+    figures = Figures()
+    work = Path(tempfile.mkdtemp(prefix="driftlog-bench-suite-"))
+    with bench_settings(topic_partitions=4, checkpoint_interval_s=10.0) as cfg:
+        asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions))
+        if only & {"ceiling", "live", "replay"}:
+            from tests.integration.test_scale_out import produce_keyed
+
+            topics = {"telemetry": cfg.telemetry_topic, "decisions": cfg.decisions_topic}
+            asyncio.run(produce_keyed(cfg.kafka_bootstrap_servers, topics, w.items))
+        for r in range(repeats):  # interleaved: every figure once per repeat
+            print(f"repeat {r + 1}/{repeats} ...", flush=True)
+            one_repeat(cfg, w, figures, only, [int(n) for n in args.workers.split(",")], work)
+        if "sink" in only:
+            records = 50_000 if args.smoke else 500_000
+            _fill_audit(cfg, records)
+            for _ in range(repeats):
+                sink_rate(cfg, records, figures)
+    if "rss" in only:
+        for _ in range(repeats):
+            for ranks, steps, lateness in SMOKE_RSS if args.smoke else FULL_RSS:
+                rss_point(ranks, steps, lateness, figures)
+    for name in [n for n in figures.runs if n.startswith("live") and n.endswith("to lag 0")]:
+        figures.ratio(name, "in-process engine")
+    figures.ratio("live, 2 workers: to lag 0", "live, 1 worker: to lag 0")
+    figures.ratio("in-process engine", "raw ceiling (aiokafka + orjson)")
+    print(figures.table())
+    machine = {"cpus": _cpus(), "python": platform.python_version(), "load": _load(), "host": platform.node()}
+    doc = {"machine": machine, "smoke": args.smoke, "repeats": repeats, "jobs": jobs, "samples": w.samples,
+           "seconds": time.monotonic() - began, "figures": figures.as_json()}  # fmt: skip
+    args.json.write_text(json.dumps(doc, indent=2))
+    print(f"machine: {machine}; {time.monotonic() - began:.0f}s; JSON in {args.json}")
+    return 0
+
+
+def one_repeat(cfg: Settings, w: Workload, figures: Figures, only: set[str], workers: list[int], work: Path) -> None:
+    if "inprocess" in only:
+        in_process(w, figures)
+    if "ceiling" in only:
+        ceiling(cfg, w, figures)
+    if "live" in only:
+        for n in workers:
+            live(cfg, w, figures, n, work)
+    if "replay" in only:
+        replay_rate(cfg, w, figures)
+    if "analyze" in only:
+        analyze_rate(w, figures, work)
+    if "latency" in only:
+        for rate in RATES:
+            latency(cfg, w, rate, figures, work)
+
+
+def _fill_audit(cfg: Settings, n: int) -> None:
+    from streams.demo import produce
+    from tests.integration.test_sink_exactly_once import audit_records
+
+    asyncio.run(produce(cfg.kafka_bootstrap_servers, cfg.audit_topic, audit_records(n)))
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS (VmHWM: reset by exec, unlike ru_maxrss, which a child inherits from the
+    process it was forked from)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+def _load() -> str:
+    return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
