@@ -165,18 +165,17 @@ def test_sends_and_receives_pair_up_per_step_and_peer(scenario: str) -> None:
 
 @READER_MISSES_GLOO
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_a_blocking_receive_lasts_until_its_data_arrived(scenario: str) -> None:
-    """gloo records the wait as a ``gloo:recv`` annotation on the training thread; the ``c10d::recv_`` op
-    only posts the receive. The recv span must cover the wait, or the waiting time is lost from the step."""
+def test_communication_spans_last_until_the_transfer_completed(scenario: str) -> None:
+    """gloo records the wait in ``gloo:<op>`` annotations: on the training thread for p2p (``c10d::recv_``
+    only posts the receive), on its own ``pt_gloo_runloop`` threads for collectives. A comm span must cover
+    that wait, or the time spent waiting for a peer is lost from the step."""
     for t in traces(scenario):
-        waits = sorted(
-            e["dur"] / 1e6
-            for e in raw(t.path)["traceEvents"]
-            if e.get("ph") == "X" and e.get("name") == "gloo:recv" and e["tid"] == raw_steps(t.path)[min(t.steps)][2]
-        )
-        recvs = sorted(s.duration for spans in t.spans.values() for s in spans if s.op == "recv")
-        assert len(recvs) == len(waits)
-        assert sum(recvs) >= 0.9 * sum(waits), (t.rank, sum(recvs), sum(waits))
+        events = [e for e in raw(t.path)["traceEvents"] if e.get("ph") == "X"]
+        main = raw_steps(t.path)[min(t.steps)][2]
+        for op, name, on_main in (("recv", "gloo:recv", True), ("allreduce", "gloo:all_reduce", False)):
+            waited = sum(e["dur"] / 1e6 for e in events if e["name"] == name and (e["tid"] == main) == on_main)
+            spans = [s.duration for v in t.spans.values() for s in v if s.op == op]
+            assert spans and sum(spans) >= 0.9 * waited, (t.rank, op, sum(spans), waited)
 
 
 @pytest.mark.xfail(
