@@ -141,7 +141,7 @@ def test_two_files_of_one_rank_are_refused(tmp_path: Path) -> None:
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     for p in (a, b):
         p.write_bytes(orjson.dumps(rank_trace(3, 4, range(1))))
-    with pytest.raises(FormatError, match="both traces of rank 3"):
+    with pytest.raises(FormatError, match="both trace step 0 of rank 3"):
         list(read_trace_files([a, b]))
 
 
