@@ -1,5 +1,5 @@
-"""PyTorch profiler (Kineto) Chrome traces in: one ``.json`` or ``.json.gz`` file per rank, the files
-Holistic Trace Analysis reads, turned into telemetry envelopes of the event contract.
+"""PyTorch profiler (Kineto) Chrome traces in: one ``.json`` or ``.json.gz`` file per rank (and profiler
+cycle), the files Holistic Trace Analysis reads, turned into telemetry envelopes of the event contract.
 
 Mapping (docs/formats.md has the table):
 
@@ -17,6 +17,10 @@ Mapping (docs/formats.md has the table):
   send with the k-th receive; an NCCL ``SendRecv`` kernel without a send/recv collective name is a batched
   ``sendrecv``; an NCCL kernel is ``blocking`` (it waits for its peer inside the kernel, so its duration
   includes that wait); memcpy/memset are ``io``; everything else is ``compute``.
+- CPU-only (gloo) traces: the ``c10d::`` dispatcher ops are comm, lasting until the end of the wait gloo
+  annotated for them; ``pp``/``dp`` and the data-parallel group come from ``pg_config[].pg_desc``
+  (:mod:`streams.formats.kineto_c10d`);
+- the files of one rank (one per profiler cycle) are merged when no step repeats.
 - times: ``baseTimeNanoseconds`` + ``ts`` (µs) as seconds since the epoch.
 
 :func:`read_trace_files` yields the envelopes step by step across ranks (what the engine's watermark wants).

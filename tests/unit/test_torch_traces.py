@@ -239,10 +239,11 @@ def expected_names(scenario: str) -> list[set[str]]:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the reader gives no comm spans and no stage/replica coordinates on gloo traces; and even with both "
-    "added (a prototype of the reader changes), 6 traced steps with 2 all-reduce buckets give no finding: the "
-    "2nd bucket's arrivals are even, so a rank late every step is late in half its collectives (< 6 of 10), "
-    "and step-time drift needs 20 steps (issue 13 points 1-2; report of helper 'traces')",
+    reason="the reader now gives comm spans with gloo's waits, data-parallel all-reduce barriers and stage/"
+    "replica coordinates, yet the engine finds nothing on 6 traced steps (no finding, no attribution in any "
+    "scenario): the 2nd bucket's arrivals are even, so a rank late every step is late in half its collectives "
+    "(< 6 of 10), and step-time drift needs 20 steps; naming the slow element waits for a structural baseline "
+    "(issue 13 points 1-2; reports of helpers 'traces' and 'kineto')",
 )
 @pytest.mark.parametrize("scenario", SLOW)
 def test_the_engine_names_the_slow_element(scenario: str) -> None:
