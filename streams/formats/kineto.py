@@ -126,14 +126,16 @@ class _Events:
     comms: list[dict[str, Any]] = field(default_factory=list)  # record_param_comms ops
     gloo: list[dict[str, Any]] = field(default_factory=list)  # gloo:<op> annotations (waits)
     runloop: set[Any] = field(default_factory=set)  # tids of gloo's own threads
+    c10d: list[dict[str, Any]] = field(default_factory=list)  # c10d:: dispatcher ops (also in cpu)
 
     @classmethod
     def of(cls, events: list[Any]) -> _Events:
         out = cls()
         for e in events:
-            if type(e) is dict and e.get("name") == "thread_name" and c10d.RUNLOOP in str(_args(e).get("name")):
-                out.runloop.add(e.get("tid"))  # a metadata ('M') event naming gloo's thread
-            if type(e) is not dict or e.get("ph") != "X":
+            ph = e.get("ph") if type(e) is dict else None
+            if ph == "M" and e.get("name") == "thread_name" and c10d.RUNLOOP in str(_args(e).get("name")):
+                out.runloop.add(e.get("tid"))  # the metadata naming one of gloo's threads
+            if ph != "X":
                 continue
             ts, dur = e.get("ts"), e.get("dur")
             if not (isinstance(ts, int | float) and isinstance(dur, int | float) and dur >= 0):
@@ -149,12 +151,14 @@ class _Events:
                 name = e.get("name")
                 if type(name) is str and name.startswith("ProfilerStep#") and STEP_NAME.match(name):
                     out.annotations.append(e)
-                elif type(name) is str and name.startswith(c10d.GLOO_PREFIX) and cat == "user_annotation":
+                elif cat == "user_annotation" and type(name) is str and name.startswith(c10d.GLOO_PREFIX):
                     out.gloo.append(e)
                 else:
                     out.cpu.append(e)
                     if name == "record_param_comms":
                         out.comms.append(e)
+                    elif cat == "cpu_op" and type(name) is str and name.startswith(c10d.C10D_PREFIX):
+                        out.c10d.append(e)
         return out
 
 
@@ -265,7 +269,7 @@ def _gpu_candidates(events: _Events) -> list[_Candidate]:
 def _cpu_candidates(events: _Events, annotations: list[dict[str, Any]], layout: c10d.Layout) -> list[_Candidate]:
     """The CPU ops directly under the steps; a c10d op lasts until the end of the wait gloo annotated for it."""
     candidates: list[_Candidate] = []
-    waits = c10d.waits(events.cpu, events.gloo, events.runloop)
+    waits = c10d.waits(events.c10d, events.gloo, events.runloop)
     for e in _under_steps(events.cpu, annotations):
         args = _args(e)
         kind = c10d.collective(e.get("name"))

@@ -75,7 +75,7 @@ def _first(groups: list[dict[str, Any]], desc: re.Pattern[str]) -> dict[str, Any
     return next(iter(exact or found), None)
 
 
-def waits(cpu: list[dict[str, Any]], gloo: list[dict[str, Any]], runloop: set[Any]) -> dict[int, tuple[float, bool]]:
+def waits(ops: list[dict[str, Any]], gloo: list[dict[str, Any]], runloop: set[Any]) -> dict[int, tuple[float, bool]]:
     """``id(c10d op)`` -> (end in µs of the wait gloo annotated for it, whether the span blocks on its peer)."""
     out: dict[int, tuple[float, bool]] = {}
     on_thread: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
@@ -86,10 +86,9 @@ def waits(cpu: list[dict[str, Any]], gloo: list[dict[str, Any]], runloop: set[An
                 async_ops.append(a)
         else:
             on_thread.setdefault((a.get("pid"), a.get("tid")), []).append(a)
-    ops = sorted((e for e in cpu if collective(e.get("name")) is not None), key=lambda e: e["ts"])
     used: set[int] = set()
     k = 0
-    for e in ops:
+    for e in sorted((e for e in ops if collective(e.get("name")) is not None), key=lambda e: e["ts"]):
         kind = collective(e["name"])
         if kind in GLOO_P2P:
             own = on_thread.get((e.get("pid"), e.get("tid")), [])
