@@ -1,5 +1,5 @@
-"""PyTorch profiler (Kineto) Chrome traces in: one ``.json`` or ``.json.gz`` file per rank, the files
-Holistic Trace Analysis reads, turned into telemetry envelopes of the event contract.
+"""PyTorch profiler (Kineto) Chrome traces in: one ``.json`` or ``.json.gz`` file per rank (and profiler
+cycle), the files Holistic Trace Analysis reads, turned into telemetry envelopes of the event contract.
 
 Mapping (docs/formats.md has the table):
 
@@ -17,6 +17,10 @@ Mapping (docs/formats.md has the table):
   send with the k-th receive; an NCCL ``SendRecv`` kernel without a send/recv collective name is a batched
   ``sendrecv``; an NCCL kernel is ``blocking`` (it waits for its peer inside the kernel, so its duration
   includes that wait); memcpy/memset are ``io``; everything else is ``compute``.
+- CPU-only (gloo) traces: the ``c10d::`` dispatcher ops are comm, lasting until the end of the wait gloo
+  annotated for them; ``pp``/``dp`` and the data-parallel group come from ``pg_config[].pg_desc``
+  (:mod:`streams.formats.kineto_c10d`);
+- the files of one rank (one per profiler cycle) are merged when no step repeats.
 - times: ``baseTimeNanoseconds`` + ``ts`` (µs) as seconds since the epoch.
 
 :func:`read_trace_files` yields the envelopes step by step across ranks (what the engine's watermark wants).
@@ -36,6 +40,7 @@ from typing import Any
 import orjson
 
 from streams.contract.schema import TELEMETRY_SCHEMA
+from streams.formats import kineto_c10d as c10d
 from streams.formats.errors import FormatError
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
@@ -75,6 +80,7 @@ class RankTrace:
     steps: dict[int, tuple[float, float]] = field(default_factory=dict)  # step -> (start, end) s
     spans: dict[int, list[Span]] = field(default_factory=dict)
     dropped: int = 0  # spans outside every step annotation
+    coords: dict[str, int] = field(default_factory=dict)  # pp, dp from the process groups' descriptions
 
 
 def is_trace_file(path: Path) -> bool:
@@ -118,12 +124,18 @@ class _Events:
     cpu: list[dict[str, Any]] = field(default_factory=list)
     launches: dict[Any, dict[str, Any]] = field(default_factory=dict)  # correlation -> runtime event
     comms: list[dict[str, Any]] = field(default_factory=list)  # record_param_comms ops
+    gloo: list[dict[str, Any]] = field(default_factory=list)  # gloo:<op> annotations (waits)
+    runloop: set[Any] = field(default_factory=set)  # tids of gloo's own threads
+    c10d: list[dict[str, Any]] = field(default_factory=list)  # c10d:: dispatcher ops (also in cpu)
 
     @classmethod
     def of(cls, events: list[Any]) -> _Events:
         out = cls()
         for e in events:
-            if type(e) is not dict or e.get("ph") != "X":
+            ph = e.get("ph") if type(e) is dict else None
+            if ph == "M" and e.get("name") == "thread_name" and c10d.RUNLOOP in str(_args(e).get("name")):
+                out.runloop.add(e.get("tid"))  # the metadata naming one of gloo's threads
+            if ph != "X":
                 continue
             ts, dur = e.get("ts"), e.get("dur")
             if not (isinstance(ts, int | float) and isinstance(dur, int | float) and dur >= 0):
@@ -139,10 +151,14 @@ class _Events:
                 name = e.get("name")
                 if type(name) is str and name.startswith("ProfilerStep#") and STEP_NAME.match(name):
                     out.annotations.append(e)
+                elif cat == "user_annotation" and type(name) is str and name.startswith(c10d.GLOO_PREFIX):
+                    out.gloo.append(e)
                 else:
                     out.cpu.append(e)
                     if name == "record_param_comms":
                         out.comms.append(e)
+                    elif cat == "cpu_op" and type(name) is str and name.startswith(c10d.C10D_PREFIX):
+                        out.c10d.append(e)
         return out
 
 
@@ -194,7 +210,8 @@ def parse(path: Path, doc: dict[str, Any] | None = None) -> RankTrace:
     for pg in info.get("pg_config") or []:
         if type(pg) is dict and "pg_name" in pg and isinstance(pg.get("ranks"), list):
             groups[f"pg{pg['pg_name']}"] = [int(r) for r in pg["ranks"] if isinstance(r, int)]
-    trace = RankTrace(path, rank, world, groups)
+    layout = c10d.Layout.of(info.get("pg_config"), rank)
+    trace = RankTrace(path, rank, world, groups, coords=dict(layout.coords))
     base_s = float(doc.get("baseTimeNanoseconds") or 0) / 1e9
     events = _Events.of(doc["traceEvents"])
     annotations = sorted(events.annotations, key=lambda e: e["ts"])
@@ -211,26 +228,7 @@ def parse(path: Path, doc: dict[str, Any] | None = None) -> RankTrace:
         i = bisect.bisect_right(starts, ts) - 1
         return numbers[i] if i >= 0 and ts <= ends[i] else None
 
-    # (event, the time it was launched, its communication arguments or None when it is not communication)
-    candidates: list[tuple[dict[str, Any], float, dict[str, Any] | None, str]] = []
-    if events.gpu:
-        enclosing = _Enclosing(events.comms)
-        for e in events.gpu:
-            args = _args(e)
-            launch = events.launches.get(args.get("correlation"))
-            comm = "Collective name" in args or NCCL_KERNEL.match(str(e.get("name"))) is not None
-            if launch is None:
-                candidates.append((e, e["ts"], args if comm else None, GPU_CATS[e["cat"]]))
-            elif comm:
-                merged = {**enclosing.args_at(launch.get("tid"), launch["ts"]), **args}
-                candidates.append((e, launch["ts"], merged, GPU_CATS[e["cat"]]))
-            else:
-                candidates.append((e, launch["ts"], None, GPU_CATS[e["cat"]]))
-    else:
-        for e in _under_steps(events.cpu, annotations):
-            args = _args(e)
-            comm = "Collective name" in args or NCCL_KERNEL.match(str(e.get("name"))) is not None
-            candidates.append((e, e["ts"], args if comm else None, "compute"))
+    candidates = _gpu_candidates(events) if events.gpu else _cpu_candidates(events, annotations, layout)
     candidates.sort(key=lambda c: c[0]["ts"])
     order: Counter[tuple[int, str, int]] = Counter()
     for e, anchor, meta, op_class in candidates:
@@ -244,6 +242,45 @@ def parse(path: Path, doc: dict[str, Any] | None = None) -> RankTrace:
             _classify(span, meta, step, order, trace.rank, e.get("cat") == "kernel")
         trace.spans.setdefault(step, []).append(span)
     return trace
+
+
+# (event, the time it was launched, its communication arguments or None when it is not communication, op class)
+_Candidate = tuple[dict[str, Any], float, dict[str, Any] | None, str]
+
+
+def _gpu_candidates(events: _Events) -> list[_Candidate]:
+    """GPU kernels, memcpy and memset, each with the CPU time it was launched at."""
+    candidates: list[_Candidate] = []
+    enclosing = _Enclosing(events.comms)
+    for e in events.gpu:
+        args = _args(e)
+        launch = events.launches.get(args.get("correlation"))
+        comm = "Collective name" in args or NCCL_KERNEL.match(str(e.get("name"))) is not None
+        if launch is None:
+            candidates.append((e, e["ts"], args if comm else None, GPU_CATS[e["cat"]]))
+        elif comm:
+            merged = {**enclosing.args_at(launch.get("tid"), launch["ts"]), **args}
+            candidates.append((e, launch["ts"], merged, GPU_CATS[e["cat"]]))
+        else:
+            candidates.append((e, launch["ts"], None, GPU_CATS[e["cat"]]))
+    return candidates
+
+
+def _cpu_candidates(events: _Events, annotations: list[dict[str, Any]], layout: c10d.Layout) -> list[_Candidate]:
+    """The CPU ops directly under the steps; a c10d op lasts until the end of the wait gloo annotated for it."""
+    candidates: list[_Candidate] = []
+    waits = c10d.waits(events.c10d, events.gloo, events.runloop)
+    for e in _under_steps(events.cpu, annotations):
+        args = _args(e)
+        kind = c10d.collective(e.get("name"))
+        if kind is not None:
+            end, blocking = waits.get(id(e), (e["ts"] + e["dur"], False))
+            meta = {**c10d.meta(args, kind, layout), **args, c10d.BLOCKING: blocking}  # the trace's args win
+            candidates.append(({**e, "dur": max(e["dur"], end - e["ts"])}, e["ts"], meta, "compute"))
+            continue
+        comm = "Collective name" in args or NCCL_KERNEL.match(str(e.get("name"))) is not None
+        candidates.append((e, e["ts"], args if comm else None, "compute"))
+    return candidates
 
 
 def _under_steps(cpu: list[dict[str, Any]], annotations: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -293,7 +330,8 @@ def _classify(
             ranks[p] if ranks is not None and p < len(ranks) else p for p in peers if isinstance(p, int) and p >= 0
         ]
         span.peer = next((p for p in mapped if p != rank or span.op != "sendrecv"), -1)
-        span.blocking = kernel or span.p2p == "sendrecv"  # an NCCL kernel waits for its peer inside
+        # an NCCL kernel waits for its peer inside; gloo annotates the wait
+        span.blocking = kernel or span.p2p == "sendrecv" or meta.get(c10d.BLOCKING) is True
         return
     name = meta.get("Process Group Name")
     if name is None or name == "":
@@ -327,7 +365,7 @@ def step_messages(trace: RankTrace, job: str, step: int, summary: bool) -> list[
                 "start": [s.start for s in chunk], "duration": [s.duration for s in chunk],
                 "microbatch": [s.microbatch for s in chunk], "group": [s.group for s in chunk],
                 "seq": [s.seq for s in chunk], "peer": [s.peer for s in chunk],
-                "p2p": [s.p2p for s in chunk], "blocking": [s.blocking for s in chunk],
+                "p2p": [s.p2p for s in chunk], "blocking": [s.blocking for s in chunk], **trace.coords,
             }})  # fmt: skip
         if summary and i == 0:
             start, end = trace.steps[step]
@@ -353,18 +391,34 @@ def topology_message(trace: RankTrace, job: str) -> bytes | None:
 
 
 def read_traces(paths: Iterable[Path]) -> list[RankTrace]:
-    """Parse every file; refuses two traces of one rank and traces that disagree on the world size."""
+    """Parse every file; the files of one rank (one per profiler cycle) are merged when no step repeats.
+    Refuses a step traced twice for one rank and traces that disagree on the world size."""
     traces: dict[int, RankTrace] = {}
     for path in paths:
         trace = parse(path)
         if trace.rank in traces:
-            raise FormatError(f"{path} and {traces[trace.rank].path} are both traces of rank {trace.rank}: "
-                              "pass one file per rank")  # fmt: skip
-        traces[trace.rank] = trace
+            _merge(traces[trace.rank], trace)
+        else:
+            traces[trace.rank] = trace
     worlds = {t.world_size for t in traces.values()}
     if len(worlds) > 1:
         raise FormatError(f"the traces disagree on the world size ({sorted(worlds)}): are they of one job?")
     return [traces[r] for r in sorted(traces)]
+
+
+def _merge(into: RankTrace, cycle: RankTrace) -> None:
+    """Add another profiler cycle's file of the same rank."""
+    repeated = sorted(set(into.steps) & set(cycle.steps))
+    if repeated:
+        raise FormatError(f"{cycle.path} and {into.path} both trace step {repeated[0]} of rank {cycle.rank}: "
+                          "pass one file per rank and profiler cycle, of one run")  # fmt: skip
+    if cycle.world_size != into.world_size:
+        raise FormatError(f"{cycle.path} and {into.path} disagree on the world size: are they of one job?")
+    into.steps.update(cycle.steps)
+    into.spans.update(cycle.spans)
+    into.dropped += cycle.dropped
+    for group, members in cycle.groups.items():
+        into.groups.setdefault(group, members)
 
 
 def default_job(paths: list[Path]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import random
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,7 @@ def test_two_files_of_one_rank_are_refused(tmp_path: Path) -> None:
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     for p in (a, b):
         p.write_bytes(orjson.dumps(rank_trace(3, 4, range(1))))
-    with pytest.raises(FormatError, match="both traces of rank 3"):
+    with pytest.raises(FormatError, match="both trace step 0 of rank 3"):
         list(read_trace_files([a, b]))
 
 
@@ -169,3 +170,89 @@ def test_analyze_reads_profiler_traces_and_finds_the_straggler(tmp_path: Path) -
     assert result.exit_code == 0, result.output
     found = run_query(db, "SELECT kind, subjects FROM findings WHERE kind = 'straggler'").rows
     assert found and found[0][1][0] == "rank:llm/5"
+
+
+# ---------------------------------------------------------------- gloo (CPU) traces: c10d ops and gloo's waits
+
+
+def gloo_rank(rank: int, pg_config: list[dict[str, Any]], shift: float = 0.0) -> dict[str, Any]:
+    """A CPU trace as torch writes it over gloo: c10d ops on the training thread (tid 1), gloo:<op>
+    annotations of the waits (p2p on the training thread, collectives on pt_gloo_runloop threads 7 and 8)."""
+
+    def x(cat: str, name: str, ts: float, dur: float, tid: int = 1, **args: Any) -> dict[str, Any]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts + shift, "dur": dur, "args": args}
+
+    peer = ["", "", str(1 - rank), "0"]
+    return {"distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2, "pg_config": pg_config},
+            "baseTimeNanoseconds": 1_767_225_600_000_000_000, "traceEvents": [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "thread 7 (pt_gloo_runloop)"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 8, "args": {"name": "thread 8 (pt_gloo_runloop)"}},
+        x("user_annotation", "gloo:all_reduce", -50, 60, tid=8),  # launched before the trace began
+        x("user_annotation", "ProfilerStep#5", 0, 1000),
+        x("cpu_op", "c10d::recv_", 10, 20, **{"Sequence number": 64, "Concrete Inputs": peer}),
+        x("user_annotation", "gloo:recv", 25, 175),  # waits until 200
+        x("cpu_op", "c10d::send", 300, 10, **{"Concrete Inputs": peer}),
+        x("user_annotation", "gloo:send", 305, 2),  # a lone send: buffered, no wait
+        x("cpu_op", "c10d::send", 400, 10, **{"Concrete Inputs": peer}),  # a batched pair:
+        x("user_annotation", "gloo:send", 405, 95),
+        x("cpu_op", "c10d::recv_", 412, 10, **{"Concrete Inputs": peer}),
+        x("user_annotation", "gloo:recv", 415, 90),
+        x("cpu_op", "c10d::allreduce_", 600, 30, **{"Sequence number": 9}),
+        x("cpu_op", "c10d::allreduce_", 640, 10),
+        x("user_annotation", "gloo:all_reduce", 620, 280, tid=7),  # waits until 900
+        x("user_annotation", "gloo:all_reduce", 650, 260, tid=8),  # until 910
+        x("cpu_op", "c10d::broadcast_", 950, 5),  # no annotation
+    ]}  # fmt: skip
+
+
+DP_PGS = [
+    {"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1]},
+    {"pg_name": "1", "pg_desc": "DATA_PARALLEL_GROUP_GLOO", "ranks": [0, 1]},
+    {"pg_name": "2", "pg_desc": "DATA_PARALLEL_GROUP", "ranks": [1, 0]},
+    {"pg_name": "3", "pg_desc": "PIPELINE_MODEL_PARALLEL_GROUP", "ranks": [0]},
+    {"pg_name": "4", "pg_desc": "PIPELINE_MODEL_PARALLEL_GROUP", "ranks": [1]},
+]
+
+
+@pytest.mark.parametrize("seed", [None, 1, 2])
+def test_gloo_ops_are_communication_lasting_until_their_wait_ended(tmp_path: Path, seed: int | None) -> None:
+    paths = []
+    for r in range(2):
+        doc = gloo_rank(r, DP_PGS)
+        if seed is not None:  # events in any order in the file
+            random.Random(seed).shuffle(doc["traceEvents"])
+        paths.append(tmp_path / f"rank{r}.pt.trace.json")
+        paths[-1].write_bytes(orjson.dumps(doc))
+    got = [r for r in rows(list(read_trace_files(paths, job="g")))["op"] if r["rank"] == 0]
+    spans = [(r["op"], r["p2p"], r["peer"], r["blocking"], round(r["duration"] * 1e6), r["group"], r["seq"])
+             for r in got]  # fmt: skip
+    assert spans == [
+        ("recv", "recv", 1, True, 190, "", -1),  # 10 .. 200: until gloo:recv ended
+        ("send", "send", 1, False, 10, "", -1),
+        ("send", "send", 1, True, 100, "", -1),  # batched with the recv below: both wait
+        ("recv", "recv", 1, True, 93, "", -1),
+        ("allreduce", "", -1, False, 300, "pg2", 5_000_000),  # autograd's Sequence number is not its seq
+        ("allreduce", "", -1, False, 270, "pg2", 5_000_001),
+        ("broadcast", "", -1, False, 5, "", -1),  # not a data-parallel collective: no barrier
+    ]  # fmt: skip
+    assert {r["op_class"] for r in got} == {"comm"}  # the gloo annotations themselves are no spans
+    assert {(r["pp"], r["dp"]) for r in got} == {(0, 1)}  # index in its groups' ranks; the _GLOO twin ignored
+
+
+def test_gloo_traces_without_layout_groups_have_no_coordinates(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_bytes(orjson.dumps(gloo_rank(0, [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1]}])))
+    got = rows(list(read_trace_files([path])))["op"]
+    assert all("pp" not in r and "dp" not in r for r in got)
+    assert [r["group"] for r in got if r["op"] == "allreduce"] == ["", ""]  # comm, but joins no barrier
+
+
+def test_profiler_cycles_of_one_rank_are_merged(tmp_path: Path) -> None:
+    paths = [tmp_path / "rank0.1.pt.trace.json", tmp_path / "rank0.2.pt.trace.json"]
+    paths[0].write_bytes(orjson.dumps(rank_trace(0, 1, range(3, 5))))
+    paths[1].write_bytes(orjson.dumps(rank_trace(0, 1, range(9, 11))))
+    got = rows(list(read_trace_files(paths)))
+    assert sorted({r["step"] for r in got["op"]}) == [3, 4, 9, 10] == sorted(r["step"] for r in got["step"])
+    paths[1].write_bytes(orjson.dumps(rank_trace(0, 1, range(4, 6))))
+    with pytest.raises(FormatError, match="both trace step 4 of rank 0"):
+        list(read_trace_files(paths))
