@@ -158,7 +158,7 @@ class Settings(BaseSettings):
         "change is found up to N-1 samples later."
     )
     structural_slowdown_threshold: float = Field(
-        0.10, gt=0, lt=10, description="Blocking slowdown over the ideal step from peers (T(actual)/T(ideal) - 1) "
+        0.05, gt=0, lt=10, description="Blocking slowdown over the ideal step from peers (T(actual)/T(ideal) - 1) "
         "that makes a step slow for the structural_slowdown detector (a healthy job's jitter stays near 0.01-0.02)."
     )
     price_per_accel_hour: float = Field(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 class EngineConfig:
     step_drift_warmup: int = 20
     step_drift_threshold: float = 0.05
-    structural_slowdown_threshold: float = 0.10  # T(actual) / T(ideal) - 1 of a slow step (structural_slowdown)
+    structural_slowdown_threshold: float = 0.05  # T(actual) / T(ideal) - 1 of a slow step (structural_slowdown)
     rollup_steps: int = 50
     rollup_window_s: float = 600.0  # a roll-up window ends after rollup_steps steps or this long, whichever first
     price_per_accel_hour: float = 0.0

@@ -6,9 +6,10 @@ finding when ``persistence`` of the last ``window`` analysed steps are slow, sta
 step of the episode. One finding per episode (re-armed after ``window`` steps in a row that are not slow);
 its cost is the accelerator-seconds of the episode's steps above their ideal, up to the finding.
 
-The threshold (``EngineConfig.structural_slowdown_threshold``, default 0.10) leaves room for what a healthy
-job always has: the ideal puts every op at its peers' typical duration, while a real step waits at every
-barrier for the slowest of its peers' jitter (1–2% on the simulator's healthy runs).
+The threshold (``EngineConfig.structural_slowdown_threshold``, default 0.05: the relative change of step
+time the step-time detector also treats as drift) leaves room for what a healthy job always has: the ideal
+puts every op at its peers' typical duration, while a real step waits at every barrier for the slowest of its
+peers' jitter (1–2% on the simulator's healthy runs, ideal and realistic modes).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class IdealStep:
 @dataclass
 class StructuralSlowdown(Detector):
     job: str
-    threshold: float = 0.10
+    threshold: float = 0.05
     window: int = 10
     persistence: int = 8
     _recent: deque[IdealStep] = field(default_factory=deque)
