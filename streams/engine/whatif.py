@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from streams.engine import elements
 from streams.engine.decompose import Pending, Structural
-from streams.engine.ideal import Peers, occurrences
+from streams.engine.ideal import Peers, occurrences, peer_stage
 from streams.engine.stepgraph import PROGRAM_KINDS, RECV, SEND, Floats, Ints, StepGraph, dense
 
 TOP_RANKS = 4
@@ -128,10 +128,7 @@ class Roles:
         rank_start = np.flatnonzero(np.r_[True, g.rank[1 : g.n_chain] != g.rank[: g.n_chain - 1]])
         place = np.zeros(n, np.int64)
         place[: g.n_chain] = idx[: g.n_chain] - np.repeat(rank_start, np.diff(np.r_[rank_start, g.n_chain]))
-        ranks = int(g.rank.max(initial=0)) + 1
-        pp_of_rank = np.full(ranks, -1, np.int64)
-        pp_of_rank[g.rank[g.span >= 0]] = g.pp[g.span >= 0]
-        peer_pp = np.where(p2p & (g.peer >= 0), pp_of_rank[np.clip(g.peer, 0, ranks - 1)], -1)
+        peer_pp = peer_stage(g, p2p)  # (an untraced peer: -1, never the stage of another rank)
         direction = np.where(p2p, (peer_pp > g.pp).astype(np.int64) + 2 * (g.kind == RECV), -1)
         position = dense(g.pp, g.tp, np.where(chain, place, -1), direction, np.where(p2p, g.microbatch, -2))
         occurrence = np.zeros(n, np.int64)
