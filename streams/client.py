@@ -11,9 +11,12 @@
 
 ``AsyncProducer`` has the same methods as coroutines. Samples are buffered per job and sent as one message
 of up to ``max_samples`` samples (keyed by job, so a job's telemetry stays in order on one partition), at
-the latest ``linger_s`` seconds after the first sample of the batch. Messages carry ``source`` and a
-sequence number, so a re-sent message is recognised as a duplicate. The service validates; an invalid
-sample is dead-lettered there with its reason, it never blocks the others.
+the latest ``linger_s`` seconds after the first sample of the batch. A message is at most
+``max_message_bytes`` (default 1,000,000: it fits a broker's and a producer's default limits; raise it only
+with the topic's ``max.message.bytes``): a batch that would be larger, or a ready-made envelope sent with
+``send_envelope``, goes as several messages, split by rows (:mod:`streams.contract.sizing`). Messages
+carry ``source`` and a sequence number, so a re-sent message is recognised as a duplicate. The service
+validates; an invalid sample is dead-lettered there with its reason, it never blocks the others.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from streams.contract.schema import DECISION_SCHEMA, TELEMETRY_SCHEMA, sample_rules
+from streams.contract.sizing import MAX_MESSAGE_BYTES, fit, fit_document
 
 T = TypeVar("T")
 
@@ -41,28 +45,30 @@ def default_source() -> str:
 class Batcher:
     """Pure batching: rows per job in, columnar envelope bytes out (constant columns sent as scalars)."""
 
-    def __init__(self, source: str, max_samples: int = 5000) -> None:
+    def __init__(self, source: str, max_samples: int = 5000, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
         self.source = source
         self.max_samples = max_samples
+        self.max_bytes = max_bytes
         self.seq = 0
         self._rows: dict[str, dict[str, list[dict[str, Any]]]] = {}  # job -> kind -> rows
         self._sizes: dict[str, int] = {}
 
-    def add(self, kind: str, fields: dict[str, Any]) -> tuple[str, bytes] | None:
-        """Buffer one sample; returns (key, envelope) when its job's batch is full."""
+    def add(self, kind: str, fields: dict[str, Any]) -> list[tuple[str, bytes]]:
+        """Buffer one sample; returns the (key, envelope) messages of its job's batch once it is full
+        (several when one would exceed ``max_bytes``), else nothing."""
         job = str(fields.get("job", ""))
         self._rows.setdefault(job, {}).setdefault(kind, []).append(fields)
         self._sizes[job] = self._sizes.get(job, 0) + 1
-        return self._take(job) if self._sizes[job] >= self.max_samples else None
+        return self._take(job) if self._sizes[job] >= self.max_samples else []
 
     def drain(self) -> list[tuple[str, bytes]]:
-        """Every buffered batch, as (key, envelope)."""
-        return [self._take(job) for job in list(self._rows)]
+        """Every buffered batch, as (key, envelope) messages."""
+        return [message for job in list(self._rows) for message in self._take(job)]
 
     def __len__(self) -> int:
         return sum(self._sizes.values())
 
-    def _take(self, job: str) -> tuple[str, bytes]:
+    def _take(self, job: str) -> list[tuple[str, bytes]]:
         by_kind = self._rows.pop(job)
         del self._sizes[job]
         doc: dict[str, Any] = {"schema": TELEMETRY_SCHEMA, "source": self.source, "seq": self.seq}
@@ -73,7 +79,7 @@ class Batcher:
             else:
                 doc.setdefault("columns", []).append(batch)
         self.seq += 1
-        return (job or self.source), orjson.dumps(doc)
+        return [(job or self.source, value) for value in fit_document(doc, self.max_bytes)]
 
 
 def _columns(kind: str, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -106,13 +112,14 @@ class AsyncProducer:
         decisions_topic: str = "driftlog.decisions",
         max_samples: int = 5000,
         linger_s: float = 1.0,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
-        self.batcher = Batcher(source or default_source(), max_samples)
+        self.batcher = Batcher(source or default_source(), max_samples, max_message_bytes)
         self.telemetry_topic = telemetry_topic
         self.decisions_topic = decisions_topic
         self.linger_s = linger_s
         self._kafka = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=5,
-                                       max_request_size=8 * 1024 * 1024)  # fmt: skip
+                                       max_request_size=max(8 << 20, max_message_bytes + (64 << 10)))  # fmt: skip
         self._linger: asyncio.Task[None] | None = None
         self.lock = threading.Lock()  # the batcher is shared with Producer's calling thread
 
@@ -142,15 +149,17 @@ class AsyncProducer:
         """Buffer one sample of ``kind`` (sent when its job's batch is full, or on flush/linger)."""
         with self.lock:
             full = self.batcher.add(kind, fields)
-        if full is not None:
-            await self._send(self.telemetry_topic, *full)
+        for key, value in full:
+            await self._send(self.telemetry_topic, key, value)
 
     async def _send(self, topic: str, key: str, value: bytes) -> None:
         await self._kafka.send_and_wait(topic, value, key=key.encode())
 
     async def send_envelope(self, key: str, value: bytes) -> None:
-        """Send one ready-made telemetry envelope (e.g. from a format reader) as it is."""
-        await self._send(self.telemetry_topic, key, value)
+        """Send one ready-made telemetry envelope (e.g. from a format reader): as it is, or split by rows
+        when it exceeds ``max_message_bytes``."""
+        for part in fit(value, self.batcher.max_bytes):
+            await self._send(self.telemetry_topic, key, part)
 
     async def flush(self) -> None:
         """Send every buffered sample now."""
@@ -220,8 +229,8 @@ class Producer:
         producer = self._async
         with producer.lock:
             full = producer.batcher.add(kind, fields)
-        if full is not None:
-            self._call(producer._send(producer.telemetry_topic, *full))
+        for key, value in full:
+            self._call(producer._send(producer.telemetry_topic, key, value))
 
     def op(self, **fields: Any) -> None:
         self._add("op", fields)

@@ -8,6 +8,7 @@ import pytest
 from streams.client import Batcher, decision_message
 from streams.contract.decision import decode_decision
 from streams.contract.envelope import decode_telemetry
+from streams.contract.sizing import fit
 from streams.errors import ConfigError
 from streams.produce import Mapping, Report, constant, parse_pairs, rows_of
 
@@ -19,9 +20,9 @@ def op(rank: int, job: str = "j", **extra: object) -> dict[str, object]:
 
 def test_a_full_batch_becomes_one_columnar_message_with_scalars_for_constants() -> None:
     b = Batcher("src", max_samples=3)
-    assert b.add("op", op(0)) is None
-    assert b.add("op", op(1)) is None
-    key, raw = b.add("op", op(2))  # type: ignore[misc]
+    assert b.add("op", op(0)) == []
+    assert b.add("op", op(1)) == []
+    ((key, raw),) = b.add("op", op(2))
     assert key == "j" and len(b) == 0
     doc = orjson.loads(raw)
     assert (doc["source"], doc["seq"], "samples" in doc) == ("src", 0, False)
@@ -59,6 +60,37 @@ def test_equal_but_differently_typed_values_are_not_folded_into_a_scalar() -> No
     b.add("metric", {"entity": "e", "name": "n", "value": True, "time": 1.0})
     ((_, raw),) = b.drain()
     assert [r.reason for r in decode_telemetry(raw).rejects] == ["wrong_type"]
+
+
+def test_a_batch_over_the_byte_limit_goes_as_parts_that_each_fit_and_keep_every_row() -> None:
+    b = Batcher("src", max_samples=10_000, max_bytes=20_000)
+    for rank in range(2_000):
+        b.add("op", op(rank, group=f"g{rank}"))
+    b.add("op", {k: v for k, v in op(9_999).items() if k != "duration"})  # row-wise: the service names it
+    messages = b.drain()
+    assert len(messages) > 1 and all(len(v) <= 20_000 for _, v in messages)
+    assert {k for k, _ in messages} == {"j"}
+    docs = [orjson.loads(v) for _, v in messages]
+    assert [d["source"] for d in docs] == ["src", *(f"src/part{i}" for i in range(1, len(docs)))]
+    assert {d["seq"] for d in docs} == {0}
+    decoded = [decode_telemetry(v) for _, v in messages]
+    assert sum(d.count() for d in decoded) == 2_000
+    assert [r.reason for d in decoded for r in d.rejects] == ["missing_field"]
+    ranks = [int(r) for d in decoded for batch in d.batches for r in batch.columns["rank"]]
+    assert sorted(ranks) == list(range(2_000))
+
+
+def test_a_ready_made_envelope_that_fits_is_sent_as_it_is_and_one_that_does_not_is_split() -> None:
+    small = orjson.dumps({"schema": "x", "source": "s", "seq": 1, "samples": [op(0)]})
+    assert fit(small, 1_000) == [small]
+    assert fit(b"not json" * 1_000, 100) == [b"not json" * 1_000]  # left for the service to refuse
+    b = Batcher("s", max_samples=10_000, max_bytes=10**9)
+    for rank in range(500):
+        b.add("op", op(rank))
+    ((_, big),) = b.drain()
+    parts = fit(big, len(big) // 3)
+    assert len(parts) >= 3 and all(len(p) <= len(big) // 3 for p in parts)
+    assert sum(decode_telemetry(p).count() for p in parts) == 500
 
 
 def test_decision_message_round_trips() -> None:
