@@ -74,6 +74,9 @@ def _job_decisions(scope: Scope) -> list[dict[str, Any]]:
     return scope.rows("job_decisions", windowed=False, **scope.window)
 
 
+LABELLED_MARKERS = 12  # more findings and decisions than this on the step-time figure: labels in tooltips only
+
+
 def step_time(scope: Scope) -> Figure:
     rows = scope.rows("step_time", job=scope.job)
     findings = sorted(_job_findings(scope), key=lambda r: (r["start_time"], r["finding_id"]))
@@ -94,12 +97,16 @@ def step_time(scope: Scope) -> Figure:
     f.band(xs, [r["min_step_s"] for r in rows], [r["max_step_s"] for r in rows], svg.color(0), "fastest–slowest step")
     f.line(xs, [r["mean_step_s"] for r in rows], svg.color(0), "mean step time (s)")
     f.line(xs, [r["p99_step_s"] for r in rows], svg.color(1), "p99 step time (s)", dash="5 3")
+    labelled = len(decisions) + len(findings) <= LABELLED_MARKERS
     row = 0
     for d in decisions:
-        f.marker(d["time"], svg.DECISION, f"{d['controller']} {d['action']} {', '.join(d['targets'])}", row % 3)
+        label = f"{d['controller']} {d['action']} {', '.join(d['targets'])}"
+        f.marker(d["time"], svg.DECISION, label, row % 3 if labelled else None)
         row += 1
     for r in findings:
-        f.marker(r["start_time"], svg.FINDING, f"{r['finding']} {', '.join(r['subjects'])}", row % 6)
+        f.marker(
+            r["start_time"], svg.FINDING, f"{r['finding']} {', '.join(r['subjects'])}", row % 6 if labelled else None
+        )
         row += 1
     legend = [("mean", svg.color(0)), ("p99", svg.color(1)), ("finding", svg.FINDING), ("decision", svg.DECISION)]
     body = f.svg(legend)
