@@ -230,13 +230,13 @@ def coherence(scope: Scope, window_s: float = 60.0) -> Figure:
     bucket = max(1.0, float(f"{span / 30:.1g}"))
     timeline = [
         r
-        for r in scope.rows("coherence_timeline", windowed=False, bucket_s=bucket, window_s=window_s)
+        for r in scope.rows("job_coherence_timeline", windowed=False, job=scope.job, bucket_s=bucket, window_s=window_s)
         if scope.start - bucket < r["bucket_start"] < scope.end
     ]
     decisions = _job_decisions(scope)
     conflicts = scope.rows("controller_conflicts", windowed=False, window_s=window_s)
     queries = (
-        ("coherence_timeline", {"bucket_s": bucket, "window_s": window_s}),
+        ("job_coherence_timeline", {"job": scope.job, "bucket_s": bucket, "window_s": window_s}),
         ("job_decisions", scope.window),
         ("controller_conflicts", {"window_s": window_s}),
     )

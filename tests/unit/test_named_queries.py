@@ -228,8 +228,13 @@ def svc_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
         svc_decision("X1", 150.0, "x", ["node:n9"], job="other"),  # another job, off svc's graph
         svc_decision("P1", 160.0, "power", ["rack:r0"], job=""),  # job-less, on svc's graph
     ]
-    graph = {"job": "svc", "valid_from": 0.0, "digest": "s0", "edges": [],
-             "nodes": [{"id": i} for i in ("service:svc", "node:n1", "rack:r0", "controller:a", "controller:b")]}
+    graph = {
+        "job": "svc",
+        "valid_from": 0.0,
+        "digest": "s0",
+        "edges": [],
+        "nodes": [{"id": i} for i in ("service:svc", "node:n1", "rack:r0", "controller:a", "controller:b")],
+    }
     attributions = [
         {"finding_id": STORM.id, "rank": 1, "cause_kind": "decision", "cause": "R1", "share": 1.0,
          "slowdown": 3.0, "cost_accel_s": 4.0, "evidence": {}},
@@ -277,6 +282,17 @@ def test_job_decisions(db: Path, svc_db: Path) -> None:
     assert [r[0] for r in run(svc_db, "job_decisions", job="other", start=0, end=1000)] == ["X1"]
     assert [r[0] for r in run(svc_db, "job_decisions", job="svc", start=120, end=150)] == ["C3", "C4"]
     assert [r[0] for r in run(db, "job_decisions", job="k", start=0, end=10_000)] == []
+
+
+def test_job_coherence_timeline(db: Path, svc_db: Path) -> None:
+    # C1-C2 and C2-C3 on node:n1, C4-P1 on rack:r0 (a job-less decision on svc's graph); R1, C5 alone
+    got = run(svc_db, "job_coherence_timeline", job="svc", bucket_s=100, window_s=20)
+    assert got == [(100.0, 6, 5, pytest.approx(1 / 6)), (500.0, 1, 0, 1.0)]
+    assert run(svc_db, "job_coherence_timeline", job="other", bucket_s=100, window_s=20) == [(100.0, 1, 0, 1.0)]
+    # the training fixture: as the store-wide timeline, every decision there being job j's
+    assert run(db, "job_coherence_timeline", job="j", bucket_s=1000, window_s=20) == run(
+        db, "coherence_timeline", bucket_s=1000, window_s=20
+    )
 
 
 def test_every_named_query_has_a_test_here() -> None:
