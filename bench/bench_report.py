@@ -49,7 +49,7 @@ def main() -> None:
                 if browser is not None:
                     browser.open(r.path)
                     result = browser.run(CHECK)
-                    assert all(f["drawn"] == f["expected"] > 0 for f in result["figures"]), result
+                    assert all(f["drawn"] == f["expected"] for f in result["figures"]), result  # empty: says so
                     loads.append(result["load_ms"])
             load = f"{statistics.median(loads):.0f} ms in Chromium" if loads else f"no browser ({why})"
             print(f"{db}: {size / 1024:,.0f} KiB, {figures}/7 figures with data, written in "

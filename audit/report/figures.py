@@ -4,7 +4,7 @@ reader can reproduce every number with ``driftlog query --name ...``."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
@@ -19,13 +19,23 @@ class Scope:
     job: str
     start: float
     end: float
+    _seen: dict[str, list[dict[str, Any]]] = field(default_factory=dict, compare=False, repr=False)
 
     def rows(self, name: str, windowed: bool = True, **params: Any) -> list[dict[str, Any]]:
-        """A named query's rows (those whose window starts in the scope, for windowed series)."""
-        rows: list[dict[str, Any]] = self.db.query(name, **params).to_pylist()
+        """A named query's rows (those whose window starts in the scope, for windowed series); a query asked
+        twice with the same parameters runs once."""
+        key = f"{name}|{sorted(params.items())!r}"
+        if key not in self._seen:
+            self._seen[key] = self.db.query(name, **params).to_pylist()
+        rows = self._seen[key]
         if windowed:
             rows = [r for r in rows if self.start <= r["window_start"] < self.end]
         return rows
+
+    @property
+    def window(self) -> dict[str, Any]:
+        """The parameters of the job-and-window queries (``job_causes``, ``job_decisions``)."""
+        return {"job": self.job, "start": self.start, "end": self.end}
 
 
 @dataclass(frozen=True)
@@ -46,24 +56,37 @@ def _empty(what: str) -> str:
     return f'<p class="empty">No {escape(what)} in the audit trail for this job and window.</p>'
 
 
+def _causes(scope: Scope) -> list[dict[str, Any]]:
+    """Every finding about the job in the window, one row per cause (a finding without causes: one row)."""
+    return scope.rows("job_causes", windowed=False, **scope.window)
+
+
 def _job_findings(scope: Scope) -> list[dict[str, Any]]:
-    rows = scope.rows("findings_in_window", windowed=False, start=scope.start, end=scope.end)
-    mine = f":{scope.job}/"
-    return [r for r in rows if any(s == f"job:{scope.job}" or mine in s for s in r["subjects"])]
+    """The findings about the job, once each, worst first."""
+    first: dict[str, dict[str, Any]] = {}
+    for r in _causes(scope):
+        first.setdefault(r["finding_id"], r)
+    return list(first.values())
+
+
+def _job_decisions(scope: Scope) -> list[dict[str, Any]]:
+    """The decisions that touched the job: tagged with it, or acting on an element of its operator graph."""
+    return scope.rows("job_decisions", windowed=False, **scope.window)
+
+
+LABELLED_MARKERS = 12  # more findings and decisions than this on the step-time figure: labels in tooltips only
 
 
 def step_time(scope: Scope) -> Figure:
     rows = scope.rows("step_time", job=scope.job)
-    findings = _job_findings(scope)
-    decisions = scope.rows("decisions_touching", windowed=False, element="", start=scope.start, end=scope.end)
-    queries = (
-        ("step_time", {"job": scope.job}),
-        ("findings_in_window", {"start": scope.start, "end": scope.end}),
-        ("decisions_touching", {"element": "", "start": scope.start, "end": scope.end}),
-    )
+    findings = sorted(_job_findings(scope), key=lambda r: (r["start_time"], r["finding_id"]))
+    decisions = _job_decisions(scope)
+    queries = (("step_time", {"job": scope.job}), ("job_causes", scope.window), ("job_decisions", scope.window))
     caption = (
-        "Step time per roll-up window: the mean, the p99, and the band from the fastest to the slowest step; "
-        "dashed lines mark where findings began (red) and decisions were taken (blue)."
+        "Step time per roll-up window (the audit trail records step times as window roll-ups, not one value "
+        "per step): the mean, the p99, and the band from the fastest to the slowest step; dashed lines mark "
+        "where the job's findings began (red) and the decisions that touched the job's operator graph were "
+        "taken (blue)."
     )
     if not rows:
         return Figure("step_time", "Step time", caption, _empty("step-time roll-ups"), queries, 0)
@@ -74,12 +97,16 @@ def step_time(scope: Scope) -> Figure:
     f.band(xs, [r["min_step_s"] for r in rows], [r["max_step_s"] for r in rows], svg.color(0), "fastest–slowest step")
     f.line(xs, [r["mean_step_s"] for r in rows], svg.color(0), "mean step time (s)")
     f.line(xs, [r["p99_step_s"] for r in rows], svg.color(1), "p99 step time (s)", dash="5 3")
+    labelled = len(decisions) + len(findings) <= LABELLED_MARKERS
     row = 0
     for d in decisions:
-        f.marker(d["time"], svg.DECISION, f"{d['controller']} {d['action']} {', '.join(d['targets'])}", row % 3)
+        label = f"{d['controller']} {d['action']} {', '.join(d['targets'])}"
+        f.marker(d["time"], svg.DECISION, label, row % 3 if labelled else None)
         row += 1
     for r in findings:
-        f.marker(r["start_time"], svg.FINDING, f"{r['kind']} {', '.join(r['subjects'])}", row % 6)
+        f.marker(
+            r["start_time"], svg.FINDING, f"{r['finding']} {', '.join(r['subjects'])}", row % 6 if labelled else None
+        )
         row += 1
     legend = [("mean", svg.color(0)), ("p99", svg.color(1)), ("finding", svg.FINDING), ("decision", svg.DECISION)]
     body = f.svg(legend)
@@ -176,10 +203,7 @@ def economics(scope: Scope) -> Figure:
 
 
 def operator_graph(scope: Scope) -> Figure:
-    queries = (
-        ("graph_at", {"job": scope.job, "at": scope.end}),
-        ("ranked_causes", {"job": scope.job, "start": scope.start, "end": scope.end}),
-    )
+    queries = (("graph_at", {"job": scope.job, "at": scope.end}), ("job_causes", scope.window))
     title = "Operator graph, attributed elements highlighted"
     caption = (
         "The job's operator graph at the end of the window, one column per kind of element; the elements "
@@ -189,7 +213,7 @@ def operator_graph(scope: Scope) -> Figure:
     graphs = scope.rows("graph_at", windowed=False, job=scope.job, at=scope.end)
     if not graphs or not graphs[0]["nodes"]:
         return Figure("graph", title, caption, _empty("operator graph"), queries, 0)
-    causes = scope.rows("ranked_causes", windowed=False, job=scope.job, start=scope.start, end=scope.end)
+    causes = _causes(scope)
     hot = {c["cause"]: c["rank"] for c in causes if c["cause_kind"] == "element"}
     for r in _job_findings(scope):
         for s in r["subjects"]:
@@ -206,14 +230,14 @@ def coherence(scope: Scope, window_s: float = 60.0) -> Figure:
     bucket = max(1.0, float(f"{span / 30:.1g}"))
     timeline = [
         r
-        for r in scope.rows("coherence_timeline", windowed=False, bucket_s=bucket, window_s=window_s)
+        for r in scope.rows("job_coherence_timeline", windowed=False, job=scope.job, bucket_s=bucket, window_s=window_s)
         if scope.start - bucket < r["bucket_start"] < scope.end
     ]
-    decisions = scope.rows("decisions_touching", windowed=False, element="", start=scope.start, end=scope.end)
+    decisions = _job_decisions(scope)
     conflicts = scope.rows("controller_conflicts", windowed=False, window_s=window_s)
     queries = (
-        ("coherence_timeline", {"bucket_s": bucket, "window_s": window_s}),
-        ("decisions_touching", {"element": "", "start": scope.start, "end": scope.end}),
+        ("job_coherence_timeline", {"job": scope.job, "bucket_s": bucket, "window_s": window_s}),
+        ("job_decisions", scope.window),
         ("controller_conflicts", {"window_s": window_s}),
     )
     title = "Control-coherence timeline"
@@ -272,31 +296,60 @@ def coherence(scope: Scope, window_s: float = 60.0) -> Figure:
     return Figure("coherence", title, caption, body, queries, _marks(body))
 
 
+MAX_DECISIONS = 12  # decision ids listed in one cell; the query has them all
+
+
+def _fought(rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    """One row for the decisions of the controllers that fought (a coherence finding's causes)."""
+    ids = [r["cause"] for r in rows]
+    shown = ", ".join(ids[:MAX_DECISIONS]) + (
+        f" … +{len(ids) - MAX_DECISIONS} more" if len(ids) > MAX_DECISIONS else ""
+    )
+    controllers = sorted({r["decided_by"] for r in rows if r["decided_by"]})
+    return (f"1–{len(ids)}", f"{len(ids)} decisions ({rows[0]['how']}): {shown}", "", "", "", ", ".join(controllers))
+
+
+def _attributed(r: dict[str, Any]) -> tuple[str, ...]:
+    return (
+        str(r["rank"]),
+        r["cause"],
+        f"{r['share']:.0%}" if r["share"] is not None else "",
+        f"×{r['slowdown']:.3f}" if r["slowdown"] is not None else "",
+        svg.fmt(r["cost_accel_s"]) if r["cost_accel_s"] is not None else "",
+        f"{r['decided_by']} ({r['decision_action']})" if r["decided_by"] else "",
+    )
+
+
 def causes_table(scope: Scope) -> Figure:
-    rows = scope.rows("ranked_causes", windowed=False, job=scope.job, start=scope.start, end=scope.end)
-    queries = (("ranked_causes", {"job": scope.job, "start": scope.start, "end": scope.end}),)
+    rows = [r for r in _causes(scope) if r["cause"] is not None]
+    queries = (("job_causes", scope.window),)
     title = "Ranked causes"
     caption = (
-        "Every finding about the job in the window and its ranked causes: share of the finding's cost, "
-        "the slowdown with the cause healed (actual / healed), the accelerator-seconds attributed, and the "
-        "controller behind a decision cause."
+        "Every finding about the job in the window that has causes, worst first by its accelerator-seconds "
+        "where it has a cost: its ranked causes with their share of the finding's cost, the slowdown with the "
+        "cause healed (actual / healed), the accelerator-seconds attributed and the controller behind a "
+        "decision; for a loss of control coherence, the decisions of the controllers that fought."
     )
     if not rows:
         return Figure("causes", title, caption, _empty("attributed causes"), queries, 0)
-    head = ("finding", "began", "rank", "cause", "share", "slowdown", "accelerator-s", "decided by")
-    lines = ["<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
+    by_finding: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        cells = (
-            r["finding"],
-            svg.clock(r["start_time"]),
-            str(r["rank"]),
-            r["cause"],
-            f"{r['share']:.0%}",
-            f"×{r['slowdown']:.3f}",
-            svg.fmt(r["cost_accel_s"] or 0.0),
-            f"{r['decided_by']} ({r['decision_action']})" if r["decided_by"] else "",
-        )
-        lines.append('<tr class="mark">' + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+        by_finding[r["finding_id"]].append(r)
+    head = ("#", "finding", "began", "cost (accel-s)", "rank", "cause", "share", "slowdown", "accelerator-s",
+            "decided by")  # fmt: skip
+    lines = ["<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
+    for n, causes in enumerate(by_finding.values(), 1):
+        first = causes[0]
+        attributed = [_attributed(c) for c in causes if c["how"] == "attributed"]
+        fought = [c for c in causes if c["how"] != "attributed"]
+        cost = first["finding_cost_accel_s"]
+        finding = (str(n), first["finding"], svg.clock(first["start_time"]), "" if cost is None else svg.fmt(cost))
+        for cells in [*attributed, *([_fought(fought)] if fought else [])]:
+            lines.append(
+                f'<tr class="mark" data-finding="{escape(first["finding"])}">'
+                + "".join(f"<td>{escape(c)}</td>" for c in (*finding, *cells))
+                + "</tr>"
+            )
     body = "\n".join([*lines, "</tbody></table>"])
     return Figure("causes", title, caption, body, queries, _marks(body))
 

@@ -116,14 +116,21 @@ class Frame:
             f'fill-opacity="0.18" stroke="none"><title>{escape(name)}</title></polygon>'
         )
 
-    def marker(self, t: float, color: str, label: str, row: int) -> None:
+    def marker(self, t: float, color: str, label: str, row: int | None) -> None:
+        """A dashed vertical line at ``t``, its label in a tooltip and, unless ``row`` is None (too many
+        markers to read), written on text row ``row``."""
         if not self.x0 <= t <= self.x1:
             return
         x, bottom = self.x(t), self.height - self.bottom
+        text = (
+            ""
+            if row is None
+            else f'<text x="{x + 3:.1f}" y="{self.top + 10 + 11 * row}" fill="{color}" font-size="10">'
+            f"{escape(label[:40])}</text>"
+        )
         self.parts.append(
             f'<g class="mark"><line x1="{x:.1f}" y1="{self.top}" x2="{x:.1f}" y2="{bottom}" '
-            f'stroke="{color}" stroke-dasharray="4 3"/><text x="{x + 3:.1f}" y="{self.top + 10 + 11 * row}" '
-            f'fill="{color}" font-size="10">{escape(label[:40])}</text><title>{escape(label)}</title></g>'
+            f'stroke="{color}" stroke-dasharray="4 3"/>{text}<title>{escape(label)}</title></g>'
         )
 
     def rect(self, x0: float, x1: float, y0: float, y1: float, color: str, title: str) -> None:

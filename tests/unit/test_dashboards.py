@@ -98,3 +98,29 @@ def test_panels_do_not_overlap() -> None:
         assert not cells & mine, panel["title"]
         assert g["x"] + g["w"] <= 24
         cells |= mine
+
+
+def test_the_dashboard_is_well_formed_grafana() -> None:
+    """What Grafana's file provisioning needs to load the dashboard: a uid and title, a schema version,
+    panels with unique ids, a known panel type, a title and a grid position, the provisioned datasource
+    (by uid) on the panel and on each target, and each target a unique refId and an expression."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    datasource = yaml.safe_load((DOCKER / "grafana" / "provisioning" / "datasources" / "prometheus.yaml").read_text())
+    [source] = datasource["datasources"]
+    assert (source["type"], source["uid"]) == ("prometheus", "driftlog-prometheus")
+    provider = yaml.safe_load((DOCKER / "grafana" / "provisioning" / "dashboards" / "driftlog.yaml").read_text())
+    mounted = compose()["services"]["grafana"]["volumes"]
+    assert f"./grafana/dashboards:{provider['providers'][0]['options']['path']}:ro" in mounted
+    assert dashboard["uid"] and dashboard["title"] and isinstance(dashboard["schemaVersion"], int)
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids)) and all(isinstance(i, int) for i in ids)
+    for panel in dashboard["panels"]:
+        assert panel["type"] in {"timeseries", "stat", "table", "bargauge", "gauge"} and panel["title"]
+        assert {"x", "y", "w", "h"} <= set(panel["gridPos"])
+        assert panel["datasource"] == {"type": "prometheus", "uid": source["uid"]}
+        assert panel["targets"], panel["title"]
+        refs = [t["refId"] for t in panel["targets"]]
+        assert len(refs) == len(set(refs))
+        for target in panel["targets"]:
+            assert target["datasource"] == panel["datasource"]
+            assert isinstance(target["expr"], str) and target["expr"].strip()

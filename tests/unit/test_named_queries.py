@@ -200,6 +200,101 @@ def test_graph_at(db: Path) -> None:
     assert run(db, "graph_at", job="j", at=-1) == []
 
 
+# A service job "svc" whose two controllers fight (a control conflict, then an energy loop), a retry storm
+# caused by one of its decisions, and another job's finding and decision
+def svc_decision(id_: str, t: float, controller: str, targets: list[str], job: str = "svc") -> dict[str, Any]:
+    return {**decision(id_, t, controller, targets, "latency_p99_s", "down"), "job": job}
+
+
+CONFLICT = Finding("control_conflict", ("node:n1", "controller:a", "controller:b"), 100.0, 130.0, 2.0,
+                   {"pairs": [["C1", "C2"], ["C2", "C3"]]})  # fmt: skip
+LOOP = Finding("energy_feedback_loop", ("service:svc", "rack:r0"), 100.0, 140.0, 0.3,
+               {"controllers": ["controller:a", "controller:b"], "pairs": 2})  # fmt: skip
+STORM = Finding("retry_storm", ("service:svc",), 200.0, 210.0, 3.0)
+ELSEWHERE = Finding("tail_latency_inflation", ("service:other",), 300.0, 310.0, 2.0, {}, {"accel_s": 9.0})
+BLAMED = Finding("tail_latency_inflation", ("service:third",), 320.0, 330.0, 2.0)
+
+
+@pytest.fixture(scope="module")
+def svc_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = SourcePosition("telemetry", 0, 1)
+    decisions = [
+        svc_decision("C1", 100.0, "a", ["node:n1"]),
+        svc_decision("C2", 110.0, "b", ["node:n1"]),
+        svc_decision("C3", 130.0, "a", ["node:n1"]),
+        svc_decision("C4", 140.0, "b", ["rack:r0"]),
+        svc_decision("C5", 500.0, "a", ["node:n1"]),  # after the loop's span
+        svc_decision("R1", 195.0, "retry-tuner", ["service:svc"]),
+        svc_decision("X1", 150.0, "x", ["node:n9"], job="other"),  # another job, off svc's graph
+        svc_decision("P1", 160.0, "power", ["rack:r0"], job=""),  # job-less, on svc's graph
+    ]
+    graph = {
+        "job": "svc",
+        "valid_from": 0.0,
+        "digest": "s0",
+        "edges": [],
+        "nodes": [{"id": i} for i in ("service:svc", "node:n1", "rack:r0", "controller:a", "controller:b")],
+    }
+    attributions = [
+        {"finding_id": STORM.id, "rank": 1, "cause_kind": "decision", "cause": "R1", "share": 1.0,
+         "slowdown": 3.0, "cost_accel_s": 4.0, "evidence": {}},
+        {"finding_id": BLAMED.id, "rank": 1, "cause_kind": "decision", "cause": "R1", "share": 1.0,
+         "slowdown": 2.0, "cost_accel_s": 1.0, "evidence": {}},
+    ]  # fmt: skip
+    out = [AuditRecord("finding", f.id, src, f.as_dict(), "k") for f in (CONFLICT, LOOP, STORM, ELSEWHERE, BLAMED)]
+    out += [AuditRecord("decision", f"d{d['id']}", src, d, "k") for d in decisions]
+    out += [AuditRecord("attribution", f"a{i}", src, a, "k") for i, a in enumerate(attributions)]
+    out += [AuditRecord("graph_snapshot", "g", src, graph, "svc")]
+    path = tmp_path_factory.mktemp("svc") / "svc.duckdb"
+    store = DuckDBStore(path)
+    store.write([RawRecord("audit", 0, i, 0, None, r.encode()) for i, r in enumerate(out)])
+    store.close()
+    return path
+
+
+def test_job_causes(db: Path, svc_db: Path) -> None:
+    rows = run(svc_db, "job_causes", job="svc", start=0, end=1000)
+    # finding, its cost, cause rank, cause, how, controller
+    got = [(r[0], r[6], r[7], r[9], r[10], r[15]) for r in rows]
+    assert got[:2] == [
+        ("retry_storm", 4.0, 1, "R1", "attributed", "retry-tuner"),  # a cost: first
+        ("tail_latency_inflation", 1.0, 1, "R1", "attributed", "retry-tuner"),  # about svc through its decision
+    ]
+    # no cost: by start time (the two began together: by id), each finding's decisions in time order
+    assert sorted(got[2:]) == [
+        *[("control_conflict", None, i, c, "conflicting pair", ctl)
+          for i, (c, ctl) in enumerate([("C1", "a"), ("C2", "b"), ("C3", "a")], 1)],
+        *[("energy_feedback_loop", None, i, c, "controller in the loop", ctl)
+          for i, (c, ctl) in enumerate([("C1", "a"), ("C2", "b"), ("C3", "a"), ("C4", "b")], 1)],
+    ]  # fmt: skip
+    assert ELSEWHERE.id not in {r[1] for r in rows}
+    assert [r[0] for r in run(svc_db, "job_causes", job="svc", start=150, end=1000)][:1] == ["retry_storm"]
+    # a training job: attributed causes ranked, the costlier finding first; a finding without causes once
+    rows = run(db, "job_causes", job="j", start=0, end=10_000)
+    assert [(r[0], r[7], r[9]) for r in rows] == [
+        ("straggler", 1, "rank:j/3"), ("straggler", 2, "D1"), ("step_time_drift", 1, "spread:j/dp")]  # fmt: skip
+    assert [(r[0], r[9]) for r in run(db, "job_causes", job="k", start=0, end=10_000)] == [("step_time_drift", None)]
+
+
+def test_job_decisions(db: Path, svc_db: Path) -> None:
+    ids = [r[0] for r in run(svc_db, "job_decisions", job="svc", start=0, end=1000)]
+    assert ids == ["C1", "C2", "C3", "C4", "P1", "R1", "C5"]  # the job's own and the job-less one on its graph
+    assert [r[0] for r in run(svc_db, "job_decisions", job="other", start=0, end=1000)] == ["X1"]
+    assert [r[0] for r in run(svc_db, "job_decisions", job="svc", start=120, end=150)] == ["C3", "C4"]
+    assert [r[0] for r in run(db, "job_decisions", job="k", start=0, end=10_000)] == []
+
+
+def test_job_coherence_timeline(db: Path, svc_db: Path) -> None:
+    # C1-C2 and C2-C3 on node:n1, C4-P1 on rack:r0 (a job-less decision on svc's graph); R1, C5 alone
+    got = run(svc_db, "job_coherence_timeline", job="svc", bucket_s=100, window_s=20)
+    assert got == [(100.0, 6, 5, pytest.approx(1 / 6)), (500.0, 1, 0, 1.0)]
+    assert run(svc_db, "job_coherence_timeline", job="other", bucket_s=100, window_s=20) == [(100.0, 1, 0, 1.0)]
+    # the training fixture: as the store-wide timeline, every decision there being job j's
+    assert run(db, "job_coherence_timeline", job="j", bucket_s=1000, window_s=20) == run(
+        db, "coherence_timeline", bucket_s=1000, window_s=20
+    )
+
+
 def test_every_named_query_has_a_test_here() -> None:
     tested = {n.removeprefix("test_") for n in globals() if n.startswith("test_")}
     assert set(library()) <= tested

@@ -3,6 +3,7 @@ Chromium (skipped, with the reason, where the distribution's chromium is not ins
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -94,3 +95,47 @@ def test_a_job_without_roll_ups_yet_gets_a_page_that_says_so(tmp_path: Path) -> 
     marks = {f.key: f.marks for f in r.figures}
     assert r.job == "early" and marks["graph"] == 1 and marks["step_time"] == 0
     assert "No step-time roll-ups in the audit trail" in r.path.read_text()
+
+
+def _section(page: str, key: str) -> str:
+    start = page.index(f'id="fig-{key}"')
+    return page[start : page.index("</section>", start)]
+
+
+def test_loss_of_control_coherence_is_among_the_ranked_causes_with_its_decisions(tmp_path: Path) -> None:
+    from audit.api import AuditDB
+
+    db = build_db(tmp_path / "c.duckdb", scenario="control-storm", seed=0, ranks=64, steps=300)
+    r = build_report(db, tmp_path / "c.html")
+    table = _section(r.path.read_text(), "causes")
+    conflicts = AuditDB(db).sql("SELECT evidence FROM findings WHERE kind = 'control_conflict'").to_pylist()
+    assert conflicts and 'data-finding="energy_feedback_loop"' in table
+    for row in conflicts:
+        ids = dict.fromkeys(d for pair in json.loads(row["evidence"])["pairs"] for d in pair)
+        listed = f"{len(ids)} decisions (conflicting pair): " + ", ".join(list(ids)[:12])
+        assert listed in table, listed
+
+
+def test_the_step_figure_marks_only_the_decisions_that_touched_the_job(tmp_path: Path) -> None:
+    from audit.api import AuditDB, write_records
+    from audit.records import AuditRecord, SourcePosition
+    from audit.report.page import job_extent
+
+    db = build_db(tmp_path / "d.duckdb", ranks=16, steps=300)
+    first = build_report(db, tmp_path / "first.html")
+    t = sum(job_extent(AuditDB(db), first.job)) / 2
+    src = SourcePosition("decisions", 0, 0)
+
+    def decision(id_: str, job: str, target: str) -> AuditRecord:
+        body = {"id": id_, "time": t, "controller": f"ctl-{id_}", "layer": "scheduler", "action": "act",
+                "targets": [target], "parameters": {}, "reason": "", "job": job,
+                "expected_effect": {"metric": "step_s", "direction": "down"}}  # fmt: skip
+        return AuditRecord("decision", id_, src, body, job)
+
+    [graph] = AuditDB(db).query("graph_at", job=first.job, at=t).to_pylist()
+    node = next(n for n in graph["nodes"] if n.startswith("node:"))
+    write_records([decision("theirs", "other-job", "node:elsewhere"), decision("shared", "", node),
+                   decision("ours", first.job, "node:elsewhere")], db)  # fmt: skip
+    step = _section(build_report(db, tmp_path / "r.html").path.read_text(), "step_time")
+    assert "ctl-ours" in step and "ctl-shared" in step and "ctl-theirs" not in step
+
