@@ -10,17 +10,19 @@ Peers of a node (its *peer key*, fixed per structure):
 - a compute span or collective member: the spans of the same op type, on the same pipeline stage, for the
   same microbatch and the same occurrence (n-th span of that op and microbatch on its rank) — on every
   data-parallel replica and tensor-parallel rank;
-- per-microbatch work that **every** stage of the step runs (the same op type, microbatch and occurrence on
-  each stage: the homogeneous transformer layers of a pipeline), also the other stages: such a node's ideal
-  is the lower of its stage's typical (above) and the *cross-stage typical*, the lower median over the
+- a compute span that **every** stage of the step runs (the same op type, microbatch and occurrence on each
+  stage: the homogeneous transformer layers of a pipeline; a profiler that cannot tell microbatches apart
+  gives -1, and the occurrence — the k-th call — lines the layers up instead), also the other stages: its
+  ideal is the lower of its stage's typical (above) and the *cross-stage typical*, the lower median over the
   stages of each stage's typical (one value per stage, however many of its ranks are traced). A stage slow
   in every replica from the first step has no faster peer within its stage; against the other stages doing
   the same work it is slow, which is the OSDI'25 study's *stage partitioning imbalance* cause (a stage given
   more than its share of work, or slower hardware under a whole stage). Work only some stages run (the
-  embedding, the loss, the optimizer and gradient all-reduce, whose size follows a stage's parameters; or
-  an occurrence only some stages reach, when stages hold different numbers of layers) keeps its stage-only
-  peers, so a stage that holds the loss as its own op is intrinsically heavier, never slow. Taking the lower
-  of the two never makes a node slower than its own stage's typical (a lighter stage stays light);
+  embedding, the loss; an occurrence only some stages reach, when stages hold different numbers of layers)
+  keeps its stage-only peers, so a stage that holds the loss as an op of its own is intrinsically heavier,
+  never slow; so do collective members and transfers (communication, whose size need not match across
+  stages). Taking the lower of the two never makes a node slower than its own stage's typical (a lighter
+  stage stays light);
 - a transfer: the transfers of the same kind (send, recv), direction (towards the next stage or the
   previous one), microbatch and occurrence, over every link of the job (a transfer's typical time does not
   depend on which stages it connects);
@@ -114,7 +116,7 @@ class Peers:
         transfer = dense(g.kind, direction, g.microbatch, occurrence)
         offset = int(work.max(initial=-1)) + 1
         ideal_key = np.where(chain, work, np.where(p2p, offset + transfer, -1))
-        across = _every_stage(g, chain & (g.microbatch >= 0), dense(g.kind, g.op, g.microbatch, occurrence))
+        across = _every_stage(g, g.kind == CHAIN, dense(g.op, g.microbatch, occurrence))
         place = occurrences(np.where(g.kind == BARRIER, -1, dense(g.rank)))  # n-th node of the rank
         replica_key = np.where(g.span >= 0, dense(g.pp, g.tp, g.kind, direction, g.op, g.microbatch, place), -1)
         return cls(CrossStage(ideal_key, across), LowMedian(replica_key))

@@ -30,6 +30,7 @@ class Job:
     link: dict[int, float] = field(default_factory=dict)  # lower stage of the link -> factor on its sends
     jitter: float = 0.0  # relative, per span
     extra: dict[int, tuple[str, float]] = field(default_factory=dict)  # stage -> (op, seconds) only it runs
+    labelled: bool = True  # False: every span's microbatch is -1 (a profiler that cannot tell them apart)
 
     def rank(self, d: int, s: int) -> int:
         return d * self.pp + s
@@ -74,6 +75,8 @@ class Job:
         cols: dict[str, Any] = {k: np.array([r[i] for r in rows], dtype=object if isinstance(rows[0][i], str)
                                 else None) for i, k in enumerate(names)}  # fmt: skip
         cols["tp"] = np.zeros(len(rows), np.int64)
+        if not self.labelled:
+            cols["microbatch"] = np.full(len(rows), -1)
         return cols, end - t0
 
     def true_step_s(self) -> float:
@@ -106,7 +109,7 @@ def structural(out: Derived) -> list[Attribution]:
 
 
 def healthy(job: Job) -> Job:
-    return Job(job.dp, job.pp, extra=job.extra)
+    return Job(job.dp, job.pp, extra=job.extra, labelled=job.labelled)
 
 
 def check_top(job: Job, element: str, healed: Job, unhealed: Job | None = None) -> None:
@@ -197,9 +200,10 @@ def test_a_lighter_stage_stays_light_in_the_ideal() -> None:
     assert max(slowdowns) == pytest.approx(1.0, abs=1e-6)
 
 
-def test_a_slow_stage_is_named_beside_a_stage_that_holds_the_loss() -> None:
+@pytest.mark.parametrize("labelled", [True, False])  # without microbatch labels, the k-th call lines layers up
+def test_a_slow_stage_is_named_beside_a_stage_that_holds_the_loss(labelled: bool) -> None:
     # stage 0 slow in every replica, stage 2 heavier only by an op of its own: stage 0 is the cause
-    job = Job(compute={(d, 0): 2.0 for d in range(4)}, extra={2: ("loss", 0.05)}, jitter=0.02)
+    job = Job(compute={(d, 0): 2.0 for d in range(4)}, extra={2: ("loss", 0.05)}, jitter=0.02, labelled=labelled)
     check_top(job, "stage:j/0", healthy(job))
 
 
