@@ -290,7 +290,12 @@ class Resumable:
 
 def build_processor(settings: Settings, **engine: Any) -> Processor:
     """The processor the settings describe (the worker, replay and analyze all build it here)."""
-    config = EngineConfig(
+    return Processor(Engine(engine_config(settings), **engine), admission_of(settings))
+
+
+def engine_config(settings: Settings) -> EngineConfig:
+    """The engine's settings (the worker, replay, analyze and eval read them here)."""
+    return EngineConfig(
         step_drift_warmup=settings.step_drift_warmup,
         step_drift_threshold=settings.step_drift_threshold,
         series_every=settings.series_every,
@@ -299,8 +304,10 @@ def build_processor(settings: Settings, **engine: Any) -> Processor:
         job_idle_s=settings.job_idle_s,
         rollup_window_s=settings.rollup_window_s,
     )
-    admission = Admission(allowed_lateness=settings.allowed_lateness_s, max_future=settings.max_future_s)
-    return Processor(Engine(config, **engine), admission)
+
+
+def admission_of(settings: Settings) -> Admission:
+    return Admission(allowed_lateness=settings.allowed_lateness_s, max_future=settings.max_future_s)
 
 
 def channel(source: SourcePosition) -> str:

@@ -28,7 +28,8 @@ SCENARIO_NAMES = (
     "inference-sla", "inference-sla-healthy", "control-storm", "control-storm-healthy",
     "serving-saturation", "serving-saturation-healthy",
     "realistic-slow-dp", "realistic-slow-stage", "realistic-slow-rank", "realistic-slow-link", "realistic-spread-dp",
-    "realistic-slow-rank-midrun", "realistic-healthy",
+    "realistic-slow-rank-midrun", "realistic-slow-rank-and-link",
+    "realistic-slow-rank-and-dp", "realistic-healthy",
 )  # fmt: skip
 
 
@@ -104,13 +105,17 @@ def simulate(
               help="Realistic mode: engine throughput (spans/s) on realistic input at these rank counts "
               "(comma-separated; empty: skip).")  # fmt: skip
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the tables as JSON here.")
-def eval_command(mode: str, names: tuple[str, ...], seeds: str, ranks: int, steps: int, exporter_text: str,
-                 throughput_ranks: str, json_path: Path | None) -> None:  # fmt: skip
+@click.pass_context
+def eval_command(ctx: click.Context, mode: str, names: tuple[str, ...], seeds: str, ranks: int, steps: int,
+                 exporter_text: str, throughput_ranks: str, json_path: Path | None) -> None:  # fmt: skip
     """Score driftlog's detectors and two baselines (fixed threshold, river ADWIN) on simulated scenarios, and
-    (realistic mode) its structural attribution against both slowdown definitions."""
+    (realistic mode) its structural attribution against both slowdown definitions. The engine runs with the
+    DRIFTLOG_* settings, as the worker and analyze do (the non-default ones are printed first)."""
     from streams.sim import evaluate
     from streams.sim.exporter import Exporter
 
+    settings = settings_of(ctx)
+    click.echo(f"engine settings: {_changed(settings)}")
     seed_list = _integers("--seeds", seeds)
     try:
         exporter = Exporter.parse(exporter_text)
@@ -125,13 +130,14 @@ def eval_command(mode: str, names: tuple[str, ...], seeds: str, ranks: int, step
     try:
         if ideal_names:
             runs = _progress([(n, s) for n in ideal_names for s in seed_list], started,
-                             lambda n, s: evaluate.run_scenario(n, s, ranks, steps))  # fmt: skip
+                             lambda n, s: evaluate.run_scenario(n, s, ranks, steps, settings))  # fmt: skip
             rows = evaluate.score(runs)
             click.echo(f"scenarios {', '.join(ideal_names)}; seeds {seed_list}; {ranks} ranks, {steps} steps")
             click.echo(evaluate.table(rows))
             doc["ideal"] = rows
         if real_names:
-            doc["realistic"] = _realistic(real_names, seed_list, ranks, steps, exporter, throughput_ranks, started)
+            doc["realistic"] = _realistic(real_names, seed_list, ranks, steps, exporter, throughput_ranks, started,
+                                          settings)  # fmt: skip
     except ValueError as exc:  # a scenario that cannot be built at this size, a bad exporter option
         raise ConfigError(str(exc)) from exc
     if json_path is not None:
@@ -154,13 +160,28 @@ def _progress(jobs: list[tuple[str, int]], started: float, run: Callable[[str, i
     return out
 
 
+def _changed(settings: config.Settings) -> str:
+    """The engine's and admission's settings that differ from the service's defaults (the worker's with no
+    DRIFTLOG_* set), as ``name=value``, or ``defaults``."""
+    from dataclasses import asdict
+
+    from streams.pipeline import admission_of, engine_config
+
+    default = config.Settings.model_construct()  # every field at its default, the environment unread
+    mine, theirs = asdict(engine_config(settings)), asdict(engine_config(default))
+    ours, base = admission_of(settings), admission_of(default)
+    mine |= {"allowed_lateness": ours.allowed_lateness, "max_future": ours.max_future}
+    theirs |= {"allowed_lateness": base.allowed_lateness, "max_future": base.max_future}
+    return ", ".join(f"{k}={v}" for k, v in mine.items() if theirs[k] != v) or "defaults"
+
+
 def _realistic(names: list[str], seeds: list[int], ranks: int, steps: int, exporter: Exporter,
-               throughput_ranks: str, started: float) -> dict[str, object]:  # fmt: skip
+               throughput_ranks: str, started: float, settings: config.Settings) -> dict[str, object]:  # fmt: skip
     from streams.sim import evaluate_realistic as real
     from streams.sim.evaluate import grid
 
     runs = _progress([(n, s) for n in names for s in seeds], started,
-                     lambda n, s: real.run_realistic(n, s, ranks, steps, exporter))  # fmt: skip
+                     lambda n, s: real.run_realistic(n, s, ranks, steps, exporter, settings))  # fmt: skip
     attribution, jobs = real.score_attribution(runs), real.score_jobs(runs)
     click.echo(f"realistic: scenarios {', '.join(names)}; seeds {seeds}; {ranks} ranks, {steps} steps; {exporter}")
     if attribution:
@@ -169,7 +190,7 @@ def _realistic(names: list[str], seeds: list[int], ranks: int, steps: int, expor
     speeds = []
     for n in _integers("--throughput", throughput_ranks):
         click.echo(f"throughput at {n} ranks ({time.monotonic() - started:.0f}s)", err=True)
-        speeds.append(real.throughput(n, steps if n > 64 else 10 * steps, exporter))
+        speeds.append(real.throughput(n, steps if n > 64 else 10 * steps, exporter, settings=settings))
     if speeds:
         click.echo(grid(speeds, list(speeds[0])))
     return {"attribution": attribution, "jobs": jobs, "throughput": speeds}

@@ -9,9 +9,20 @@ Peers of a node (its *peer key*, fixed per structure):
 
 - a compute span or collective member: the spans of the same op type, on the same pipeline stage, for the
   same microbatch and the same occurrence (n-th span of that op and microbatch on its rank) — on every
-  data-parallel replica and tensor-parallel rank. The stage is part of the key: a stage that does more work
-  than the others (the last one computes the loss) is intrinsically heavier, not a straggler, so stages are
-  never each other's peers here;
+  data-parallel replica and tensor-parallel rank;
+- a compute span that **every** stage of the step runs (the same op type, microbatch and occurrence on each
+  stage: the homogeneous transformer layers of a pipeline; a profiler that cannot tell microbatches apart
+  gives -1, and the occurrence — the k-th call — lines the layers up instead), also the other stages: its
+  ideal is the lower of its stage's typical (above) and the *cross-stage typical*, the lower median over the
+  stages of each stage's typical (one value per stage, however many of its ranks are traced). A stage slow
+  in every replica from the first step has no faster peer within its stage; against the other stages doing
+  the same work it is slow, which is the OSDI'25 study's *stage partitioning imbalance* cause (a stage given
+  more than its share of work, or slower hardware under a whole stage). Work only some stages run (the
+  embedding, the loss; an occurrence only some stages reach, when stages hold different numbers of layers)
+  keeps its stage-only peers, so a stage that holds the loss as an op of its own is intrinsically heavier,
+  never slow; so do collective members and transfers (communication, whose size need not match across
+  stages). Taking the lower of the two never makes a node slower than its own stage's typical (a lighter
+  stage stays light);
 - a transfer: the transfers of the same kind (send, recv), direction (towards the next stage or the
   previous one), microbatch and occurrence, over every link of the job (a transfer's typical time does not
   depend on which stages it connects);
@@ -63,11 +74,36 @@ class LowMedian:
         return out
 
 
+class CrossStage:
+    """Per structure: nodes grouped by their stage peers (``within``), and those groups by their cross-stage
+    peers (``across``, -1: none); per node the lower of its stage peers' lower median and the lower median,
+    over the stages, of the stage peers' lower medians."""
+
+    def __init__(self, within: Ints, across: Ints) -> None:
+        self.within = LowMedian(within)
+        crossed = across >= 0
+        _, first, inverse = np.unique(np.where(crossed, within, -1), return_index=True, return_inverse=True)
+        self.rep = first[inverse.ravel()]  # per node: the first node of its stage peer group
+        rep_key = np.full(len(within), -1, np.int64)
+        reps = first[crossed[first]]
+        rep_key[reps] = across[reps]
+        self.stages = LowMedian(rep_key)  # one value per stage peer group: every stage weighs the same
+        self.crossed = np.flatnonzero(crossed)
+
+    def typical(self, values: Floats) -> Floats:
+        """``values`` at their ideal: the stage peers' typical, lowered to the cross-stage typical."""
+        out = self.within.typical(values)
+        if len(self.crossed):
+            across = self.stages.typical(out)[self.rep[self.crossed]]
+            out[self.crossed] = np.minimum(out[self.crossed], across)
+        return out
+
+
 @dataclass(frozen=True)
 class Peers:
     """Per structure: who each node's peers are, for the ideal and for the typical replica."""
 
-    ideal: LowMedian
+    ideal: CrossStage
     replica: LowMedian
 
     @classmethod
@@ -80,9 +116,20 @@ class Peers:
         transfer = dense(g.kind, direction, g.microbatch, occurrence)
         offset = int(work.max(initial=-1)) + 1
         ideal_key = np.where(chain, work, np.where(p2p, offset + transfer, -1))
+        across = _every_stage(g, g.kind == CHAIN, dense(g.op, g.microbatch, occurrence))
         place = occurrences(np.where(g.kind == BARRIER, -1, dense(g.rank)))  # n-th node of the rank
         replica_key = np.where(g.span >= 0, dense(g.pp, g.tp, g.kind, direction, g.op, g.microbatch, place), -1)
-        return cls(LowMedian(ideal_key), LowMedian(replica_key))
+        return cls(CrossStage(ideal_key, across), LowMedian(replica_key))
+
+
+def _every_stage(g: StepGraph, work: npt.NDArray[np.bool_], key: Ints) -> Ints:
+    """``key`` where ``work`` and the key's nodes cover every stage of the step (at least two), else -1."""
+    stages = np.unique(g.pp[g.span >= 0])
+    if len(stages) < 2 or not work.any():
+        return np.full(len(key), -1, np.int64)
+    pairs = np.unique(np.stack([key[work], g.pp[work]]), axis=1)  # distinct (key, stage)
+    covered = np.bincount(pairs[0], minlength=int(key.max()) + 1) == len(stages)
+    return np.where(work & covered[key], key, -1)
 
 
 def peer_stage(g: StepGraph, p2p: npt.NDArray[np.bool_]) -> Ints:

@@ -22,6 +22,8 @@ from typing import Any
 
 from river import drift
 
+from streams.config import Settings
+from streams.pipeline import build_processor
 from streams.sim.scenarios import SCENARIOS, Scenario
 from streams.testing import run_stream
 
@@ -92,7 +94,8 @@ def adwin(durations: list[float], warmup: int = 20) -> list[int]:
     return alarms
 
 
-def run_scenario(name: str, seed: int, ranks: int, steps: int) -> Run:
+def run_scenario(name: str, seed: int, ranks: int, steps: int, settings: Settings | None = None) -> Run:
+    """One run through the processor ``settings`` describe (None: the engine's defaults)."""
     scenario: Scenario = SCENARIOS[name](seed, ranks, steps)
     items = [(kind, value) for kind, _, value in scenario.run()]
     truth = scenario.ground_truth(seed)
@@ -109,7 +112,7 @@ def run_scenario(name: str, seed: int, ranks: int, steps: int) -> Run:
     if decided is not None:  # a regression is judged from the decision behind it
         run.targets["driftlog:control_regression"] = (
             decided["start_step"], (decided["element"],), decided["decision"])  # fmt: skip
-    out = run_stream(items)
+    out = run_stream(items, build_processor(settings) if settings is not None else None)
     step_at = _step_locator(truth)
     causes_of: dict[str, list[dict[str, Any]]] = {}
     for record in (r for r in out.audit if r.type == "attribution"):
@@ -165,6 +168,7 @@ def _step_locator(truth: dict[str, Any]) -> Callable[[float], int]:
 TRAINING_CAUSES = ("straggler_rank", "slow_stage", "slow_link", "imbalanced_dp", "sync_loss")
 DETECTORS = (
     "driftlog:step_time_drift",
+    "driftlog:structural_slowdown",
     "driftlog:straggler",
     "driftlog:straggler_cascade",
     "driftlog:control_regression",
@@ -247,8 +251,8 @@ def _first_named_after_onset(run: Run, detector: str) -> list[str]:
     return []
 
 
-def evaluate(names: list[str], seeds: list[int], ranks: int, steps: int) -> list[Run]:
-    return [run_scenario(name, seed, ranks, steps) for name in names for seed in seeds]
+def evaluate(names: list[str], seeds: list[int], ranks: int, steps: int, settings: Settings | None = None) -> list[Run]:
+    return [run_scenario(name, seed, ranks, steps, settings) for name in names for seed in seeds]
 
 
 def table(rows: list[dict[str, Any]]) -> str:

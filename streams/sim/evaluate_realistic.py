@@ -2,10 +2,14 @@
 finds against both slowdown definitions of the ground truth.
 
 Per run: for each judged finding kind (``structural_slowdown``, ``step_time_drift``) its first finding at or
-after the cause's onset, and that finding's ranked attributions (AC@1: the truth element ranked first;
+after the first cause's onset, and that finding's ranked attributions (AC@1: the truth element ranked first;
 ``named_first``: the kinds of element ranked first); the top cause's ``slowdown`` (heal only X) and
 ``slowdown_unhealed`` (leave only X unhealed) against the truth over the same traced steps (``|estimate /
-truth - 1|``; absent fields are not scored, so the engine is judged on what it emits); the job's
+truth - 1|``; absent fields are not scored, so the engine is judged on what it emits). A scenario with
+several causes gets a row per cause: ``AC@causes`` is the share of runs that rank it among the top n (n
+causes), and its errors are those of *its own* attribution (the top one can be only one of them) against
+its own truth — two overlapping causes are where the two definitions differ, so an engine that swaps them
+shows there; the job's
 ``blocking_slowdown`` roll-ups (their step-weighted mean) against the mean of the truth's per-step T(actual) /
 T(ideal); every finding on a healthy run (all of them false); and, per analysed step, the engine's modelled
 step time against the recorded one (``StepReport.whatif``).
@@ -22,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from streams.config import Settings
 from streams.engine.engine import Engine, EngineOutput
 from streams.engine.timeline import Chunk
-from streams.pipeline import Processor
+from streams.pipeline import Processor, admission_of, build_processor, engine_config
 from streams.sim.evaluate import _step_locator
 from streams.sim.exporter import Exporter
 from streams.sim.realistic import REALISTIC
@@ -53,14 +58,21 @@ class Recording(Engine):
         return self._keep(super().close())
 
 
+Estimates = tuple[float | None, float | None]  # (slowdown healing only X, slowdown leaving only X unhealed)
+
+
 @dataclass
 class Judged:
-    """What one finding kind's first finding after the onset named, and its top cause's estimates."""
+    """What one finding kind's first finding after the onset named, and each named cause's estimates."""
 
     named: list[str]
-    slowdown: float | None = None
-    slowdown_unhealed: float | None = None
-    steps: tuple[int, int] | None = None  # (first, last) analysed step the top cause was judged on
+    estimates: dict[str, Estimates] = field(default_factory=dict)
+    steps: tuple[int, int] | None = None  # (first, last) analysed step the causes were judged on
+
+    def of(self, element: str | None) -> Estimates:
+        """``element``'s estimates; None: the top cause's."""
+        key = self.named[0] if element is None and self.named else element
+        return self.estimates.get(key or "", (None, None))
 
 
 @dataclass
@@ -78,12 +90,18 @@ class RealisticRun:
         causes = self.truth["causes"]
         return causes[0] if causes else None
 
+    @property
+    def onset(self) -> int:
+        return min((c["start_step"] for c in self.truth["causes"]), default=0)
 
-def run_realistic(name: str, seed: int, ranks: int, steps: int, exporter: Exporter | None = None) -> RealisticRun:
+
+def run_realistic(name: str, seed: int, ranks: int, steps: int, exporter: Exporter | None = None,
+                  settings: Settings | None = None) -> RealisticRun:  # fmt: skip
+    """One run through the processor ``settings`` describe (None: the engine's defaults)."""
     scenario = REALISTIC[name](seed, ranks, steps, exporter)
     items = [(kind, value) for kind, _, value in scenario.run()]
-    engine = Recording()
-    out = run_stream(items, Processor(engine))
+    engine = Recording() if settings is None else Recording(engine_config(settings))
+    out = run_stream(items, Processor(engine) if settings is None else Processor(engine, admission_of(settings)))
     run = RealisticRun(name, seed, scenario.ground_truth(seed), modelled=engine.modelled)
     read_records(run, [(r.type, r.id, r.body) for r in out.audit])
     return run
@@ -96,7 +114,7 @@ def read_records(run: RealisticRun, records: list[tuple[str, str, dict[str, Any]
     for _, _, body in (b for b in records if b[0] == "attribution"):
         causes_of.setdefault(body["finding_id"], []).append(body)
     step_at = _step_locator(run.truth)
-    onset = run.cause["start_step"] if run.cause else 0
+    onset = run.onset
     for _, rid, body in sorted((b for b in records if b[0] == "finding"), key=lambda b: b[2]["end"]):
         kind = body["kind"]
         run.findings[kind] = run.findings.get(kind, 0) + 1
@@ -110,18 +128,18 @@ def read_records(run: RealisticRun, records: list[tuple[str, str, dict[str, Any]
 def _judged(ranked: list[dict[str, Any]]) -> Judged:
     if not ranked:
         return Judged([])
-    top = ranked[0]
-    ev = top.get("evidence", {})
+    ev = ranked[0].get("evidence", {})
     steps = (ev["first_step"], ev["last_step"]) if "first_step" in ev else None
-    return Judged([c["cause"] for c in ranked], top.get("slowdown"), top.get("slowdown_unhealed"), steps)
+    estimates = {c["cause"]: (c.get("slowdown"), c.get("slowdown_unhealed")) for c in reversed(ranked)}
+    return Judged([c["cause"] for c in ranked], estimates, steps)
 
 
-def true_slowdowns(truth: dict[str, Any], steps: tuple[int, int] | None) -> tuple[float, float] | None:
-    """The first cause's (heal only X, leave only X unhealed) slowdowns over the traced steps in ``steps``
-    (None: over all its traced steps)."""
-    if not truth["causes"]:
+def true_slowdowns(truth: dict[str, Any], steps: tuple[int, int] | None, cause: int = 0) -> tuple[float, float] | None:
+    """The cause's (heal only X, leave only X unhealed) slowdowns over the traced steps in ``steps`` (None:
+    over all its traced steps); ``cause``: its index in the truth."""
+    if len(truth["causes"]) <= cause:
         return None
-    c, traced = truth["causes"][0], truth["traced"]
+    c, traced = truth["causes"][cause], truth["traced"]
     lo, hi = steps if steps is not None else (c["start_step"], c["end_step"] - 1)
     rows = [i for i, s in enumerate(traced["step"]) if lo <= s <= hi and c["start_step"] <= s < c["end_step"]]
     if not rows:
@@ -141,19 +159,21 @@ def _median(values: list[float | None]) -> float | None:
 
 
 def score_attribution(runs: list[RealisticRun]) -> list[dict[str, Any]]:
-    """One row per scenario with a cause and judged finding kind."""
+    """One row per scenario with causes, judged finding kind and cause (in the truth's order)."""
     rows = []
     for scenario in dict.fromkeys(r.scenario for r in runs):
         mine = [r for r in runs if r.scenario == scenario and r.cause is not None]
-        for kind in JUDGED if mine else ():
-            judged = [(r, r.judged.get(kind)) for r in mine]
-            found = [(r, j) for r, j in judged if j is not None]
-            truths = [(true_slowdowns(r.truth, j.steps), j) for r, j in found]
+        n = min((len(r.truth["causes"]) for r in mine), default=0)
+        for kind, i in ((k, i) for k in JUDGED for i in range(n)):
+            found = [(r, j) for r in mine if (j := r.judged.get(kind)) is not None]
+            scored = [(true_slowdowns(r.truth, j.steps, i), j.of(_element(r, i) if n > 1 else None)) for r, j in found]
             rows.append({
-                "scenario": scenario, "finding": kind, "runs": len(mine), "found": len(found) / len(mine),
-                "AC@1": sum(1 for r, j in found if j.named[:1] == [_element(r)]) / len(mine),
-                "slowdown_err": _median([_err(j.slowdown, t[0] if t else None) for t, j in truths]),
-                "unhealed_err": _median([_err(j.slowdown_unhealed, t[1] if t else None) for t, j in truths]),
+                "scenario": scenario, "finding": kind, "cause": mine[0].truth["causes"][i]["kind"],
+                "runs": len(mine), "found": len(found) / len(mine),
+                "AC@1": sum(1 for r, j in found if j.named[:1] == [_element(r, i)]) / len(mine),
+                "AC@causes": sum(1 for r, j in found if _element(r, i) in j.named[:n]) / len(mine),
+                "slowdown_err": _median([_err(e[0], t[0] if t else None) for t, e in scored]),
+                "unhealed_err": _median([_err(e[1], t[1] if t else None) for t, e in scored]),
                 "named_first": _counts(j.named[0].split(":")[0] if j.named else "nothing" for _, j in found),
             })  # fmt: skip
     return rows
@@ -164,8 +184,8 @@ def _counts(values: Iterable[str]) -> str:
     return " ".join(f"{v}:{n}" for v, n in Counter(values).most_common()) or "-"
 
 
-def _element(run: RealisticRun) -> str | None:
-    return run.cause["element"] if run.cause else None
+def _element(run: RealisticRun, cause: int = 0) -> str:
+    return str(run.truth["causes"][cause]["element"])
 
 
 def score_jobs(runs: list[RealisticRun]) -> list[dict[str, Any]]:
@@ -200,7 +220,8 @@ def score_jobs(runs: list[RealisticRun]) -> list[dict[str, Any]]:
     return rows
 
 
-def throughput(ranks: int, steps: int, exporter: Exporter | None = None, repeats: int = 3) -> dict[str, Any]:
+def throughput(ranks: int, steps: int, exporter: Exporter | None = None, repeats: int = 3,
+               settings: Settings | None = None) -> dict[str, Any]:  # fmt: skip
     """Engine throughput on realistic input (``realistic-slow-rank``, seed 1): op spans per second through
     the in-process processor, the median of ``repeats`` runs (the input generated once, outside the timing)."""
     scenario = REALISTIC["realistic-slow-rank"](1, ranks, steps, exporter)
@@ -208,7 +229,7 @@ def throughput(ranks: int, steps: int, exporter: Exporter | None = None, repeats
     spans, seconds = 0, []
     for _ in range(repeats):
         started = time.perf_counter()
-        out = run_stream(items)
+        out = run_stream(items, None if settings is None else build_processor(settings))
         seconds.append(time.perf_counter() - started)
         spans = out.samples_by_kind["op"]
     median = statistics.median(seconds)

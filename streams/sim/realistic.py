@@ -185,9 +185,10 @@ class Builder(Protocol):
     def __call__(self, seed: int, ranks: int, steps: int, exporter: Exporter | None = None) -> RealisticScenario: ...
 
 
-def realistic(cause_name: str | None, from_step: Callable[[int], int] = lambda steps: 0) -> Builder:
-    """A builder of a realistic scenario with one cause (None: healthy) from ``from_step(steps)`` to the end;
-    a slow rank is a traced one (an untraced rank shows only through the traced rank standing for it)."""
+def realistic(*cause_names: str, from_step: Callable[[int], int] = lambda steps: 0, name: str = "") -> Builder:
+    """A builder of a realistic scenario with these causes (none: healthy), all from ``from_step(steps)`` to
+    the end; a slow rank is a traced one (an untraced rank shows only through the traced rank standing for
+    it). ``name``: the scenario's name after ``realistic-`` (default: the one cause's, or ``healthy``)."""
 
     def build(seed: int, ranks: int, steps: int, exporter: Exporter | None = None) -> RealisticScenario:
         exporter = exporter or Exporter()
@@ -196,8 +197,9 @@ def realistic(cause_name: str | None, from_step: Callable[[int], int] = lambda s
             raise ValueError(f"exporter traced_tp must be below tp = {layout.tp} (or all)")
         fabric = TrainingFabric(layout, seed=seed, blocking=True)
         suffix = "-midrun" if from_step(steps) else ""
-        scenario = RealisticScenario(f"realistic-{cause_name or 'healthy'}{suffix}", fabric, steps, exporter)
-        if cause_name is not None:
+        title = name or (cause_names[0] if cause_names else "healthy")
+        scenario = RealisticScenario(f"realistic-{title}{suffix}", fabric, steps, exporter)
+        for cause_name in cause_names:
             kind, magnitude, target = REALISTIC_CAUSES[cause_name]
             fabric.causes.append(Cause(kind, target(layout, seed, exporter.traced_tp or 0), magnitude,
                                        from_step(steps), steps))  # fmt: skip
@@ -209,6 +211,9 @@ def realistic(cause_name: str | None, from_step: Callable[[int], int] = lambda s
 
 REALISTIC: dict[str, Builder] = {
     **{f"realistic-{name}": realistic(name) for name in REALISTIC_CAUSES},
-    "realistic-slow-rank-midrun": realistic("slow-rank", lambda steps: steps // 3),
-    "realistic-healthy": realistic(None),
+    "realistic-slow-rank-midrun": realistic("slow-rank", from_step=lambda steps: steps // 3),
+    # two causes at once, where healing only one and leaving only one unhealed differ
+    "realistic-slow-rank-and-link": realistic("slow-rank", "slow-link", name="slow-rank-and-link"),
+    "realistic-slow-rank-and-dp": realistic("slow-rank", "slow-dp", name="slow-rank-and-dp"),
+    "realistic-healthy": realistic(),
 }

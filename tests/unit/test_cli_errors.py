@@ -247,7 +247,7 @@ def test_eval_reports_progress_on_stderr(monkeypatch: pytest.MonkeyPatch) -> Non
     from streams.sim import evaluate
 
     ran: list[tuple[str, int]] = []
-    monkeypatch.setattr(evaluate, "run_scenario", lambda name, seed, ranks, steps: ran.append((name, seed)))
+    monkeypatch.setattr(evaluate, "run_scenario", lambda name, seed, ranks, steps, settings: ran.append((name, seed)))
     monkeypatch.setattr(evaluate, "score", lambda runs: [{"runs": len(runs)}])
     monkeypatch.setattr(evaluate, "table", lambda rows: f"TABLE {rows}")
     result = CliRunner().invoke(cli, ["eval", "--scenario", "training-fabric", "--seeds", "1,2,3"])

@@ -103,3 +103,51 @@ def test_eval_cli_realistic_mode_on_a_small_run(tmp_path: Any) -> None:
     assert speed["ranks"] == 8 and speed["spans"] > 0 and speed["spans_per_s"] > 0
     bad = CliRunner().invoke(cli, ["eval", "--exporter", "batching=node"])  # refused before any run
     assert isinstance(bad.exception, ConfigError) and "batching must be one of" in str(bad.exception)
+
+
+def test_two_overlapping_causes_are_scored_each_against_its_own_truth() -> None:
+    truth = truth_of("realistic-slow-rank-and-dp")
+    rank, replica = (c["element"] for c in truth["causes"])
+    (rank_heal, rank_alone), (dp_heal, dp_alone) = (true_slowdowns(truth, (10, 30), i) or (0, 0) for i in (0, 1))
+    assert rank_alone > 1.05 * rank_heal  # beside a slow replica, healing the rank alone buys little
+
+    def scored(swapped: bool) -> dict[str, dict[str, Any]]:
+        run = RealisticRun("realistic-slow-rank-and-dp", 1, truth)
+        pairs = [(dp_heal, dp_alone), (rank_heal, rank_alone)]
+        if swapped:  # an engine that confuses the two definitions
+            pairs = [(b, a) for a, b in pairs]
+        read_records(run, [
+            finding(truth, "s", "structural_slowdown", 20),
+            cause("s", 1, replica, slowdown=pairs[0][0], slowdown_unhealed=pairs[0][1]),
+            cause("s", 2, rank, slowdown=pairs[1][0], slowdown_unhealed=pairs[1][1]),
+        ])  # fmt: skip
+        return {r["cause"]: r for r in score_attribution([run]) if r["finding"] == "structural_slowdown"}
+
+    rows = scored(swapped=False)
+    assert set(rows) == {"straggler_rank", "imbalanced_dp"}
+    assert rows["imbalanced_dp"]["AC@1"] == 1.0 and rows["straggler_rank"]["AC@1"] == 0.0
+    assert rows["imbalanced_dp"]["AC@causes"] == rows["straggler_rank"]["AC@causes"] == 1.0
+    assert all(r["slowdown_err"] == pytest.approx(0) and r["unhealed_err"] == pytest.approx(0) for r in rows.values())
+    swapped = scored(swapped=True)
+    assert swapped["straggler_rank"]["slowdown_err"] > 0.05 and swapped["straggler_rank"]["unhealed_err"] > 0.05
+
+
+def test_eval_runs_the_engine_with_the_driftlog_settings(tmp_path: Any) -> None:
+    import orjson
+
+    from streams.cli import cli
+
+    out = tmp_path / "eval.json"
+    args = ["eval", "--mode", "realistic", "--scenario", "realistic-slow-rank", "--seeds", "1", "--ranks", "16",
+            "--steps", "40", "--throughput", "", "--exporter", "sample_every=2", "--json", str(out)]  # fmt: skip
+    found = {}
+    for threshold in ("", "0.9"):
+        env = {"DRIFTLOG_STRUCTURAL_SLOWDOWN_THRESHOLD": threshold} if threshold else {}
+        result = CliRunner().invoke(cli, args, env=env)
+        assert result.exit_code == 0, result.output
+        first = result.stdout.splitlines()[0]
+        assert first == (f"engine settings: structural_slowdown_threshold={threshold}" if threshold
+                         else "engine settings: defaults")  # fmt: skip
+        rows = orjson.loads(out.read_bytes())["realistic"]["attribution"]
+        found[threshold] = next(r["found"] for r in rows if r["finding"] == "structural_slowdown")
+    assert found == {"": 1.0, "0.9": 0.0}  # a 1.3x slow rank is no 90% slowdown

@@ -29,6 +29,8 @@ class Job:
     compute: dict[tuple[int, int], float] = field(default_factory=dict)  # (replica, stage) -> factor on its compute
     link: dict[int, float] = field(default_factory=dict)  # lower stage of the link -> factor on its sends
     jitter: float = 0.0  # relative, per span
+    extra: dict[int, tuple[str, float]] = field(default_factory=dict)  # stage -> (op, seconds) only it runs
+    labelled: bool = True  # False: every span's microbatch is -1 (a profiler that cannot tell them apart)
 
     def rank(self, d: int, s: int) -> int:
         return d * self.pp + s
@@ -50,6 +52,10 @@ class Job:
                         dur = noisy(share * FWD * self.compute.get((d, s), 1.0))
                         rows.append((self.rank(d, s), d, s, op, "compute", done[d, s], dur, m, "", -1, -1))
                         done[d, s] += dur
+                    if s in self.extra:  # per microbatch, work only this stage does (embedding, loss)
+                        op, seconds = self.extra[s]
+                        rows.append((self.rank(d, s), d, s, op, "compute", done[d, s], noisy(seconds), m, "", -1, -1))
+                        done[d, s] += rows[-1][6]
                     if s + 1 < self.pp:
                         sent = noisy(SEND * self.link.get(s, 1.0))
                         nxt = self.rank(d, s + 1)
@@ -69,6 +75,8 @@ class Job:
         cols: dict[str, Any] = {k: np.array([r[i] for r in rows], dtype=object if isinstance(rows[0][i], str)
                                 else None) for i, k in enumerate(names)}  # fmt: skip
         cols["tp"] = np.zeros(len(rows), np.int64)
+        if not self.labelled:
+            cols["microbatch"] = np.full(len(rows), -1)
         return cols, end - t0
 
     def true_step_s(self) -> float:
@@ -101,7 +109,7 @@ def structural(out: Derived) -> list[Attribution]:
 
 
 def healthy(job: Job) -> Job:
-    return Job(job.dp, job.pp)
+    return Job(job.dp, job.pp, extra=job.extra, labelled=job.labelled)
 
 
 def check_top(job: Job, element: str, healed: Job, unhealed: Job | None = None) -> None:
@@ -167,16 +175,40 @@ def test_a_healthy_job_with_jitter_has_no_structural_slowdown() -> None:
     assert {"step_ideal_s", "step_modelled_s", "blocking_slowdown"} <= names
 
 
-def test_an_intrinsically_heavier_stage_is_not_a_straggler() -> None:
-    # the last stage computes 1.6x in every replica (it holds the loss): its peers are the same stage elsewhere
-    job = Job(compute={(d, 2): 1.6 for d in range(4)})
+@pytest.mark.parametrize("jitter", [0.0, 0.02])  # exact spans, and 2% noise on every span
+@pytest.mark.parametrize("pp", [2, 3, 4])
+def test_a_stage_slow_in_every_replica_from_the_first_step_is_named_as_the_stage(jitter: float, pp: int) -> None:
+    # no replica of the stage is faster than another: its peers are the other stages doing the same layers
+    job = Job(pp=pp, compute={(d, 1): 1.5 for d in range(4)}, jitter=jitter)
+    check_top(job, "stage:j/1", healthy(job))
+
+
+@pytest.mark.parametrize("stage", [0, 2])
+def test_work_only_one_stage_runs_does_not_make_it_slow(stage: int) -> None:
+    # the first stage embeds, the last computes the loss, as ops of their own: they have no peers elsewhere
+    job = Job(extra={stage: ("loss" if stage else "embedding", 0.08)}, jitter=0.02)
+    out, slowdowns = analyse(job)
+    assert not [f for f in out.findings if f.kind == "structural_slowdown"]
+    assert np.median(slowdowns) < 1.05
+
+
+def test_a_lighter_stage_stays_light_in_the_ideal() -> None:
+    # the cross-stage typical only ever lowers a node's ideal: a stage doing less is not raised to the others
+    job = Job(compute={(d, 2): 0.6 for d in range(4)})
     out, slowdowns = analyse(job)
     assert not [f for f in out.findings if f.kind == "structural_slowdown"]
     assert max(slowdowns) == pytest.approx(1.0, abs=1e-6)
 
 
-def test_a_job_with_one_replica_has_no_peers_and_no_slowdown() -> None:
-    job = Job(dp=1, compute={(0, 1): 2.0})  # no peers for its stage: the ideal cannot call it slow
+@pytest.mark.parametrize("labelled", [True, False])  # without microbatch labels, the k-th call lines layers up
+def test_a_slow_stage_is_named_beside_a_stage_that_holds_the_loss(labelled: bool) -> None:
+    # stage 0 slow in every replica, stage 2 heavier only by an op of its own: stage 0 is the cause
+    job = Job(compute={(d, 0): 2.0 for d in range(4)}, extra={2: ("loss", 0.05)}, jitter=0.02, labelled=labelled)
+    check_top(job, "stage:j/0", healthy(job))
+
+
+def test_a_job_with_one_replica_and_one_stage_has_no_peers_and_no_slowdown() -> None:
+    job = Job(dp=1, pp=1, compute={(0, 0): 2.0})  # no peers at all: the ideal cannot call it slow
     out, slowdowns = analyse(job)
     assert max(slowdowns) == pytest.approx(1.0, abs=1e-6)
     assert not [f for f in out.findings if f.kind == "structural_slowdown"]
