@@ -79,12 +79,15 @@ LABELLED_MARKERS = 12  # more findings and decisions than this on the step-time 
 
 def step_time(scope: Scope) -> Figure:
     rows = scope.rows("step_time", job=scope.job)
+    steps = [r for r in scope.rows("step_series", windowed=False, job=scope.job)
+             if r["step_s"] is not None and scope.start <= r["step_start"] < scope.end]  # fmt: skip
     findings = sorted(_job_findings(scope), key=lambda r: (r["start_time"], r["finding_id"]))
     decisions = _job_decisions(scope)
-    queries = (("step_time", {"job": scope.job}), ("job_causes", scope.window), ("job_decisions", scope.window))
+    queries = (("step_series", {"job": scope.job}), ("step_time", {"job": scope.job}), ("job_causes", scope.window),
+               ("job_decisions", scope.window))  # fmt: skip
     caption = (
-        "Step time per roll-up window (the audit trail records step times as window roll-ups, not one value "
-        "per step): the mean, the p99, and the band from the fastest to the slowest step; dashed lines mark "
+        "Step time, one point per step where the trail has it (the per-step points of the step_s roll-ups), "
+        "and per roll-up window the p99 and the band from the fastest to the slowest step; dashed lines mark "
         "where the job's findings began (red) and the decisions that touched the job's operator graph were "
         "taken (blue)."
     )
@@ -95,7 +98,10 @@ def step_time(scope: Scope) -> Figure:
     f = svg.Frame(scope.start, scope.end, lo * 0.95, hi * 1.05)
     f.axes("step time (s)")
     f.band(xs, [r["min_step_s"] for r in rows], [r["max_step_s"] for r in rows], svg.color(0), "fastest–slowest step")
-    f.line(xs, [r["mean_step_s"] for r in rows], svg.color(0), "mean step time (s)")
+    if steps:
+        f.line([r["step_start"] for r in steps], [r["step_s"] for r in steps], svg.color(0), "step time (s)")
+    else:  # a store written before per-step points: the window means
+        f.line(xs, [r["mean_step_s"] for r in rows], svg.color(0), "mean step time (s)")
     f.line(xs, [r["p99_step_s"] for r in rows], svg.color(1), "p99 step time (s)", dash="5 3")
     labelled = len(decisions) + len(findings) <= LABELLED_MARKERS
     row = 0
@@ -108,7 +114,8 @@ def step_time(scope: Scope) -> Figure:
             r["start_time"], svg.FINDING, f"{r['finding']} {', '.join(r['subjects'])}", row % 6 if labelled else None
         )
         row += 1
-    legend = [("mean", svg.color(0)), ("p99", svg.color(1)), ("finding", svg.FINDING), ("decision", svg.DECISION)]
+    legend = [("step" if steps else "mean", svg.color(0)), ("p99", svg.color(1)), ("finding", svg.FINDING),
+              ("decision", svg.DECISION)]  # fmt: skip
     body = f.svg(legend)
     return Figure("step_time", "Step time, findings and decisions", caption, body, queries, _marks(body))
 

@@ -17,6 +17,7 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#1
 FINDING = "#d62728"
 DECISION = "#1f4e9c"
 HIGHLIGHT = "#d62728"
+MAX_DOTS = 600  # a line of more points than this is drawn without a dot (and tooltip) per point
 
 
 def fmt(v: float) -> str:
@@ -100,7 +101,7 @@ class Frame:
             f'<polyline class="mark" points="{path}" fill="none" stroke="{color}" stroke-width="2"'
             f"{style}><title>{escape(name)}</title></polyline>"
         )
-        for x, y in pts:
+        for x, y in pts if len(pts) <= MAX_DOTS else ():  # a long series: the line alone keeps the page small
             self.parts.append(
                 f'<circle class="mark" cx="{self.x(x):.1f}" cy="{self.y(y):.1f}" r="3" fill="{color}">'
                 f"<title>{escape(name)} {clock(x)}: {fmt(y)}</title></circle>"

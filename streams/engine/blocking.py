@@ -19,8 +19,9 @@ def blocking_rollups(job: str, steps: list[IdealStep]) -> list[Rollup]:
     ideal = tuple(s.ideal_s for s in steps)
     actual = tuple(s.actual_s for s in steps)
     ratio = tuple(s.slowdown for s in steps)
+    each = (tuple(s.step for s in steps), tuple(s.t0 for s in steps))
     return [
-        Rollup(job, entity, "step_ideal_s", *window, ideal, sum(ideal)),
-        Rollup(job, entity, "step_modelled_s", *window, actual, sum(actual)),
-        Rollup(job, entity, "blocking_slowdown", *window, ratio, sum(ratio)),
+        Rollup(job, entity, "step_ideal_s", *window, ideal, sum(ideal), *each),
+        Rollup(job, entity, "step_modelled_s", *window, actual, sum(actual), *each),
+        Rollup(job, entity, "blocking_slowdown", *window, ratio, sum(ratio), *each),
     ]

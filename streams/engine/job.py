@@ -155,7 +155,7 @@ class JobState:
                 self.stale_steps += 1  # a re-run (after a restart) or a re-sent summary
                 continue
             self._last_step = step
-            self.window.add(start, duration, output_units, accelerators)
+            self.window.add(start, duration, output_units, accelerators, step)
             finding = self.step_time.update(StepObs(self.job, step, start, duration))
             if finding is not None:
                 self._findings([finding], out)

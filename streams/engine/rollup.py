@@ -1,5 +1,8 @@
 """Windowed roll-ups of a job's key series: step time and accelerator-seconds per output unit.
 
+A roll-up of per-step values (``step_s``; the blocking family of :mod:`blocking`) also carries them one by
+one, ``points`` ([step, start, value]), so a step-by-step series can be read from the trail.
+
 Every roll-up family of a job (this step window, the waste roll-ups of :mod:`waste`) groups its rows into
 windows by one rule (:class:`Windows`): a window ends after ``size`` rows or ``span_s`` seconds of event time
 from its first row's start, whichever comes first, and the partial window is emitted at the job's end (the
@@ -27,6 +30,8 @@ class Rollup:
     window_end: float
     values: tuple[float, ...]
     total: float
+    steps: tuple[int, ...] = ()  # per value, when each value is one step's: its step and start (``points``)
+    starts: tuple[float, ...] = ()
 
     @property
     def id(self) -> str:
@@ -35,12 +40,16 @@ class Rollup:
 
     def as_dict(self) -> dict[str, Any]:
         v = np.asarray(self.values)
-        return {
+        out = {
             "id": self.id, "job": self.job, "entity": self.entity, "name": self.name,
             "window_start": self.window_start, "window_end": self.window_end, "n": len(v),
             "mean": float(v.mean()), "p50": float(np.percentile(v, 50)), "p99": float(np.percentile(v, 99)),
             "min": float(v.min()), "max": float(v.max()), "total": self.total,
         }  # fmt: skip
+        if self.steps:  # the window's values one by one: [step, start, value] (a per-step series)
+            each = zip(self.steps, self.starts, self.values, strict=True)
+            out["points"] = [[int(n), float(t), float(x)] for n, t, x in each]
+        return out
 
 
 Row = TypeVar("Row")
@@ -80,7 +89,7 @@ class Windows(Generic[Row]):
         return rows
 
 
-StepRow = tuple[float, float, float, float]  # start, duration, output units, accelerators
+StepRow = tuple[float, float, float, float, int]  # start, duration, output units, accelerators, step
 
 
 @dataclass
@@ -115,8 +124,8 @@ class StepWindow:
         """Accelerator-seconds spent on work that had to be redone (a re-run step, a retried attempt)."""
         self._rerun_accel_s += accel_s  # 0 adds nothing: no roll-up row
 
-    def add(self, start: float, duration: float, output_units: float, accelerators: float) -> None:
-        self._closed(self._windows.add(start, (start, duration, output_units, accelerators)))
+    def add(self, start: float, duration: float, output_units: float, accelerators: float, step: int = -1) -> None:
+        self._closed(self._windows.add(start, (start, duration, output_units, accelerators, step)))
 
     def due(self, time: float) -> list[Rollup]:
         """The roll-ups of the closed windows that ended before event time ``time`` (all input up to ``time``
@@ -150,7 +159,8 @@ class StepWindow:
         entity = elements.job(self.job)
         window = (first[0], _end(rows))
         durations = tuple(r[1] for r in rows)
-        out = [Rollup(self.job, entity, "step_s", *window, durations, sum(durations))]
+        each = (tuple(r[4] for r in rows), tuple(r[0] for r in rows))
+        out = [Rollup(self.job, entity, "step_s", *window, durations, sum(durations), *each)]
         outputs = sum(r[2] for r in rows)
         if outputs > 0 and all(r[3] > 0 for r in rows):
             per_output = tuple(r[1] * r[3] / r[2] for r in rows if r[2] > 0)

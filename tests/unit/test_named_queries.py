@@ -78,9 +78,10 @@ def records() -> list[AuditRecord]:
         rollup("step_ideal_s", "job:j", 0.0, 0.8, 8.0),
         rollup("step_modelled_s", "job:j", 0.0, 1.0, 10.0),
         rollup("blocking_slowdown", "job:j", 0.0, 1.3, 13.0),
-        rollup("step_ideal_s", "job:j", 600.0, 1.0, 10.0),
-        rollup("step_modelled_s", "job:j", 600.0, 1.1, 11.0),
-        rollup("blocking_slowdown", "job:j", 600.0, 1.1, 11.0),
+        {**rollup("step_ideal_s", "job:j", 600.0, 1.0, 10.0), "points": [[11, 600.5, 1.0], [12, 601.7, 1.0]]},
+        {**rollup("step_modelled_s", "job:j", 600.0, 1.1, 11.0), "points": [[11, 600.5, 1.1], [12, 601.7, 1.1]]},
+        {**rollup("blocking_slowdown", "job:j", 600.0, 1.1, 11.0), "points": [[11, 600.5, 1.1], [12, 601.7, 1.1]]},
+        {**rollup("step_s", "job:k", 0.0, 2.0, 4.0, job="k"), "points": [[3, 0.0, 1.5], [4, 1.5, 2.5]]},
         rollup("energy_j_per_output", "job:j", 0.0, 4.0, 4.0),
         rollup("energy_j_per_output", "job:j", 600.0, 6.0, 6.0),
     ]
@@ -147,6 +148,12 @@ def test_step_time(db: Path) -> None:
     assert run(db, "step_time", job="j") == [(0.0, 600.0, 10, 1.0, 1.0, 1.0, 1.0, 1.0),
                                              (600.0, 1200.0, 10, 1.2, 1.2, 1.2, 1.2, 1.2)]  # fmt: skip
     assert run(db, "step_time", job="other") == []
+
+
+def test_step_series(db: Path) -> None:
+    assert run(db, "step_series", job="k") == [(3, 0.0, 1.5, None, None, None), (4, 1.5, 2.5, None, None, None)]
+    assert run(db, "step_series", job="j") == [(11, 600.5, None, 1.1, 1.0, 1.1), (12, 601.7, None, 1.1, 1.0, 1.1)]
+    assert run(db, "step_series", job="other") == []  # window roll-ups without points (older records): no rows
 
 
 def test_blocking_slowdown(db: Path) -> None:

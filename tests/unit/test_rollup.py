@@ -121,3 +121,15 @@ def test_waste_rollups_close_in_time_too_and_flush_their_partial_window() -> Non
     assert all(w["window_end"] - w["window_start"] < 2.0 + step_s for w in timed)
     assert all(b["window_start"] >= a["window_start"] + 2.0 for a, b in pairwise(timed))
     assert sum(w["total"] for w in timed) == pytest.approx(whole[0]["total"])
+
+
+def test_the_step_time_roll_up_keeps_every_step_as_a_point_and_other_roll_ups_do_not() -> None:
+    durations = [1.0 + 0.01 * i for i in range(15)]
+    found = rollups([envelope(0, "step", steps(5, durations), 15)])
+    windows = found["step_s"]
+    points = [p for w in windows for p in w["points"]]
+    assert [p[0] for p in points] == list(range(5, 20))
+    assert [p[2] for p in points] == pytest.approx(durations)
+    assert [p[1] for p in points] == pytest.approx([1000.0 + sum(durations[:i]) for i in range(15)])
+    assert all(w["n"] == len(w["points"]) for w in windows)
+    assert all("points" not in r for r in found["accel_s_per_output"])
