@@ -292,8 +292,8 @@ def test_host_time_between_spans_is_the_ranks_own_and_kept_in_the_model(gaps: li
     the rank's own: the model reproduces the step with it."""
     t = 0.0
     rows = []
-    for i, g in enumerate([0.0, *gaps]):  # the step starts with the first span
-        t += g
+    for i, host in enumerate([0.0, *gaps]):  # the step starts with the first span
+        t += host
         rows.append((0, 0, f"op{i}", "compute", t, 0.25, 0, -1, "", False))
         t += 0.25
     if barrier:  # rank 1 is ready first: rank 0's gap before the exchange delays both
