@@ -15,8 +15,14 @@ trace of the sampled steps; the files are renamed ``rank<R>[.<cycle>].pt.trace.j
 
 Scenarios (the slowness is there from step 0): ``healthy``; ``slow_rank`` (one rank, ``--slow-rank``),
 ``slow_stage`` (every replica of stage ``--slow-stage``), ``slow_replica`` (every stage of replica
-``--slow-replica``). A slow rank does the same operations on ``--slow-factor`` times more rows in its matrix
-products (the extra rows are discarded): same ops, same shapes exchanged, longer compute — as a slower device.
+``--slow-replica``). Compute runs on an emulated *device*: each layer's forward and backward (one span each,
+``layer.forward`` and autograd's ``evaluate_function: DeviceLayerBackward``) does its real (small) tensor work,
+then the host idles inside the op's span until the device time of that op has passed (``--device-ms`` forward,
+twice that backward), as a host waits on a GPU kernel; a slow rank's device takes ``--slow-factor`` times
+longer. Idling uses no CPU, so a slow rank takes no CPU from the others and the healthy ranks' ops last as
+long as in the healthy run (on a shared machine with fewer cores than ranks, a CPU-heavy slowdown would slow
+every rank, and the traces would not hold the cause the scenario claims). made.json records the load
+average while the traces were made.
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ import shutil
 import socket
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -52,7 +60,8 @@ class Job:
     warmup: int
     active: int
     repeat: int
-    slow_factor: int
+    slow_factor: float
+    device_ms: float  # forward time of a layer on a healthy device (backward: twice)
     slow_rank: int
     slow_stage: int
     slow_replica: int
@@ -72,8 +81,8 @@ class Job:
     def rank_of(self, stage: int, replica: int) -> int:
         return stage * self.dp + replica
 
-    def factor(self, rank: int) -> int:
-        """How many times more rows this rank multiplies (1 = healthy)."""
+    def factor(self, rank: int) -> float:
+        """How many times slower this rank's device is (1 = healthy)."""
         slow = {
             "healthy": False,
             "slow_rank": rank == self.slow_rank,
@@ -88,19 +97,48 @@ class Job:
         return (self.wait + self.warmup + self.active) * self.repeat + 1
 
 
+def run_on_device(started: float, device_s: float) -> None:
+    """Stay in the op's span until its kernel, started at ``started`` (perf_counter), would have ended."""
+    left = started + device_s - time.perf_counter()
+    if left > 0:
+        time.sleep(left)
+
+
+class DeviceLayer(torch.autograd.Function):
+    """``tanh(x @ w)`` whose forward takes ``device_s`` on the device and whose backward takes twice that."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, device_s: float) -> torch.Tensor:
+        t0 = time.perf_counter()
+        y = torch.tanh(x @ w)
+        ctx.save_for_backward(x, w, y)
+        ctx.device_s = device_s
+        run_on_device(t0, device_s)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        t0 = time.perf_counter()
+        x, w, y = ctx.saved_tensors
+        gz = g * (1 - y * y)
+        gx, gw = gz @ w.t(), x.t() @ gz
+        run_on_device(t0, 2 * ctx.device_s)
+        return gx, gw, None
+
+
 class Stage:
-    """One pipeline stage: ``layers`` linear layers with tanh; ``factor`` > 1 repeats the input rows first."""
+    """One pipeline stage: ``layers`` :class:`DeviceLayer` s on a device ``factor`` times slower (1: healthy)."""
 
     def __init__(self, job: Job, rank: int) -> None:
         gen = torch.Generator().manual_seed(job.seed + job.stage(rank))  # replicas start equal
         self.weights = [(torch.randn(job.hidden, job.hidden, generator=gen) / job.hidden**0.5).requires_grad_()
                         for _ in range(job.layers)]  # fmt: skip
-        self.factor = job.factor(rank)
+        self.device_s = job.device_ms / 1e3 * job.factor(rank)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.shape[0]
         for w in self.weights:
-            x = torch.tanh(x.repeat(self.factor, 1) @ w)[:rows]
+            with torch.profiler.record_function("layer.forward"):
+                x = DeviceLayer.apply(x, w, self.device_s)
         return x
 
 
@@ -248,14 +286,15 @@ def parse_args(argv: list[str]) -> tuple[Job, Path]:
     p.add_argument("--dp", type=int, default=2, help="data-parallel replicas")
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--batch", type=int, default=64, help="rows per microbatch")
-    p.add_argument("--hidden", type=int, default=768)
+    p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=1, help="linear layers per stage")
     p.add_argument("--buckets", type=int, default=2, help="gradient all-reduces per step")
     p.add_argument("--wait", type=int, default=2)
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--active", type=int, default=6)
+    p.add_argument("--active", type=int, default=12)
     p.add_argument("--repeat", type=int, default=1, help="profiler cycles (each writes a file per rank)")
-    p.add_argument("--slow-factor", type=int, default=4, help="rows multiplied by a slow rank, × a healthy one")
+    p.add_argument("--slow-factor", type=float, default=2.0, help="how many times slower a slow rank's device is")
+    p.add_argument("--device-ms", type=float, default=10.0, help="a layer's forward on a healthy device (backward: 2×)")
     p.add_argument("--slow-rank", type=int, default=3)
     p.add_argument("--slow-stage", type=int, default=1)
     p.add_argument("--slow-replica", type=int, default=1)
@@ -263,7 +302,7 @@ def parse_args(argv: list[str]) -> tuple[Job, Path]:
     p.add_argument("--record-shapes", action=argparse.BooleanOptionalAction, default=True)
     a = p.parse_args(argv)
     job = Job(a.scenario, a.pp, a.dp, a.microbatches, a.batch, a.hidden, a.layers, a.buckets, a.wait, a.warmup,
-              a.active, a.repeat, a.slow_factor, a.slow_rank, a.slow_stage, a.slow_replica, a.seed,
+              a.active, a.repeat, a.slow_factor, a.device_ms, a.slow_rank, a.slow_stage, a.slow_replica, a.seed,
               a.record_shapes)  # fmt: skip
     return job, a.out / (a.name or a.scenario)
 
@@ -272,13 +311,17 @@ def main(argv: list[str]) -> None:
     job, dest = parse_args(argv)
     if dest.exists() and any(dest.iterdir()):
         sys.exit(f"make_torch_traces: error: {dest} is not empty: remove it or pass another --name")
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="torch-traces-") as raw:
         mp.spawn(worker, args=(job, free_port(), raw), nprocs=job.world, join=True)
         files = collect(Path(raw), dest, job)
+    load = {"before": round(load_before, 1), "after": round(os.getloadavg()[0], 1)}  # 1-minute averages
     made = {"torch": torch.__version__, "command": " ".join(["bench/make_torch_traces.py", *argv]),
             "world": job.world, "pp": job.pp, "dp": job.dp, "microbatches": job.microbatches,
             "buckets": job.buckets, "rank": "stage * dp + replica",
-            "slow_ranks": [r for r in range(job.world) if job.factor(r) > 1]}  # fmt: skip
+            "slow_ranks": [r for r in range(job.world) if job.factor(r) > 1], "slow_factor": job.slow_factor,
+            "device_ms": job.device_ms,
+            "load_average": load, "cores": os.cpu_count()}  # fmt: skip
     (dest / "made.json").write_text(json.dumps(made, indent=1) + "\n")
     print(f"{len(files)} files, {sum(f.stat().st_size for f in files) / 1024:.0f} KiB in {dest}: {made}")
 

@@ -9,10 +9,12 @@ blocking transfer). Edges:
   member has arrived: each member's previous span → the barrier → each member's span;
 - **blocking transfers** (:mod:`transfers`: declared ``blocking``, or a batched ``sendrecv``) are program
   spans that wait for their peer: the two ends of one transfer meet at a two-member barrier, so a blocking
-  span cannot finish before its peer's end has started, and healing a slow peer shortens the waiter;
-- **asynchronous transfers**: a ``send`` starts after the sender's last span that had ended by then and
-  runs alongside what follows; the paired ``recv`` ends when the send does; the receiver's first compute
-  span of that microbatch starting after the receive waits for it.
+  span cannot finish before its peer's end has started, and healing a slow peer shortens the waiter (a
+  peer's asynchronous send arrives at the barrier when the sender's span before it ended);
+- **asynchronous transfers**: a ``send`` is launched (a virtual node lasting the host time between them)
+  after the sender's last span that had ended by then, and runs alongside what follows; the paired
+  ``recv`` ends when the send does; the receiver's first compute span of that microbatch starting after
+  the receive waits for it.
 
 "At the same time" means within a tolerance derived from the step's own timestamps (:func:`tolerance`):
 their resolution and their jitter, so that float32 step-relative times with µs jitter, as real exporters
@@ -21,7 +23,10 @@ a time threshold.
 
 Each node has an *intrinsic* duration: a span's own duration for compute and asynchronous sends; for a
 barrier member (collective or blocking transfer) the time after the release (the last member's start),
-since its wait is not its own; 0 for barriers, for a paired ``recv`` and for syncs without a group. A
+since its wait is not its own; 0 for barriers, for a paired ``recv`` and for syncs without a group. The
+*host time* between two program spans of a rank (untraced work, the rank's own) is added to the later
+span's intrinsic duration (for a barrier member, whose own time starts at the release: to the earlier
+span's), less any part of it spent waiting for a receive the graph already models. A
 blocking transfer whose peer is not in the step gets the step's *typical transfer time* (the median own
 time of its transfers whose peer is traced: paired blocking spans after their release, and asynchronous
 sends; without any, the shortest unpaired blocking span) and the rest of its span is a wait on an
@@ -151,8 +156,20 @@ class _Draft:
     floor: Floats
     intrinsic: Floats
     node_of: Ints  # per span row: its node
+    launch_of: Ints = field(init=False)  # per asynchronous transfer (p2p position): its launch node, -1 for none
+    gap: Floats = field(init=False)  # per chain position: host time since the rank's previous program span
+    host: Floats = field(init=False)  # per chain position: the host time added to its intrinsic duration
+    pushed: Floats = field(init=False)  # per chain position: of that, the next member's gap (after its end)
+    member: npt.NDArray[np.bool_] = field(init=False)  # per chain position: a barrier member
     src: list[Ints] = field(default_factory=list)
     dst: list[Ints] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.launch_of = np.full(len(self.p2p), -1, np.int64)
+        self.gap = np.zeros(len(self.chain))
+        self.host = np.zeros(len(self.chain))
+        self.pushed = np.zeros(len(self.chain))
+        self.member = np.zeros(len(self.chain), bool)
 
     def edges(self, src: Ints, dst: Ints) -> None:
         self.src.append(np.asarray(src, np.int64))
@@ -205,12 +222,14 @@ def _build(
     mi = np.flatnonzero(member[ci] | blocks[ci])  # chain positions of barrier members
     barrier_of = _barriers(ci, mi, grp, seq, partner, blocks, node_of)
     n_barrier = int(barrier_of.max()) + 1 if len(mi) else 0
-    n = len(ci) + len(pi) + n_barrier
+    async_sends = np.flatnonzero(direction[pi] == TO)  # p2p positions; each has a launch node after the barriers
+    n = len(ci) + len(pi) + n_barrier + len(async_sends)
     tol = tolerance(start, end, rank, ci)
     draft = _Draft(
         start, end, rank, mb, peer, direction, partner, ci, pi, op_class == "compute", tol, np.full(n, -np.inf),
         np.zeros(n), node_of,
     )  # fmt: skip
+    draft.launch_of[async_sends] = np.arange(len(ci) + len(pi) + n_barrier, n)
     draft.intrinsic[: len(ci)] = np.where(sync[ci], 0.0, end[ci] - start[ci])  # a sync without a group only waits
     _program_order(draft, mi, barrier_of, n_barrier, _external_arrivals(draft, mi, blocks))
     _transfers(draft)
@@ -230,7 +249,7 @@ def _build(
     order = np.concatenate([ci, pi])
 
     def per_node(values: npt.NDArray[Any], pad: int = -1) -> Ints:
-        return np.concatenate([np.asarray(values, np.int64)[order], np.full(n_barrier, pad, np.int64)])
+        return np.concatenate([np.asarray(values, np.int64)[order], np.full(n - len(order), pad, np.int64)])
 
     return StepGraph(
         t0=t0,
@@ -306,21 +325,37 @@ def _barriers(
     return dense(first)
 
 
-def _external_arrivals(d: _Draft, mi: Ints, blocks: npt.NDArray[np.bool_]) -> Floats:
-    """Per barrier member: an arrival at its barrier from outside the program spans (-inf: none). A blocking
-    transfer whose peer's end is asynchronous waits for that end's observed start; one whose peer is not
-    traced waits until its end less the step's typical transfer time."""
+def _external_arrivals(d: _Draft, mi: Ints, blocks: npt.NDArray[np.bool_]) -> tuple[Floats, Ints]:
+    """Per barrier member: an arrival at its barrier from outside its program spans (-inf: none), and the
+    node that gates that arrival in the graph (-1: none, the arrival is then a fixed floor). A blocking
+    transfer whose peer's end is asynchronous waits for that send's launch (so healing the sender moves it);
+    one whose peer is not traced waits until its end less the step's typical transfer time."""
     rows = d.chain[mi]
     out = np.full(len(mi), -np.inf)
+    gate = np.full(len(mi), -1, np.int64)
     transfer = blocks[rows]
     other = d.partner[rows]
     async_peer = transfer & (other >= 0)
     async_peer[async_peer] = ~blocks[other[async_peer]]
     out[async_peer] = d.start[other[async_peer]]
+    gate[async_peer] = d.launch_of[d.node_of[other[async_peer]] - len(d.chain)]
     lone = transfer & (other < 0)
     if lone.any():
         out[lone] = d.end[rows[lone]] - typical_transfer(d, blocks)
-    return out
+    return out, gate
+
+
+def _launched_after(d: _Draft, rows: Ints) -> Ints:
+    """Per asynchronous transfer row: the chain position of its rank's last program span that had ended
+    when it started (within the tolerance), or -1."""
+    if not len(d.chain) or not len(rows):
+        return np.full(len(rows), -1, np.int64)
+    span_len = float(d.end.max()) + 1.0  # keeps (rank, time) keys exact
+    rc = d.rank[d.chain]
+    key = rc * span_len + d.end[d.chain]
+    j = np.searchsorted(key, d.rank[rows] * span_len + d.start[rows] + d.tol, side="right") - 1
+    ok = (j >= 0) & (rc[np.maximum(j, 0)] == d.rank[rows])
+    return np.where(ok, j, -1).astype(np.int64)
 
 
 def typical_transfer(d: _Draft, blocks: npt.NDArray[np.bool_]) -> float:
@@ -336,15 +371,18 @@ def typical_transfer(d: _Draft, blocks: npt.NDArray[np.bool_]) -> float:
     return float((d.end[lone] - d.start[lone]).min())
 
 
-def _program_order(d: _Draft, mi: Ints, barrier_of: Ints, n_barrier: int, external: Floats) -> None:
+def _program_order(d: _Draft, mi: Ints, barrier_of: Ints, n_barrier: int, arrivals_from: tuple[Floats, Ints]) -> None:
     """Each rank's program spans one after another; a barrier member waits for its barrier, which waits for
-    every member's previous span (or, for a member with none, its arrival) and its external arrivals."""
+    every member's previous span (or, for a member with none, its arrival) and its external arrivals (after
+    the span gating them, else at their observed time)."""
+    external, gate = arrivals_from
     n_chain = len(d.chain)
     rc = d.rank[d.chain]
     prev = np.arange(-1, n_chain - 1)
     prev[np.r_[True, rc[1:] != rc[:-1]][:n_chain]] = -1
     is_member = np.zeros(n_chain, bool)
     is_member[mi] = True
+    d.member = is_member
     plain = np.flatnonzero(~is_member & (prev >= 0))
     d.edges(prev[plain], plain)
     barrier_node = n_chain + len(d.p2p) + barrier_of
@@ -353,12 +391,28 @@ def _program_order(d: _Draft, mi: Ints, barrier_of: Ints, n_barrier: int, extern
     d.edges(prev[mi][has_prev], barrier_node[has_prev])
     arrivals = d.start[d.chain[mi]]
     np.maximum.at(d.floor, barrier_node[~has_prev], arrivals[~has_prev])
-    np.maximum.at(d.floor, barrier_node, external)
+    gated = gate >= 0
+    d.edges(gate[gated], barrier_node[gated])
+    np.maximum.at(d.floor, barrier_node[~gated], external[~gated])
     release = np.full(n_barrier, -np.inf)
     np.maximum.at(release, barrier_of, np.maximum(arrivals, external))
     d.intrinsic[mi] = np.maximum(0.0, d.end[d.chain[mi]] - release[barrier_of])
     source = (prev < 0) & ~is_member
     d.floor[:n_chain][source] = d.start[d.chain][source]
+    after = np.flatnonzero(prev >= 0)
+    d.gap[after] = np.maximum(0.0, d.start[d.chain[after]] - d.end[d.chain[prev[after]]])
+    _host_time(d, prev, is_member)
+
+
+def _host_time(d: _Draft, prev: Ints, is_member: npt.NDArray[np.bool_]) -> None:
+    """Add each program span's gap (the rank's own host time before it) to an intrinsic duration: its own,
+    or, for a barrier member (whose own time starts at the release), its previous span's."""
+    d.intrinsic[: len(d.chain)] -= d.host
+    d.pushed = np.zeros(len(d.chain))
+    onto = np.flatnonzero(is_member & (prev >= 0))
+    d.pushed[prev[onto]] = d.gap[onto]
+    d.host = np.where(is_member, 0.0, d.gap) + d.pushed
+    d.intrinsic[: len(d.chain)] += d.host
 
 
 def _transfers(d: _Draft) -> None:
@@ -371,10 +425,13 @@ def _transfers(d: _Draft) -> None:
     recv = d.direction[d.p2p] == FROM
     sends = np.flatnonzero(~recv)
     s_rows = d.p2p[sends]
-    j = np.searchsorted(rc * span_len + end[d.chain], rank[s_rows] * span_len + start[s_rows] + d.tol, side="right") - 1
-    ok = (j >= 0) & (rc[np.maximum(j, 0)] == rank[s_rows]) if n_chain else np.zeros(len(sends), bool)
-    d.edges(j[ok], n_chain + sends[ok])
-    d.floor[n_chain + sends[~ok]] = start[s_rows[~ok]]
+    j = _launched_after(d, s_rows)
+    ok = j >= 0
+    launch = d.launch_of[sends]
+    d.edges(j[ok], launch[ok])
+    d.intrinsic[launch[ok]] = np.maximum(0.0, start[s_rows[ok]] - end[d.chain[j[ok]]] - d.pushed[j[ok]])
+    d.floor[launch[~ok]] = start[s_rows[~ok]]
+    d.edges(launch, n_chain + sends)
     d.intrinsic[n_chain + sends] = end[s_rows] - start[s_rows]
     recvs = np.flatnonzero(recv)
     r_rows = d.p2p[recvs]
@@ -395,6 +452,21 @@ def _transfers(d: _Draft) -> None:
     consumer = comp[by_start[np.minimum(q, len(comp) - 1)]]
     same = (q < len(comp)) & (rc[consumer] == rank[r_rows]) & (mb[d.chain[consumer]] == mb[r_rows])
     d.edges(n_chain + recvs[same], consumer[same])
+    _not_host_time(d, consumer[same], end[r_rows[same]])
+
+
+def _not_host_time(d: _Draft, consumers: Ints, ready: Floats) -> None:
+    """A consumer waited for its receive: its gap until the receive ended is a wait the graph already models
+    (the edge from the receive), not host time."""
+    n_chain = len(d.chain)
+    rc = d.rank[d.chain]
+    prev = np.arange(-1, n_chain - 1)
+    prev[np.r_[True, rc[1:] != rc[:-1]][:n_chain]] = -1
+    ok = prev[consumers] >= 0
+    consumers, ready = consumers[ok], ready[ok]
+    own = np.maximum(0.0, d.start[d.chain[consumers]] - np.maximum(d.end[d.chain[prev[consumers]]], ready))
+    np.minimum.at(d.gap, consumers, own)
+    _host_time(d, prev, d.member)
 
 
 def compile_schedule(indptr: Ints, indices: Ints) -> Schedule:

@@ -270,11 +270,20 @@ def _cpu_candidates(events: _Events, annotations: list[dict[str, Any]], layout: 
     """The CPU ops directly under the steps; a c10d op lasts until the end of the wait gloo annotated for it."""
     candidates: list[_Candidate] = []
     waits = c10d.waits(events.c10d, events.gloo, events.runloop)
+    inside_batch = -1.0  # µs: ops on the thread before this, within a batched exchange, are part of it
     for e in _under_steps(events.cpu, annotations):
         args = _args(e)
         kind = c10d.collective(e.get("name"))
+        wait = waits.get(id(e))
+        if kind is not None and wait is not None and wait.batched_with is not None:
+            inside_batch = wait.batched_with["ts"]
+            meta = {**c10d.meta(args, "sendrecv", layout), c10d.BLOCKING: True}
+            candidates.append(({**e, "name": "sendrecv", "dur": wait.end - e["ts"]}, e["ts"], meta, "compute"))
+            continue
+        if e["ts"] <= inside_batch:
+            continue  # the receive of a batched exchange (or what ran between its two halves)
         if kind is not None:
-            end, blocking = waits.get(id(e), (e["ts"] + e["dur"], False))
+            end, blocking = (wait.end, wait.blocking) if wait is not None else (e["ts"] + e["dur"], False)
             meta = {**c10d.meta(args, kind, layout), **args, c10d.BLOCKING: blocking}  # the trace's args win
             candidates.append(({**e, "dur": max(e["dur"], end - e["ts"])}, e["ts"], meta, "compute"))
             continue

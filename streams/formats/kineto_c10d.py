@@ -4,8 +4,11 @@
 place in the job from the process groups' descriptions (``pg_config[].pg_desc``).
 
 - p2p: gloo annotates the wait on the training thread, starting inside the c10d op; the op's span is
-  extended to the annotation's end. A receive waits for its data (``blocking``); a send waits only when it is
-  half of a batched pair (its annotation overlaps a receive's).
+  extended to the annotation's end. A receive waits for its data (``blocking``); a lone send does not. A
+  send whose annotation overlaps a receive's is half of a ``batch_isend_irecv`` pair: with the next c10d
+  receive on its thread from the same peer it is read as *one* batched ``sendrecv`` span, from the send's
+  start to the later of the two waits' ends (both ends of a batched exchange wait for each other; as two
+  blocking spans in sequence their order would differ on the two ranks and make a cycle).
 - collectives: gloo runs them on its ``pt_gloo_runloop`` threads; the k-th c10d collective (in time order)
   is matched to the next gloo collective annotation that started after it, and extended to its end.
 - the peer of a send/recv is ``Concrete Inputs[2]`` (recorded with ``record_shapes``), a rank of the op's
@@ -29,7 +32,7 @@ C10D_OPS = {
     "gather_": "gather", "scatter_": "scatter", "alltoall_": "alltoall", "alltoall_base_": "alltoall",
     "barrier": "barrier", "send": "send", "recv_": "recv", "recv_any_source_": "recv",
 }  # fmt: skip
-P2P_OPS = {"send": "Dst Rank", "recv": "Src Rank"}  # the argument the peer is given as
+P2P_OPS = {"send": "Dst Rank", "recv": "Src Rank", "sendrecv": "Dst Rank"}  # the argument the peer is given as
 PEER_INPUT = 2  # Concrete Inputs: tensors, group, peer, tag
 DP_REDUCING = ("allreduce", "reducescatter")  # what a data-parallel group runs on gradients
 GLOO_PREFIX = "gloo:"
@@ -75,9 +78,18 @@ def _first(groups: list[dict[str, Any]], desc: re.Pattern[str]) -> dict[str, Any
     return next(iter(exact or found), None)
 
 
-def waits(ops: list[dict[str, Any]], gloo: list[dict[str, Any]], runloop: set[Any]) -> dict[int, tuple[float, bool]]:
-    """``id(c10d op)`` -> (end in µs of the wait gloo annotated for it, whether the span blocks on its peer)."""
-    out: dict[int, tuple[float, bool]] = {}
+@dataclass(frozen=True)
+class Wait:
+    """What gloo annotated for one c10d op."""
+
+    end: float  # µs: the end of the wait
+    blocking: bool  # whether the span waits for its peer
+    batched_with: dict[str, Any] | None = None  # a send's receive in one batch_isend_irecv
+
+
+def waits(ops: list[dict[str, Any]], gloo: list[dict[str, Any]], runloop: set[Any]) -> dict[int, Wait]:
+    """``id(c10d op)`` -> the wait gloo annotated for it (a batched send: with its receive)."""
+    out: dict[int, Wait] = {}
     on_thread: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     async_ops: list[dict[str, Any]] = []
     for a in sorted(gloo, key=lambda a: a["ts"]):
@@ -88,20 +100,39 @@ def waits(ops: list[dict[str, Any]], gloo: list[dict[str, Any]], runloop: set[An
             on_thread.setdefault((a.get("pid"), a.get("tid")), []).append(a)
     used: set[int] = set()
     k = 0
-    for e in sorted((e for e in ops if collective(e.get("name")) is not None), key=lambda e: e["ts"]):
+    in_order = sorted((e for e in ops if collective(e.get("name")) is not None), key=lambda e: e["ts"])
+    batched_send: dict[tuple[Any, Any], dict[str, Any]] = {}  # thread -> its send waiting for its receive
+    for e in in_order:
         kind = collective(e["name"])
         if kind in GLOO_P2P:
-            own = on_thread.get((e.get("pid"), e.get("tid")), [])
+            thread = (e.get("pid"), e.get("tid"))
+            own = on_thread.get(thread, [])
             wait = _inside(own, e, GLOO_P2P[kind], used)
-            if wait is not None:
-                out[id(e)] = (wait["ts"] + wait["dur"], kind == "recv" or _pairs_with_a_recv(own, wait))
+            send = batched_send.pop(thread, None)
+            if wait is None:
+                continue
+            out[id(e)] = Wait(wait["ts"] + wait["dur"], kind == "recv" or _pairs_with_a_recv(own, wait))
+            if kind == "send" and out[id(e)].blocking:
+                batched_send[thread] = e
+            elif kind == "recv" and send is not None and peer(send) == peer(e) is not None:
+                out[id(send)] = Wait(max(out[id(send)].end, out[id(e)].end), True, e)
             continue
         while k < len(async_ops) and async_ops[k]["ts"] < e["ts"]:
             k += 1  # an annotation of a collective launched before the trace (or not traced)
         if k < len(async_ops):
-            out[id(e)] = (async_ops[k]["ts"] + async_ops[k]["dur"], False)
+            out[id(e)] = Wait(async_ops[k]["ts"] + async_ops[k]["dur"], False)
             k += 1
     return out
+
+
+def peer(op: dict[str, Any]) -> int | None:
+    """The peer a c10d send/recv names (``Concrete Inputs``, with ``record_shapes``), or None."""
+    args = op.get("args")
+    inputs = args.get("Concrete Inputs") if type(args) is dict else None
+    if isinstance(inputs, list) and len(inputs) > PEER_INPUT:
+        with contextlib.suppress(TypeError, ValueError):
+            return int(inputs[PEER_INPUT])
+    return None
 
 
 def _inside(annotations: list[dict[str, Any]], op: dict[str, Any], name: str, used: set[int]) -> dict[str, Any] | None:
@@ -129,10 +160,10 @@ def _pairs_with_a_recv(annotations: list[dict[str, Any]], send: dict[str, Any]) 
 def meta(args: dict[str, Any], kind: str, layout: Layout) -> dict[str, Any]:
     """The communication arguments of a c10d op, in the names the NCCL path reads."""
     out: dict[str, Any] = {"Collective name": kind}
-    inputs = args.get("Concrete Inputs")
-    if kind in P2P_OPS and isinstance(inputs, list) and len(inputs) > PEER_INPUT:
-        with contextlib.suppress(TypeError, ValueError):
-            out[P2P_OPS[kind]] = int(inputs[PEER_INPUT])
+    if kind in P2P_OPS:
+        given = peer({"args": args})
+        if given is not None:
+            out[P2P_OPS[kind]] = given
     elif kind in DP_REDUCING and layout.dp_group:
         out["Process Group Name"] = layout.dp_group
     return out

@@ -229,8 +229,7 @@ def test_gloo_ops_are_communication_lasting_until_their_wait_ended(tmp_path: Pat
     assert spans == [
         ("recv", "recv", 1, True, 190, "", -1),  # 10 .. 200: until gloo:recv ended
         ("send", "send", 1, False, 10, "", -1),
-        ("send", "send", 1, True, 100, "", -1),  # batched with the recv below: both wait
-        ("recv", "recv", 1, True, 93, "", -1),
+        ("sendrecv", "sendrecv", 1, True, 105, "", -1),  # a batched pair: one span, 400 .. 505 (the later wait)
         ("allreduce", "", -1, False, 300, "pg2", 5_000_000),  # autograd's Sequence number is not its seq
         ("allreduce", "", -1, False, 270, "pg2", 5_000_001),
         ("broadcast", "", -1, False, 5, "", -1),  # not a data-parallel collective: no barrier

@@ -20,7 +20,8 @@ import pytest
 
 from streams.engine import elements
 from streams.formats.kineto import RankTrace, read_trace_files, read_traces
-from streams.pipeline import Output
+from streams.pipeline import Output, Processor
+from streams.sim.evaluate_realistic import Recording
 from streams.testing import run_stream
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "torch_traces"
@@ -73,8 +74,15 @@ def traces(scenario: str) -> list[RankTrace]:
 
 
 @cache
+def engine_run(scenario: str) -> tuple[Output, list[tuple[float, float]]]:
+    """The engine's output, and per analysed step its (modelled, recorded) step time."""
+    engine = Recording()
+    out = run_stream((("telemetry", m) for m in read_trace_files(files(scenario))), Processor(engine))
+    return out, engine.modelled
+
+
 def engine_output(scenario: str) -> Output:
-    return run_stream(("telemetry", m) for m in read_trace_files(files(scenario)))
+    return engine_run(scenario)[0]
 
 
 def dp_groups(scenario: str) -> list[set[int]]:
@@ -142,15 +150,18 @@ def test_sends_and_receives_pair_up_per_step_and_peer(scenario: str) -> None:
     for t in traces(scenario):
         for step, spans in t.spans.items():
             launched = Counter(P2P_OPS[e["name"]] for e in raw_c10d(t.path)[step] if e["name"] in P2P_OPS)
-            p2p = [s for s in spans if s.op in ("send", "recv")]
-            assert Counter(s.op for s in p2p) == launched, (t.rank, step)
+            p2p = [s for s in spans if s.p2p]
+            # a batched sendrecv span is one send and one receive
+            read = Counter(d for s in p2p for d in (("send", "recv") if s.p2p == "sendrecv" else (s.p2p,)))
+            assert read == launched, (t.rank, step)
             for s in p2p:
                 # no microbatch in a trace: transfers pair by order within the step (docs/contract.md)
-                assert s.op_class == "comm" and s.peer >= 0 and s.microbatch == -1
+                assert s.op_class == "comm" and s.op == s.p2p and s.peer >= 0 and s.microbatch == -1
                 assert s.blocking or s.op == "send"  # a receive waits for its data
-                (sent if s.op == "send" else received)[
-                    (step, t.rank, s.peer) if s.op == "send" else (step, s.peer, t.rank)
-                ] += 1
+                if s.op in ("send", "sendrecv"):
+                    sent[(step, t.rank, s.peer)] += 1
+                if s.op in ("recv", "sendrecv"):
+                    received[(step, s.peer, t.rank)] += 1
     assert sent and sent == received
     dp, microbatches = made(scenario)["dp"], made(scenario)["microbatches"]
     # activations forward and gradients back: one transfer per microbatch between neighbouring stages
@@ -165,10 +176,13 @@ def test_communication_spans_last_until_the_transfer_completed(scenario: str) ->
     for t in traces(scenario):
         events = [e for e in raw(t.path)["traceEvents"] if e.get("ph") == "X"]
         main = raw_steps(t.path)[min(t.steps)][2]
-        for op, name, on_main in (("recv", "gloo:recv", True), ("allreduce", "gloo:all_reduce", False)):
+        for ops, name, on_main in (
+            (("recv", "sendrecv"), "gloo:recv", True),
+            (("allreduce",), "gloo:all_reduce", False),
+        ):
             waited = sum(e["dur"] / 1e6 for e in events if e["name"] == name and (e["tid"] == main) == on_main)
-            spans = [s.duration for v in t.spans.values() for s in v if s.op == op]
-            assert spans and sum(spans) >= 0.9 * waited, (t.rank, op, sum(spans), waited)
+            spans = [s.duration for v in t.spans.values() for s in v if s.op in ops]
+            assert spans and sum(spans) >= 0.9 * waited, (t.rank, ops, sum(spans), waited)
 
 
 def test_a_rank_profiled_in_several_cycles_is_read_as_one_rank() -> None:
@@ -191,15 +205,44 @@ def test_stage_and_replica_come_from_the_process_group_descriptions(scenario: st
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_batched_sends_block_and_lone_sends_do_not(scenario: str) -> None:
-    """A send whose ``gloo:send`` overlaps a ``gloo:recv`` is half of a batched pair: it waits for its peer."""
+def test_a_batched_send_and_receive_are_one_blocking_sendrecv_and_lone_sends_do_not_block(scenario: str) -> None:
+    """A send whose ``gloo:send`` overlaps a ``gloo:recv`` is half of a ``batch_isend_irecv`` pair: with its
+    receive it is one ``sendrecv`` span, which waits for its peer; a lone send does not."""
     for t in traces(scenario):
         events = [e for e in raw(t.path)["traceEvents"] if e.get("ph") == "X"]
         sends = sorted((e for e in events if e["name"] == "gloo:send"), key=lambda e: e["ts"])
         recvs = [e for e in events if e["name"] == "gloo:recv"]
         paired = sum(any(r["ts"] < s["ts"] + s["dur"] and s["ts"] < r["ts"] + r["dur"] for r in recvs) for s in sends)
-        spans = [s for v in t.spans.values() for s in v if s.op == "send"]
-        assert len(spans) == len(sends) and sum(s.blocking for s in spans) == paired, t.rank
+        spans = [s for v in t.spans.values() for s in v]
+        batched = [s for s in spans if s.op == "sendrecv"]
+        lone = [s for s in spans if s.op == "send"]
+        assert paired and len(batched) == paired and all(s.blocking and s.p2p == "sendrecv" for s in batched)
+        assert len(lone) == len(sends) - paired and not any(s.blocking for s in lone), t.rank
+
+
+def compute_durations(path: Path) -> dict[str, float]:
+    """A raw trace's median duration (µs) of each layer's forward and backward span."""
+    events = [e for e in raw(path)["traceEvents"] if e.get("ph") == "X"]
+    out = {}
+    for kind, match in (("forward", "layer.forward"), ("backward", "evaluate_function: DeviceLayerBackward")):
+        durations = sorted(e["dur"] for e in events if str(e.get("name", "")).endswith(match))
+        out[kind] = durations[len(durations) // 2]
+    return out
+
+
+@pytest.mark.parametrize("scenario", SLOW)
+def test_the_slow_ranks_are_slower_and_the_others_as_fast_as_in_the_healthy_run(scenario: str) -> None:
+    """The traces hold the cause their scenario claims: the slow ranks' compute takes ``slow_factor`` times
+    as long, and every other rank's takes as long as the same rank's in the healthy run (a slow rank must
+    not slow the others down, e.g. by taking CPU they need). Within 10%: on the loaded machine that made
+    them, waking up from the device wait adds up to a millisecond to a 10 ms op, in any run."""
+    factor = made(scenario)["slow_factor"]
+    for healthy, slow in zip(files("healthy"), files(scenario), strict=True):
+        rank = raw(slow)["distributedInfo"]["rank"]
+        expected = factor if rank in made(scenario)["slow_ranks"] else 1.0
+        base, got = compute_durations(healthy), compute_durations(slow)
+        for kind in base:
+            assert got[kind] / base[kind] == pytest.approx(expected, rel=0.1), (rank, kind, got, base)
 
 
 # ---------------------------------------------------------------- the engine on real traces
@@ -225,6 +268,20 @@ def test_a_healthy_run_names_no_rank_replica_or_stage() -> None:
     assert not blamed, blamed
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "the healthy traces' blocking slowdown is 1.10 (metrics_rollup): gloo exchanges on the loaded machine "
+        "that made them last 2-5 ms after both ends arrived, and the ideal takes each transfer's lower median of "
+        "two replicas, i.e. the faster; structural_slowdown fires with spread:healthy/dp first (a noise floor "
+        "the detector's threshold, helper 'stage''s, does not allow for yet)"
+    ),
+)
+def test_a_healthy_run_has_no_slowdown_finding() -> None:
+    kinds = [r.body["kind"] for r in engine_output("healthy").audit if r.type == "finding"]
+    assert not {"structural_slowdown", "step_time_drift"} & set(kinds), kinds
+
+
 def expected_names(scenario: str) -> list[set[str]]:
     """Ways of naming the slow element: the element itself, or every slow rank."""
     job, info = scenario, made(scenario)
@@ -237,15 +294,31 @@ def expected_names(scenario: str) -> list[set[str]]:
     return [{element}, ranks]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with the reader's comm spans, barriers and coordinates and the structural baseline, the engine still "
-    "names nothing on these 6 traced steps: structural_slowdown wants 8 of 10 slow steps, step-time drift 20, "
-    "and 6 CPU processes sharing 2 cores slow each other, so the blocking slowdown against the ideal from peers "
-    "is 1.07 healthy and 1.06-1.12 slow (driftlog analyze + query metrics_rollup); longer traces made on a "
-    "quieter machine are needed",
-)
-@pytest.mark.parametrize("scenario", SLOW)
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_modelled_step_is_the_recorded_one(scenario: str) -> None:
+    """The step graph rebuilt from the spans reproduces every step (first span's start to last span's end
+    over every rank) within 2%: no wait counted twice, no host time lost between spans."""
+    modelled = engine_run(scenario)[1]
+    assert len(modelled) == len({s for t in traces(scenario) for s in t.steps})
+    assert all(abs(m / o - 1) <= 0.02 for m, o in modelled), modelled
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        pytest.param("slow_rank", marks=pytest.mark.xfail(strict=True, reason=(
+            "structural_slowdown is found (blocking slowdown 1.38) and rank 3 is in its causes (heal only it: "
+            "1.28), but the group cause spread:<job>/dp (1.36) ranks first: with two replicas, healing the "
+            "variation across replicas removes rank 3 and the noise of gloo exchanges on a loaded 2-core "
+            "machine too; naming the element that explains most of a group cause is attribution's (helper "
+            "'stage')"))),
+        pytest.param("slow_stage", marks=pytest.mark.xfail(strict=True, reason=(
+            "every replica of stage 1 is slow: the ideal from peers compares replicas of one stage and never "
+            "stages with each other (a heavier stage is not a straggler), so no peer is faster and the stage "
+            "is not named; a cross-stage baseline is helper 'stage''s design problem"))),
+        "slow_replica",
+    ],
+)  # fmt: skip
 def test_the_engine_names_the_slow_element(scenario: str) -> None:
     got = named(engine_output(scenario))
     assert any(way <= got for way in expected_names(scenario)), (expected_names(scenario), got)
