@@ -13,21 +13,21 @@ over its standard error is a z-score that is standard normal when the coefficien
 is raised when its one-sided p-value is at most ``alpha`` (default 0.001). ``alpha`` is the chance that
 one test of a span without slowing down warns: a stated significance level, not a number tuned on a
 scenario; a run of n points is tested n / ``every`` (2) times, so the chance of a false alarm in it is at
-most ``alpha`` · n / ``every`` (0.0005 per point; measured without the hold below on 240 steady AR(1)
-runs of 300 points: 18 warned, the bound 12%). Testing every 10 points at 0.0025 (half that bound per
-point) warned of more of the AR(1) ramps drawn in ``bench/bench_early_warning.py`` (71 against 63 of
-160) with no more false alarms (14 against 18 of 240), but on the held-out simulator sampled every second
-window 6 of its warnings came just after the transition (1 with every 2): it is not the default.
+most ``alpha`` · n / ``every`` (0.0005 per point; measured without the hold below, ``bench_early_warning.py
+--indicators``: 15 of 200 AR(1) runs of 300 points without slowing down warned, the bound 12%). Testing
+every 10 points at 0.0025 (half that bound per point) warned of more ramps there (69 against 61 of 160)
+with no more false alarms (14 against 15), but on the held-out simulator sampled every second window 6
+of its warnings came just after the transition (2 with every 2): it is not the default.
 Measurement noise and outliers on a persistent series make the z-score wider than standard normal
 (residuals of an AR(1) seen through noise are correlated): there the stated level does not hold (a tenth
-of the points 5 spreads off an AR(1) of coefficient 0.9: 3.5% of tests warn at 0.001, 2.8% without
-winsorising).
+of the points 5 spreads off an AR(1) of coefficient 0.5: about 2% of tests warn at 0.001,
+``tests/unit/test_early_warning.py``; 3.5% at 0.9, 2.8% without winsorising).
 
 The issue's indicators, the variance and the lag-1 autocorrelation with Kendall's tau against time, are
 in the evidence of every warning (``kendall``: tau of the point-wise contributions, with a p-value
 corrected for their autocorrelation); they do not raise warnings. With valid p-values they are weaker
-than the autoregression's trend (at one-sided 0.001 on the same families: 24 and 27 of 160 ramps against
-54, 63 winsorised) and adding them, at the same false-alarm count, warned of no more ramps.
+than the autoregression's trend (at one-sided 0.001 on the same runs: 21 and 39 of 160 ramps against 61)
+and adding them (Bonferroni, one level in all) warned of fewer ramps with more false alarms.
 
 A step in the series also looks like memory while it is in the span, and the change detector needs a few
 points to confirm it: so a warning is held for ``min_side + 2`` points and dropped if a shift is found
@@ -79,21 +79,21 @@ def detrended(x: F) -> F:
     return out
 
 
-def winsorised(r: F) -> F:
+def winsorised(r: F, clip: float = CLIP) -> F:
     """``r`` (around its line) clipped at ``CLIP`` robust standard deviations: an outlier is one point far
     off, not memory. The robust spread is the MAD of ``r`` or of its differences over √2, the larger (slow
     wandering and fast alternation are both kept)."""
     d = np.diff(r)
     spread = max(float(np.median(np.abs(r - np.median(r)))), float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2))
-    limit = CLIP * 1.4826 * spread
+    limit = clip * 1.4826 * spread
     out: F = np.clip(r, -limit, limit) if limit > 0 else r
     return out
 
 
-def slowing_down(x: F) -> tuple[float, float, float]:
+def slowing_down(x: F, clip: float = CLIP) -> tuple[float, float, float]:
     """(z-score of the trend of the lag-1 autoregression coefficient, the coefficient at the start and at
-    the end) of ``x`` around its least-squares line, outliers winsorised."""
-    y = winsorised(detrended(x))
+    the end) of ``x`` around its least-squares line, outliers winsorised at ``clip`` robust SDs."""
+    y = winsorised(detrended(x), clip)
     n = len(y)
     s = np.arange(1, n, dtype=np.float64) / n - 0.5
     lag = y[:-1]
