@@ -1,6 +1,7 @@
 """Early warnings (``streams.engine.detectors.early_warning``): warned before a transition, and false alarms.
 
-    .venv/bin/python bench/bench_early_warning.py [--seeds 1-40] [--steps 300]
+    .venv/bin/python bench/bench_early_warning.py [--seeds 1-40] [--steps 300] [--every 2] [--alpha 0.001]
+    .venv/bin/python bench/bench_early_warning.py --indicators [--seeds 1-40] [--every 2] [--alpha 0.001]
 
 Cases (none of them was used to choose the detector's settings: ``alpha`` is a significance level, the
 span is as long as its bounded state allows):
@@ -14,18 +15,30 @@ span is as long as its bounded state allows):
   to 0.97 over 200 points, then a jump of 8 spreads: the transition), ``ar1-steady`` (coefficient drawn
   from 0.1-0.95, constant), ``ar1-trend`` (the same plus a linear trend of 5 spreads), ``ar1-shift`` (a
   level shift of 6 spreads in the middle, no slowing down), ``seasonal`` (AR(1) plus a sine of period
-  24 and 3 spreads), ``heavy-tails`` (Student-t, 3 degrees of freedom, innovations), each 300 points.
+  24 and 3 spreads), ``heavy-tails`` (Student-t, 3 degrees of freedom, innovations), each 300 points;
+  ``ar1-ramp`` and ``ar1-steady`` also ``sampled/2``, ``noisy`` and ``heavy`` as above (settings of the
+  detector are compared on these families; serving-saturation is held out). ``--every`` and ``--alpha``
+  run the detector with other settings than its defaults.
 
 Prints per case: runs warned before the transition (with a transition), lead time median and range,
-warnings at or after it, and false alarms (warnings in runs without a transition).
+warnings at or after it, and false alarms (warnings in runs without a transition); then the detector's
+µs per update over all cases (wall clock on a shared machine: compare runs made side by side).
+
+``--indicators`` compares the tests themselves, offline (no hold, no change detector), on every span the
+detector would test (every 2 points, 60-150 points): runs of the AR(1) families in which each test
+(or combination) reaches its level at least once, before the transition of ``ar1-ramp`` and its
+``sampled/2``, ``noisy``, ``heavy`` variants, and anywhere in ``ar1-steady``, ``ar1-trend``,
+``heavy-tails``, ``ar1-steady noisy`` and ``ar1-steady heavy``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import pickle
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,14 +46,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from streams.engine.detectors.early_warning import EarlyWarning
+from streams.engine.detectors.early_warning import EarlyWarning, detrended, slowing_down
+from streams.engine.detectors.kendall import autocorrelation_trend, variance_trend
 from streams.sim.scenarios import SCENARIOS
 
 Case = tuple[np.ndarray, int | None]  # the series, the transition's index (None: none)
 
 
-def warned(x: np.ndarray, restarts: int | None = None) -> list[int]:
-    detector = EarlyWarning("service:s", "latency_p99_s")
+def warned(x: np.ndarray, restarts: int | None = None, every: int = 2, alpha: float = 0.001) -> list[int]:
+    detector = EarlyWarning("service:s", "latency_p99_s", every=every, alpha=alpha)
     points = set(np.random.default_rng(restarts).choice(len(x), 5, replace=False).tolist()) if restarts else set()
     out = []
     for i, v in enumerate(x):
@@ -113,16 +127,55 @@ def family(name: str) -> Callable[[int], Case]:
     return make
 
 
+TESTS = ("AR trend", "AR trend, not winsorised", "variance tau", "autocovariance tau")
+COMBINED = ("AR trend or variance tau (Bonferroni)", "AR trend or either tau (Bonferroni)")
+
+
+def smallest_p_values(x: np.ndarray, span: int = 150, min_span: int = 60, every: int = 2) -> np.ndarray:
+    """Per test (``TESTS``, then ``COMBINED``), the smallest p-value over the spans the detector would test."""
+    rows = []
+    for end in range(min_span, len(x) + 1, every):
+        part = x[max(0, end - span) : end]
+        r = detrended(part)
+        z = (slowing_down(part)[0], slowing_down(part, clip=float("inf"))[0])
+        p = [0.5 * math.erfc(v / math.sqrt(2)) for v in z] + [variance_trend(r)[1], autocorrelation_trend(r)[1]]
+        rows.append([*p, 2 * min(p[0], p[2]), 3 * min(p[0], p[2], p[3])])
+    smallest: np.ndarray = np.array(rows).min(axis=0)
+    return smallest
+
+
+def compare_indicators(seeds: list[int], every: int, alpha: float) -> None:
+    ramp, steady = family("ar1-ramp"), family("ar1-steady")
+    signal = [ramp, sampled(ramp), noisy(ramp, 1.0, 1.0), noisy(ramp, 0.1, 5.0)]
+    null = [family(name) for name in ("ar1-steady", "ar1-trend", "heavy-tails")]
+    null += [noisy(steady, 1.0, 1.0), noisy(steady, 0.1, 5.0)]
+    p_signal = np.array([smallest_p_values(x[:at], every=every) for make in signal for x, at in map(make, seeds)])
+    p_null = np.array([smallest_p_values(make(seed)[0], every=every) for make in null for seed in seeds])
+    print(f"{len(p_signal)} ramp runs (before the transition), {len(p_null)} runs without one")
+    print("| test | level | ramps warned | runs without one warned |")
+    print("| --- | --- | --- | --- |")
+    for level in (alpha / 2, alpha, 2 * alpha):
+        for j, name in enumerate(TESTS + COMBINED):
+            warned_ramps, false = int((p_signal[:, j] <= level).sum()), int((p_null[:, j] <= level).sum())
+            print(f"| {name} | {level:g} | {warned_ramps} | {false} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="1-40", help="a range a-b or a comma-separated list")
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--indicators", action="store_true", help="compare the tests offline on the AR(1) families")
+    parser.add_argument("--every", type=int, default=2, help="test every N points (the detector's every)")
+    parser.add_argument("--alpha", type=float, default=0.001, help="its alpha (--indicators: half, double too)")
     args = parser.parse_args()
     if "-" in args.seeds:
         lo, hi = (int(s) for s in args.seeds.split("-"))
         seeds = list(range(lo, hi + 1))
     else:
         seeds = [int(s) for s in args.seeds.split(",")]
+    if args.indicators:
+        compare_indicators(seeds, args.every, args.alpha)
+        return
     cases: dict[str, Callable[[int], Case]] = {}
     for name in ("serving-saturation", "serving-saturation-healthy"):
         base = saturation(name, args.steps)
@@ -132,18 +185,24 @@ def main() -> None:
         cases[f"{name} heavy"] = noisy(base, 0.1, 5.0)
     for name in ("ar1-ramp", "ar1-steady", "ar1-trend", "ar1-shift", "seasonal", "heavy-tails"):
         cases[name] = family(name)
+    for name in ("ar1-ramp", "ar1-steady"):
+        cases[f"{name} sampled/2"] = sampled(family(name))
+        cases[f"{name} noisy"] = noisy(family(name), 1.0, 1.0)
+        cases[f"{name} heavy"] = noisy(family(name), 0.1, 5.0)
     print(f"seeds {seeds[0]}..{seeds[-1]} ({len(seeds)} runs per case)")
     print("| case | warned before the transition | lead time (points) median (range) | at or after it | "
           "false alarms (runs without one) |")  # fmt: skip
     print("| --- | --- | --- | --- | --- |")
-    same = True
+    same, seconds, updates = True, 0.0, 0
     for label, make in cases.items():
         leads, late, false, shifted = [], 0, 0, 0
         for seed in seeds:
             x, at = make(seed)
-            raised = warned(x)
+            started = time.perf_counter()
+            raised = warned(x, every=args.every, alpha=args.alpha)
+            seconds, updates = seconds + time.perf_counter() - started, updates + len(x)
             if label.endswith("as is"):
-                same &= warned(x, restarts=seed) == raised
+                same &= warned(x, restarts=seed, every=args.every, alpha=args.alpha) == raised
             if at is None:
                 false += len(raised)
                 continue
@@ -155,6 +214,7 @@ def main() -> None:
         print(f"| {label} | {warned_cell} | {lead} | {late if shifted else '-'} | "
               f"{false if not shifted else '-'} |", flush=True)  # fmt: skip
     print(f"restarts (pickled at 5 random points) give the same warnings: {same}")
+    print(f"{1e6 * seconds / updates:.1f} µs per update ({updates} updates)")
 
 
 if __name__ == "__main__":
