@@ -271,10 +271,10 @@ def test_a_healthy_run_names_no_rank_replica_or_stage() -> None:
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "the healthy traces' blocking slowdown is 1.10 (metrics_rollup): gloo exchanges on the loaded machine "
+        "the healthy traces' blocking slowdown is 1.11 (metrics_rollup): gloo exchanges on the loaded machine "
         "that made them last 2-5 ms after both ends arrived, and the ideal takes each transfer's lower median of "
         "two replicas, i.e. the faster; structural_slowdown fires with spread:healthy/dp first (a noise floor "
-        "the detector's threshold, helper 'stage''s, does not allow for yet)"
+        "the detector's threshold does not allow for yet)"
     ),
 )
 def test_a_healthy_run_has_no_slowdown_finding() -> None:
@@ -307,15 +307,11 @@ def test_the_modelled_step_is_the_recorded_one(scenario: str) -> None:
     "scenario",
     [
         pytest.param("slow_rank", marks=pytest.mark.xfail(strict=True, reason=(
-            "structural_slowdown is found (blocking slowdown 1.38) and rank 3 is in its causes (heal only it: "
+            "structural_slowdown is found (blocking slowdown 1.40) and rank 3 is in its causes (heal only it: "
             "1.28), but the group cause spread:<job>/dp (1.36) ranks first: with two replicas, healing the "
             "variation across replicas removes rank 3 and the noise of gloo exchanges on a loaded 2-core "
-            "machine too; naming the element that explains most of a group cause is attribution's (helper "
-            "'stage')"))),
-        pytest.param("slow_stage", marks=pytest.mark.xfail(strict=True, reason=(
-            "every replica of stage 1 is slow: the ideal from peers compares replicas of one stage and never "
-            "stages with each other (a heavier stage is not a straggler), so no peer is faster and the stage "
-            "is not named; a cross-stage baseline is helper 'stage''s design problem"))),
+            "machine too; naming the element that explains most of a group cause is attribution's"))),
+        "slow_stage",  # every replica of stage 1: named through the ideal's cross-stage peers
         "slow_replica",
     ],
 )  # fmt: skip
