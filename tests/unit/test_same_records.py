@@ -86,7 +86,7 @@ def restored(items: list[Item], seed: int) -> Output:
 def split(items: list[Item]) -> Records:
     """Two engines, each keeping its half of the jobs (and one the control plane), both reading everything."""
     first = records(run_stream(items, Processor(Engine(shard=(0, 2)))))
-    second = records(run_stream(items, Processor(Engine(shard=(1, 2), owns_control=False))))
+    second = records(run_stream(items, Processor(Engine(shard=(1, 2), owns_control=False), decision_share=(1, 2))))
     assert not first.keys() & second.keys(), "a record emitted by both engines"
     return first | second
 
