@@ -64,6 +64,7 @@ class OpsService(Service):
 
     async def on_start(self) -> None:
         logging.getLogger("faust.app.base").addFilter(_crash_in_one_line)  # (logging is configured by now)
+        logging.getLogger("faust.transport.drivers.aiokafka").addFilter(_crash_in_one_line)
         self.runner, self.port = await ops.start_http(
             self.settings.http_host, self.settings.worker_http_port, self.health
         )
@@ -115,8 +116,10 @@ class OpsService(Service):
 
 def _crash_in_one_line(record: logging.LogRecord) -> bool:
     """Faust logs the reason a worker stops (``app.crash``) with its traceback; the worker has said why in one
-    line already (a fenced producer, a task taken over): keep Faust's line, drop the traceback."""
-    if "Crashed reason=" in str(record.msg):
+    line already (a fenced producer, a task taken over): keep Faust's line, drop the traceback; so for the
+    consumer thread that Faust then fails to stop because its event loop is closed."""
+    message = str(record.msg)
+    if "Crashed reason=" in message or ("Error while stopping child" in message and "loop is closed" in message):
         record.exc_info, record.exc_text = None, None
     return True
 
