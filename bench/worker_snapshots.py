@@ -49,7 +49,8 @@ def one_run(cfg: Settings, w: Workload, tree: Path | None, logs: Path) -> dict[s
     tag = f"{'base' if tree else 'this'}-{time.monotonic_ns()}"
     run = cfg.model_copy(update={**{n: f"{getattr(cfg, n)}-{tag}" for n in NAMES},
                                  "db_path": logs / f"audit-{tag}.duckdb"})  # fmt: skip
-    env = {**to_env(run), **({"PYTHONPATH": str(tree)} if tree else {})}
+    # (PYTHONSAFEPATH: ``python -m`` must not put the working directory, this tree, before the other one)
+    env = {**to_env(run), **({"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"} if tree else {})}
     sink = Child(["sink"], env, logs / f"sink-{tag}.log")
     worker = Child(["worker"], env, logs / f"worker-{tag}.log")
     try:

@@ -177,17 +177,18 @@ class Processor:
         that task admitted (buffered as they are; only those older than the watermark are refused, ``late``),
         or a mark of how far that task's input has come."""
         out = Output()
-        out.reject(raw, source, self._shared(raw, source, out))
+        out.reject(raw, source, self._shared(raw, source))
         self._release(out, caught_up)
         return out
 
-    def _shared(self, raw: bytes, source: SourcePosition, out: Output) -> list[Reject]:
+    def _shared(self, raw: bytes, source: SourcePosition) -> list[Reject]:
+        """Buffer a shared message's samples or take note of its mark; the samples refused as late."""
         mark, rejects = Mark.decode(raw), list[Reject]()
         if mark is not None:
             self.timeline.heard(channel(source), mark.time)
             self.marks[channel(source)] = mark.caught_up
-        else:
-            self._buffer(decode_telemetry(raw).batches, source, out, rejects)
+        else:  # (counted as samples by the task that read them first)
+            self._buffer(decode_telemetry(raw).batches, source, Output(), rejects)
         return rejects
 
     def otlp(self, raw: bytes, source: SourcePosition, encoding: str = "auto", caught_up: Iterable[str] = ()) -> Output:
@@ -261,7 +262,7 @@ class Processor:
                 self.timeline.add_decision(at[0], found, source.offset)
             return
         if kind == "shared":
-            self._shared(raw, source, Output())
+            self._shared(raw, source)
             return
         if kind == "metrics":
             from streams.formats.otlp import envelopes

@@ -154,7 +154,7 @@ class WorkerState:
         telemetry = sorted(p for t, p in everything if inputs.get(t) == "telemetry")
         self.processor.decision_share = (self.partition % max(1, len(telemetry)), max(1, len(telemetry)))
         self.processor.engine.owns_control = self.partition == min(telemetry, default=self.partition)
-        self.processor.forwards = "shared" in inputs.values()
+        self.processor.forwards = "shared" in inputs.values() and len(telemetry) > 1  # (alone: nobody to tell)
         for t, p in channels:
             self.channels.append(channel_of(t, p))
             self.offsets.setdefault((t, p), 0)
