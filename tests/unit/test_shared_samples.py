@@ -2,7 +2,8 @@
 the worker's tasks, driven here without a broker in a random interleaving, each reading its own telemetry
 partition, every decision and the others' forwarded job-less samples and marks, write together the records
 of one processor reading everything — whichever partition a job-less sample was produced to, however the
-tasks' progress and commits interleave, and whether or not they batch per rank."""
+tasks' progress and commits interleave, whether or not they batch per rank, and when tasks are killed and
+restored from their snapshots (which leave the event-time buffer out: it is re-read)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 
 from audit.records import SourcePosition
 from streams.contract.envelope import decode_telemetry
+from streams.durable import _HEADER, Snapshot
 from streams.pipeline import Output, Processor
 from streams.shared import Mark, jobless
 from streams.testing import run_stream
@@ -40,7 +42,7 @@ CASES = {"control-storm": control_storm, "several-jobs": several_jobs}
 
 def partition_of(raw: bytes, tasks: int, n: int) -> int:
     """A job's messages go to the partition of its key; those of no job to any (here: by position)."""
-    jobs = {j for b in decode_telemetry(raw).batches for j in b.columns.get("job", []).tolist() if j}
+    jobs = {j for b in decode_telemetry(raw).batches if "job" in b.columns for j in b.columns["job"].tolist() if j}
     return zlib.crc32(min(jobs).encode()) % tasks if jobs else n % tasks
 
 
@@ -54,35 +56,55 @@ class Broker:
         return len(self.logs.setdefault((topic, partition), []))
 
 
-def task(partition: int, tasks: int, broker: Broker) -> WorkerState:
+def everything(tasks: int) -> list[tuple[str, int]]:
+    return [(t, p) for t in ("telemetry", "shared") for p in range(tasks)] + [("decisions", 0)]
+
+
+def task(partition: int, tasks: int, broker: Broker, snapshot: list[bytes] | None = None) -> WorkerState:
+    """A task as :meth:`WorkerState.start` makes it: from its last committed snapshot (if any), the buffer
+    re-read from the broker."""
     state = WorkerState(partition, Processor(), None, broker.end, idle_flush_s=0.0)  # type: ignore[arg-type]
-    everything = [(t, p) for t in ("telemetry", "shared") for p in range(tasks)] + [("decisions", 0)]
-    state.configure(INPUTS, everything)
+    if snapshot:
+        restored = Snapshot.decode(1, {i: part[_HEADER.size :] for i, part in enumerate(snapshot)})
+        state.processor, state.offsets = restored.processor, dict(restored.offsets)
+        for (topic, p), (first, end) in sorted(restored.ranges().items()):
+            for offset in range(first, end):
+                state.processor.rebuffer(broker.logs[(topic, p)][offset], SourcePosition(topic, p, offset),
+                                         INPUTS[topic])  # fmt: skip
+    state.configure(INPUTS, everything(tasks))
     return state
 
 
-def commit(state: WorkerState, broker: Broker, pending: list[Output]) -> None:
-    """What a transaction writes to the shared topic: the forwarded samples, then the mark."""
+def commit(state: WorkerState, broker: Broker, pending: list[Output], audit: list[Any]) -> list[bytes]:
+    """A transaction: the records (to ``audit``, what the sink sees), the forwarded samples and the mark (to
+    the shared topic); returns the snapshot it carries."""
     log = broker.logs.setdefault(("shared", state.partition), [])
     for out in pending:
+        audit.extend(out.audit)
         log.extend(out.forward)
     pending.clear()
     mark = state.mark()
     if mark != state.marked:
         log.append(mark.encode())
         state.marked = mark
+    return Snapshot(1, state.processor, dict(state.offsets)).encode()
 
 
-def run_tasks(items: list[Item], tasks: int, seed: int) -> list[Any]:
+def run_tasks(items: list[Item], tasks: int, seed: int, kills: int = 0) -> list[Any]:
     """The live worker's protocol: ``tasks`` tasks, messages read in a random interleaving, commits at
-    random moments; at the end each task flushes once all its input is caught up (as the idle flush does)."""
+    random moments, ``kills`` times a task killed (what it did since its last commit lost) and restarted
+    from its snapshot; at the end each task flushes once all its input is caught up (the idle flush).
+    Returns the committed records."""
     rng = random.Random(seed)
     broker = Broker()
     for n, (kind, raw) in enumerate(items):
         broker.logs.setdefault((kind, 0 if kind == "decisions" else partition_of(raw, tasks, n)), []).append(raw)
     states = [task(p, tasks, broker) for p in range(tasks)]
+    snapshots: list[list[bytes] | None] = [None] * tasks
     pending: list[list[Output]] = [[] for _ in states]
     audit: list[Any] = []
+    total = sum(map(len, broker.logs.values()))
+    kill_at = set(rng.sample(range(total), kills))
 
     def step(i: int) -> bool:
         state = states[i]
@@ -91,17 +113,21 @@ def run_tasks(items: list[Item], tasks: int, seed: int) -> list[Any]:
             return False
         topic, p = rng.choice(sorted(ready))
         offset = state.offsets[(topic, p)]
-        out = state.handle(state.kinds[topic], broker.logs[(topic, p)][offset], SourcePosition(topic, p, offset))
-        audit.extend(out.audit)
-        pending[i].append(out)
+        pending[i].append(state.handle(state.kinds[topic], broker.logs[(topic, p)][offset],
+                                       SourcePosition(topic, p, offset)))  # fmt: skip
         return True
 
+    steps = 0
     while any(state.offsets[tp] < broker.end(*tp) for state in states for tp in state.offsets) or any(pending):
         i = rng.randrange(tasks)
+        if steps in kill_at:
+            pending[i].clear()
+            states[i] = task(i, tasks, broker, snapshots[i])
+        steps += 1
         if not step(i) or rng.random() < 0.1:
-            commit(states[i], broker, pending[i])
+            snapshots[i] = commit(states[i], broker, pending[i], audit)
     for i, state in enumerate(states):
-        commit(state, broker, pending[i])
+        commit(state, broker, pending[i], audit)
     for state in states:  # every task caught up, its shared channels too: the idle flush
         caught_up = state.caught_up()
         assert set(caught_up) == set(state.channels), "a task still waits for input"
@@ -125,6 +151,9 @@ def test_tasks_write_the_records_of_one_processor(case: str, tasks: int, seed: i
     assert once(audit) == once(whole.audit), "a record written by no task, or by two"
     batched = run_tasks(per_rank(items), tasks, seed + 10)
     assert records(Output(audit=batched)) == records(whole), "per-rank batching"
+    killed = run_tasks(items, tasks, seed + 20, kills=6)
+    assert records(Output(audit=killed)) == records(whole), "tasks killed and restored from their snapshots"
+    assert once(killed) == once(whole.audit), "a record lost or written twice across the kills"
 
 
 def test_the_feedback_loop_needs_the_shared_power_samples() -> None:
