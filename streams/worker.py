@@ -118,7 +118,7 @@ def _crash_in_one_line(record: logging.LogRecord) -> bool:
     """Faust logs the reason a worker stops (``app.crash``) with its traceback; the worker has said why in one
     line already (a fenced producer, a task taken over): keep Faust's line, drop the traceback; so for the
     consumer thread that Faust then fails to stop because its event loop is closed."""
-    message = str(record.msg)
+    message = record.getMessage()
     if "Crashed reason=" in message or ("Error while stopping child" in message and "loop is closed" in message):
         record.exc_info, record.exc_text = None, None
     return True
