@@ -160,7 +160,7 @@ def ceiling(cfg: Settings, w: Workload, figures: Figures) -> None:
 def live(cfg: Settings, w: Workload, figures: Figures, workers: int, logs: Path) -> None:
     """A fresh namespace per run (its own groups, so each run reads the topics from the start)."""
     tag = f"{workers}w-{time.monotonic_ns()}"
-    names = ("worker_group", "sink_group", "audit_topic", "state_topic", "checkpoint_topic")
+    names = ("worker_group", "sink_group", "audit_topic", "state_topic", "checkpoint_topic", "shared_topic")
     update: dict[str, Any] = {n: f"{getattr(cfg, n)}-{tag}" for n in names}
     run = cfg.model_copy(update={**update, "db_path": logs / f"audit-{tag}.duckdb"})
     asyncio.run(ensure_topics(run.kafka_bootstrap_servers, run.all_topics, run.topic_partitions))
@@ -219,7 +219,7 @@ def latency(cfg: Settings, w: Workload, rate: float, figures: Figures, logs: Pat
 
     tag = f"lat{rate:.0f}-{time.monotonic_ns()}"
     names = ("telemetry_topic", "decisions_topic", "worker_group", "sink_group", "audit_topic", "state_topic",
-             "checkpoint_topic", "dead_letter_topic")  # fmt: skip
+             "checkpoint_topic", "dead_letter_topic", "shared_topic")  # fmt: skip
     update: dict[str, Any] = {n: f"{getattr(cfg, n)}-{tag}" for n in names}
     run = cfg.model_copy(update={**update, "db_path": logs / f"audit-{tag}.duckdb"})
     asyncio.run(ensure_topics(run.kafka_bootstrap_servers, run.all_topics, run.topic_partitions))

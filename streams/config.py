@@ -124,6 +124,11 @@ class Settings(BaseSettings):
         "driftlog.worker-state",
         description="Compacted topic of the worker's state snapshots (written in the transactions of its output).",
     )
+    shared_topic: str = Field(
+        "driftlog.shared",
+        description="Topic through which the worker's tasks share telemetry samples that name no job (fabric "
+        "topology, power and service metrics): each task forwards those it reads, every task reads all.",
+    )
     state_interval_s: float = Field(
         2.0, gt=0, le=3600, description="Seconds between worker transactions (audit records + state snapshot)."
     )
@@ -223,7 +228,8 @@ class Settings(BaseSettings):
     @property
     def all_topics(self) -> tuple[str, ...]:
         return (
-            self.telemetry_topic, self.decisions_topic, self.audit_topic, self.dead_letter_topic, self.checkpoint_topic
+            self.telemetry_topic, self.decisions_topic, self.audit_topic, self.dead_letter_topic, self.checkpoint_topic,
+            self.shared_topic,
         )  # fmt: skip
 
 

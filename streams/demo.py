@@ -40,6 +40,7 @@ def namespaced(settings: Settings, prefix: str, db_path: Path) -> Settings:
             "dead_letter_topic": f"{prefix}.dead-letter",
             "checkpoint_topic": f"{prefix}.checkpoints",
             "state_topic": f"{prefix}.worker-state",
+            "shared_topic": f"{prefix}.shared",
             "idle_flush_s": 2.0,
             "worker_group": f"{prefix}-worker",
             "sink_group": f"{prefix}-sink",

@@ -1,8 +1,11 @@
 """Durable worker state with an exactly-once effect: Kafka's consume-transform-produce, done by hand.
 
-The worker's whole processing state (engine, admission, timeline) is snapshotted together with the input
-offsets it covers (Flink's aligned checkpoint), and written in the **same Kafka transaction** as the audit
-records and dead letters produced since the previous snapshot (Kafka Streams' changelog + transactions).
+The worker's processing state (engine, admission, the timeline's channel times and frontier) is snapshotted
+together with the input offsets it covers (Flink's aligned checkpoint), and written in the **same Kafka
+transaction** as the audit records, dead letters and forwarded job-less samples (:mod:`streams.shared`)
+produced since the previous snapshot (Kafka Streams' changelog + transactions). The event-time buffer is
+left out (it is most of the state mid-run): the snapshot names, per input channel, the offset from which
+the messages still buffered are re-read on restore (:meth:`Snapshot.ranges`, :func:`reread`).
 The sink reads ``read_committed``, so it sees the records of a transaction exactly when the state that
 produced them is durable. After a crash, the new worker fences the old one (same ``transactional_id``: its
 open transaction is aborted), loads the newest committed snapshot and skips input below the snapshot's
@@ -24,7 +27,8 @@ import logging
 import pickle
 import struct
 import zlib
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -33,14 +37,14 @@ from aiokafka.errors import KafkaConnectionError
 
 from streams.errors import DriftlogError
 from streams.health import bounded
-from streams.pipeline import DeadLetter, Output, Processor
+from streams.pipeline import DeadLetter, Output, Processor, parse_channel
 
 log = logging.getLogger("driftlog.durable")
 
 PART_BYTES = 900_000
 # The shape of the pickled state. Bump it whenever a change to the engine, the timeline or the admission
 # state would make an older snapshot restore into objects the new code cannot use (missing or retyped fields).
-STATE_VERSION = 2  # 1: snapshots before the version was recorded (a 2-tuple)
+STATE_VERSION = 3  # 1: before the version was recorded (a 2-tuple); 2: the whole processor, its buffer included
 _HEADER = struct.Struct(">QII")  # sequence, part, parts
 Offsets = dict[tuple[str, int], int]  # (topic, partition) -> next offset to process
 
@@ -51,12 +55,19 @@ class StateVersionError(DriftlogError):
 
 @dataclass
 class Snapshot:
+    """A task's state as committed: the processor without its event-time buffer (:meth:`Processor.snapshot`),
+    per input channel the offset from which to re-read what was buffered (``pending``), and the offsets the
+    state covers. Restoring is :meth:`decode`, then :func:`reread` of the pending ranges into
+    :meth:`Processor.rebuffer`."""
+
     seq: int
     processor: Processor
     offsets: Offsets
+    pending: dict[str, int] = field(default_factory=dict)  # channel -> first offset to re-read
 
     def encode(self) -> list[bytes]:
-        state = (STATE_VERSION, self.processor, self.offsets)
+        light = self.processor.snapshot()
+        state = (STATE_VERSION, light.state, light.pending, self.offsets)
         body = zlib.compress(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), 1)
         chunks = [body[i : i + PART_BYTES] for i in range(0, len(body), PART_BYTES)] or [b""]
         return [_HEADER.pack(self.seq, i, len(chunks)) + c for i, c in enumerate(chunks)]
@@ -64,17 +75,53 @@ class Snapshot:
     @staticmethod
     def decode(seq: int, parts: dict[int, bytes]) -> Snapshot:
         state = pickle.loads(zlib.decompress(b"".join(parts[i] for i in sorted(parts))))
-        version = state[0] if isinstance(state, tuple) and len(state) == 3 else 1
+        version = state[0] if isinstance(state, tuple) and len(state) >= 3 else 1
         if version != STATE_VERSION:
             raise StateVersionError(
                 f"the state topic holds a worker snapshot of state version {version}, this driftlog reads version "
                 f"{STATE_VERSION}: let the old worker finish its input, or start this one with a new "
                 'DRIFTLOG_WORKER_GROUP (README, "Upgrading a running worker")'
             )
-        _, processor, offsets = state
-        if not isinstance(processor, Processor):
-            raise TypeError("the state topic holds something that is not a driftlog worker snapshot")
-        return Snapshot(seq, processor, offsets)
+        _, light, pending, offsets = state
+        return Snapshot(seq, Processor.resume(light), offsets, pending)
+
+    def ranges(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """Per topic partition, the offsets [first, end) to re-read into the restored processor's buffer."""
+        out = {}
+        for name, first in self.pending.items():
+            tp = parse_channel(name)
+            if first < self.offsets.get(tp, 0):
+                out[tp] = (first, self.offsets[tp])
+        return out
+
+
+async def reread(
+    bootstrap: str, ranges: dict[tuple[str, int], tuple[int, int]]
+) -> AsyncIterator[tuple[str, int, int, bytes]]:
+    """The committed messages of each (topic, partition) in its [first, end) range: (topic, partition,
+    offset, value), each partition in offset order."""
+    if not ranges:
+        return
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False, max_partition_fetch_bytes=4 * PART_BYTES)  # fmt: skip
+    await consumer.start()
+    try:
+        tps = {TopicPartition(*tp): span for tp, span in ranges.items()}
+        consumer.assign(list(tps))
+        for tp, (first, _) in tps.items():
+            consumer.seek(tp, first)
+        waiting = set(tps)
+        while waiting:
+            batch = await consumer.getmany(*waiting, timeout_ms=1000)
+            for tp in list(waiting):
+                end = tps[tp][1]
+                for m in batch.get(tp, []):
+                    if m.offset < end:
+                        yield tp.topic, tp.partition, m.offset, m.value or b""
+                if await consumer.position(tp) >= end:
+                    waiting.discard(tp)
+    finally:
+        await consumer.stop()
 
 
 async def ensure_state_topic(bootstrap: str, topic: str) -> None:
@@ -164,6 +211,8 @@ class Transactions:
     dead_letter_topic: str
     producer: AIOKafkaProducer | None = None
     state_offset: int = 0  # where the newest committed snapshot of this group starts in the state topic
+    shared_topic: str = ""  # where forwarded job-less samples and marks go (streams.shared)
+    partition: int = 0  # the task's, and its partition of the shared topic
 
     async def start(self) -> None:
         """A producer with the task's transactional id, its producer id initialised: an earlier instance is
@@ -200,9 +249,10 @@ class Transactions:
             newest_committed(self.bootstrap, self.state_topic, self.group, self.state_offset), timeout_s
         )
 
-    async def commit(self, parts: list[bytes], outputs: list[Output]) -> None:
-        """The outputs and the encoded snapshot (:meth:`Snapshot.encode`) that covers them, atomically. On
-        failure nothing is aborted here (the broker may be away): :meth:`restart` does that."""
+    async def commit(self, parts: list[bytes], outputs: list[Output], mark: bytes | None = None) -> None:
+        """The outputs, then ``mark`` (:class:`streams.shared.Mark`), and the encoded snapshot
+        (:meth:`Snapshot.encode`) that covers them, atomically. On failure nothing is aborted here (the broker
+        may be away): :meth:`restart` does that."""
         producer = self.producer
         if producer is None:
             raise KafkaConnectionError("the transactional producer is not started (the broker was away)")
@@ -212,6 +262,10 @@ class Transactions:
                 await producer.send(self.audit_topic, record.encode(), key=record.key.encode())
             for dl in out.dead_letters:
                 await _send_dead_letter(producer, self.dead_letter_topic, dl)
+            for samples in out.forward:
+                await producer.send(self.shared_topic, samples, partition=self.partition)
+        if mark is not None and self.shared_topic:
+            await producer.send(self.shared_topic, mark, partition=self.partition)
         first = None
         for i, part in enumerate(parts):
             sent = await producer.send(self.state_topic, part, key=f"{self.group}/{i}".encode(), partition=0)

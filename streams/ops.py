@@ -56,6 +56,19 @@ SINK_COMMIT_SECONDS = Histogram(
     registry=SINK_METRICS,
 )
 
+SNAPSHOT_BYTES = Histogram(
+    "driftlog_worker_snapshot_bytes",
+    "Size of one worker task's state snapshot as written (compressed)",
+    buckets=(1e3, 1e4, 1e5, 3e5, 1e6, 3e6, 1e7, 3e7, 1e8),
+    registry=WORKER_METRICS,
+)
+SNAPSHOT_SECONDS = Histogram(
+    "driftlog_worker_snapshot_seconds",
+    "Time to encode one worker task's state snapshot (the worker's event loop waits meanwhile)",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+    registry=WORKER_METRICS,
+)
+
 HealthFn = Callable[[], tuple[bool, dict[str, Any]]]
 
 

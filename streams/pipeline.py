@@ -18,10 +18,11 @@ from audit.records import AuditRecord, SourcePosition
 from streams.config import Settings
 from streams.contract.admission import Admission
 from streams.contract.decision import decode_decision
-from streams.contract.envelope import Reject, decode_telemetry
+from streams.contract.envelope import Reject, SampleBatch, decode_telemetry
 from streams.engine import elements
 from streams.engine.engine import Engine, EngineConfig, EngineOutput, unpickled
 from streams.engine.timeline import Chunk, Origin, Timeline
+from streams.shared import Mark, forwarded, jobless
 
 MAX_LISTED = 1000  # sample positions listed per dead-letter reason (the count is always exact)
 MAX_REFUSED = 4096  # admission verdicts kept before those of released messages are forgotten
@@ -80,6 +81,7 @@ class Output:
     audit: list[AuditRecord] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     samples_by_kind: Counter[str] = field(default_factory=Counter)
+    forward: list[bytes] = field(default_factory=list)  # job-less samples for the other tasks (streams.shared)
 
     def reject(self, raw: bytes, source: SourcePosition, rejects: list[Reject]) -> None:
         if rejects:
@@ -91,6 +93,7 @@ class Output:
         self.audit.extend(other.audit)
         self.dead_letters.extend(other.dead_letters)
         self.samples_by_kind.update(other.samples_by_kind)
+        self.forward.extend(other.forward)
 
 
 @dataclass
@@ -106,6 +109,8 @@ class Processor:
     admission: Admission = field(default_factory=Admission)
     epoch_s: float = 1.0
     decision_share: tuple[int, int] = (0, 1)  # (index, count): the decision partitions whose records it writes
+    forwards: bool = False  # a live worker's task: job-less samples it admits also go to Output.forward
+    marks: dict[str, bool] = field(default_factory=dict)  # shared channel -> its newest mark said caught up
     timeline: Timeline = field(init=False)
     # (channel, offset) -> what admission refused of a message that may still be buffered: the message's
     # sample indices, or None for the whole message (a duplicate); re-reading it after a restore keeps that
@@ -146,15 +151,45 @@ class Processor:
                 refused_at.extend(batch.index[refused].tolist())
             if refused_at:
                 self._refuse(source, tuple(refused_at))
-            behind = self.timeline.add_samples(channel(source), kept, source.offset)
-            for batch, late in zip(kept, behind, strict=True):
-                if late.any():
-                    detail = f"{batch.kind} sample older than the watermark (already analysed)"
-                    rejects.extend(Reject("late", detail, int(i)) for i in batch.index[late])
-                out.samples_by_kind[batch.kind] += int((~late).sum())
+            admitted = self._buffer(kept, source, out, rejects)
+            if self.forwards and (shared := jobless(admitted)):
+                out.forward.append(forwarded(shared, source))
         out.reject(raw, source, sorted(rejects, key=lambda r: r.index or 0))
         self._release(out, caught_up)
         return out
+
+    def _buffer(self, batches: list[SampleBatch], source: SourcePosition, out: Output,
+                rejects: list[Reject]) -> list[SampleBatch]:  # fmt: skip
+        """Into the timeline; samples older than the watermark are added to ``rejects``. Returns what was kept."""
+        behind = self.timeline.add_samples(channel(source), batches, source.offset)
+        kept = []
+        for batch, late in zip(batches, behind, strict=True):
+            if late.any():
+                detail = f"{batch.kind} sample older than the watermark (already analysed)"
+                rejects.extend(Reject("late", detail, int(i)) for i in batch.index[late])
+            on_time = batch.select(~late) if late.any() else batch
+            out.samples_by_kind[batch.kind] += len(on_time)
+            kept.append(on_time)
+        return kept
+
+    def shared(self, raw: bytes, source: SourcePosition, caught_up: Iterable[str] = ()) -> Output:
+        """A message of the shared topic (:mod:`streams.shared`), forwarded by another task: job-less samples
+        that task admitted (buffered as they are; only those older than the watermark are refused, ``late``),
+        or a mark of how far that task's input has come."""
+        out = Output()
+        out.reject(raw, source, self._shared(raw, source))
+        self._release(out, caught_up)
+        return out
+
+    def _shared(self, raw: bytes, source: SourcePosition) -> list[Reject]:
+        """Buffer a shared message's samples or take note of its mark; the samples refused as late."""
+        mark, rejects = Mark.decode(raw), list[Reject]()
+        if mark is not None:
+            self.timeline.heard(channel(source), mark.time)
+            self.marks[channel(source)] = mark.caught_up
+        else:  # (counted as samples by the task that read them first)
+            self._buffer(decode_telemetry(raw).batches, source, Output(), rejects)
+        return rejects
 
     def otlp(self, raw: bytes, source: SourcePosition, encoding: str = "auto", caught_up: Iterable[str] = ()) -> Output:
         """An OpenTelemetry Collector's metrics message (otlp_json or otlp_proto): its data points as
@@ -212,22 +247,33 @@ class Processor:
         """A processor from :meth:`snapshot`'s state, its buffer empty until the pending range is re-read."""
         return unpickled(state, Processor, "a processor snapshot")
 
-    def rebuffer(self, raw: bytes, source: SourcePosition, decision: bool = False) -> None:
-        """A message re-read after :meth:`resume` (``decision``: from a decisions channel): what of it is not
-        yet released goes back into the buffer, with the admission verdicts it had then. Emits nothing: its
-        records and dead letters were written the first time."""
+    def rebuffer(self, raw: bytes, source: SourcePosition, kind: str = "telemetry", encoding: str = "auto") -> None:
+        """A message re-read after :meth:`resume` (``kind``: of its topic, as the worker names them — telemetry,
+        decisions, metrics or shared): what of it is not yet released goes back into the buffer, with the
+        admission verdicts it had then. Emits nothing: its records, dead letters and forwarded samples were
+        written the first time."""
         at = (channel(source), source.offset)
         verdict = self.refused.get(at, ())
         if verdict is None:
             return
-        if decision:
+        if kind == "decisions":
             found, _ = decode_decision(raw)
             if found is not None:
                 self.timeline.add_decision(at[0], found, source.offset)
             return
-        batches = decode_telemetry(raw).batches
-        kept = [b.select(~np.isin(b.index, verdict)) for b in batches] if verdict else batches
-        self.timeline.add_samples(at[0], kept, source.offset)
+        if kind == "shared":
+            self._shared(raw, source)
+            return
+        if kind == "metrics":
+            from streams.formats.otlp import envelopes
+
+            messages = envelopes(raw, encoding, source=f"otlp:{channel(source)}")  # type: ignore[arg-type]
+        else:
+            messages = [raw]
+        for message in messages:
+            batches = decode_telemetry(message).batches
+            kept = [b.select(~np.isin(b.index, verdict)) for b in batches] if verdict else batches
+            self.timeline.add_samples(at[0], kept, source.offset)
 
     def _refuse(self, source: SourcePosition, verdict: tuple[int, ...] | None) -> None:
         self.refused[(channel(source), source.offset)] = verdict
@@ -239,10 +285,11 @@ class Processor:
         return {at: v for at, v in self.refused.items() if at[1] >= pending.get(at[0], at[1] + 1)}
 
     def records_decisions_of(self, source: SourcePosition) -> bool:
-        """Whether this processor writes the records of decisions read from ``source``: it must own the
-        control plane, and ``source.partition`` must fall in its ``decision_share`` (index, count)."""
+        """Whether this processor writes the records of decisions read from ``source``: ``source.partition``
+        must fall in its ``decision_share`` (index, count). (Every processor reads every decision; a share
+        decides which one writes each decision's record, apart from who owns the control plane.)"""
         index, count = self.decision_share
-        return self.engine.owns_control and source.partition % count == index
+        return source.partition % count == index
 
     def advance(self, caught_up: Iterable[str]) -> Output:
         """Release what the watermark allows now that ``caught_up`` channels have nothing more to read."""

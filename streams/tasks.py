@@ -30,8 +30,10 @@ class Tasks:
     def new(self, partition: int) -> WorkerState:
         s = self.settings
         transactions = Transactions(s.kafka_bootstrap_servers, f"{s.worker_group}/p{partition}", s.state_topic,
-                                    s.audit_topic, s.dead_letter_topic)  # fmt: skip
-        return WorkerState(partition, build_processor(s), transactions, self.highwater, s.idle_flush_s)
+                                    s.audit_topic, s.dead_letter_topic, shared_topic=s.shared_topic,
+                                    partition=partition)  # fmt: skip
+        return WorkerState(partition, build_processor(s), transactions, self.highwater, s.idle_flush_s,
+                           s.metrics_encoding)  # fmt: skip
 
     async def revoked(self, partitions: Iterable[int]) -> None:
         """Commit what the revoked tasks hold (the next owner loads it); they stop when the new assignment
@@ -50,10 +52,12 @@ class Tasks:
             await task.stop()
             log.info("task moved away", extra={"partition": p})
         s = self.settings
-        topics = [s.telemetry_topic, *([s.metrics_topic] if s.metrics_topic else [])]
+        inputs = {s.telemetry_topic: "telemetry", s.decisions_topic: "decisions", s.shared_topic: "shared"}
+        if s.metrics_topic:
+            inputs[s.metrics_topic] = "metrics"
         for p in sorted(wanted - set(self.tasks)):
             task = self.tasks[p] = self.new(p)
-            await task.start(s.kafka_bootstrap_servers, s.state_topic, topics, s.decisions_topic)
+            await task.start(s.kafka_bootstrap_servers, s.state_topic, inputs)
             log.info("task ready", extra={"partition": p, "snapshot": task.seq})
         self.changed.set()
 

@@ -71,3 +71,49 @@ def per_rank(items: Iterable[Item]) -> list[Item]:
         if rows_wise:
             out.append((kind, orjson.dumps({**doc, "source": f"{doc['source']}#rows", "columns": []})))
     return out
+
+
+def without_job(items: Iterable[Item]) -> list[Item]:
+    """Telemetry as an exporter that knows no job sends part of it: every ``power_w`` sample and every
+    topology relation between elements of no job (device → node, node → switch) moved, with ``job`` empty,
+    into a message of its own (source ``infra:<source>``) right after the message it came from."""
+    from streams.contract.envelope import decode_telemetry
+    from streams.shared import envelope
+
+    out: list[Item] = []
+    for kind, raw in items:
+        if kind != "telemetry":
+            out.append((kind, raw))
+            continue
+        decoded = decode_telemetry(raw)
+        own, infra = [], []
+        for batch in decoded.batches:
+            moved = _infrastructure(batch.kind, batch.columns)
+            if moved.any():
+                rest = batch.select(~moved)
+                shared = batch.select(moved)
+                shared.columns["job"] = np.full(len(shared), "", dtype=object)
+                infra.append(shared)
+                own.extend([rest] if len(rest) else [])
+            else:
+                own.append(batch)
+        if not infra:
+            out.append((kind, raw))
+            continue
+        seq = decoded.seq or 0
+        out.extend([(kind, envelope(own, decoded.source, seq))] if own else [])
+        out.append((kind, envelope(infra, f"infra:{decoded.source}", seq)))
+    return out
+
+
+def _infrastructure(kind: str, columns: dict[str, Any]) -> Any:
+    """Which rows of a batch an infrastructure exporter would send (no job named)."""
+    jobs = columns.get("job")
+    if jobs is None:
+        return np.zeros(0, bool)
+    if kind == "metric":
+        return np.asarray(columns["name"] == "power_w", bool)
+    if kind == "topology":
+        named = [f":{j}/" in s or f":{j}/" in d for j, s, d in zip(jobs, columns["src"], columns["dst"], strict=True)]
+        return ~np.asarray(named, bool)
+    return np.zeros(len(jobs), bool)

@@ -3,8 +3,9 @@
 
 Delivery: an exactly-once *effect* into the audit and dead-letter topics (:mod:`durable`). The agent consumes
 with manual acknowledgement; every ``DRIFTLOG_STATE_INTERVAL_S`` (or ``COMMIT_EVERY_MESSAGES`` messages) each
-task writes, in one Kafka transaction of its own producer, the records produced since its last one together
-with a snapshot of its state and the input offsets it covers; only then are the input messages acknowledged,
+task writes, in one Kafka transaction of its own producer, the records produced since its last one (and the
+samples of no job it forwards to the other tasks, :mod:`streams.shared`) together with a snapshot of its
+state and the input offsets it covers; only then are the input messages acknowledged,
 so Faust's committed offsets trail the snapshots. A task is committed when Kafka revokes its partition and
 loaded (fencing the previous owner) where it is assigned next, after a SIGKILL too: the sink
 (``read_committed``) sees every record once, whatever the number of workers. Nothing in the agent may raise
@@ -63,6 +64,7 @@ class OpsService(Service):
 
     async def on_start(self) -> None:
         logging.getLogger("faust.app.base").addFilter(_crash_in_one_line)  # (logging is configured by now)
+        logging.getLogger("faust.transport.drivers.aiokafka").addFilter(_crash_in_one_line)
         self.runner, self.port = await ops.start_http(
             self.settings.http_host, self.settings.worker_http_port, self.health
         )
@@ -87,6 +89,7 @@ class OpsService(Service):
         self.status.details = {
             "assigned": assigned, "rebalancing": app.rebalancing, "state_loaded": ready,
             "snapshots": {t.partition: t.seq for t in tasks},
+            "waiting_for": {t.partition: sorted(set(t.channels) - set(t.caught_up())) for t in tasks},
             "input_ended": ready and all(t.flushed and not t.dirty for t in tasks),
         }  # fmt: skip
         return self.status.verdict()
@@ -113,8 +116,10 @@ class OpsService(Service):
 
 def _crash_in_one_line(record: logging.LogRecord) -> bool:
     """Faust logs the reason a worker stops (``app.crash``) with its traceback; the worker has said why in one
-    line already (a fenced producer, a task taken over): keep Faust's line, drop the traceback."""
-    if "Crashed reason=" in str(record.msg):
+    line already (a fenced producer, a task taken over): keep Faust's line, drop the traceback; so for the
+    consumer thread that Faust then fails to stop because its event loop is closed."""
+    message = record.getMessage()
+    if "Crashed reason=" in message or ("Error while stopping child" in message and "loop is closed" in message):
         record.exc_info, record.exc_text = None, None
     return True
 

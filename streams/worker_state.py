@@ -3,7 +3,11 @@ and its processor: the offsets its state covers, the outputs and acknowledgement
 transaction, and when to commit one (:mod:`durable`). A task's input is its telemetry partition (and the
 metrics partition of the same number) plus **every** partition of the decisions topic, which the task reads
 itself from the offsets its snapshot covers: so each job sees every decision whichever worker holds it, and
-a task's records do not depend on how many workers share the partitions.
+a task's records do not depend on how many workers share the partitions. Samples of no job reach every task
+the same way: through the other tasks' partitions of the shared topic (:mod:`streams.shared`), which a
+task counts caught up only when their newest mark says so.
+- A restored snapshot holds no event-time buffer: the messages it names (from the first one still
+  buffered per channel up to the offsets it covers) are re-read into the processor before the task starts.
 
 - Input below the restored snapshot's offsets was already processed: it is acknowledged and skipped.
 - A channel (topic partition) whose next offset has reached its high watermark is *caught up*: it does not
@@ -38,17 +42,21 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import ProducerFenced
 
 from audit.records import SourcePosition
+from streams import ops
 from streams.contract.envelope import Reject
-from streams.durable import Offsets, Snapshot, Transactions, digest, ensure_state_topic, load_snapshot
+from streams.durable import Offsets, Snapshot, Transactions, digest, ensure_state_topic, load_snapshot, reread
+from streams.errors import ConfigError
 from streams.health import bounded
 from streams.kafka.admin import partitions
 from streams.pipeline import Output, Processor, channel_of
+from streams.shared import Mark
 
 Highwater = Callable[[str, int], int | None]
 SNAPSHOT_SHARE = 0.2  # at most this share of the time goes to encoding snapshots
 TRANSACTION_TIMEOUT_S = 30.0  # a commit that takes longer failed (the broker is away)
 RECOVER_TIMEOUT_S = 10.0  # for each step of getting a new producer after a failed commit
 READER_BACKOFF_S = (0.5, 10.0)  # the decision reader's wait after a failure: first, at most
+READ_IN_FULL = ("decisions", "shared")  # kinds of input every task reads all partitions of (by its own reader)
 log = logging.getLogger("driftlog.worker")
 
 
@@ -80,6 +88,7 @@ class WorkerState:
     transactions: Transactions
     highwater: Highwater
     idle_flush_s: float
+    encoding: str = "auto"  # of the metrics topic
     seq: int = 0
     offsets: Offsets = field(default_factory=dict)
     outputs: list[Output] = field(default_factory=list)
@@ -95,38 +104,75 @@ class WorkerState:
     error: str = ""  # why the last commit or recovery failed
     reader_error: str = ""  # why the decision reader last failed (cleared when it reads again)
 
+    kinds: dict[str, str] = field(default_factory=dict)  # input topic -> telemetry|metrics|decisions|shared
+    marked: Mark | None = None  # the mark the last committed transaction carried
     channels: list[str] = field(default_factory=list)
     decisions: AIOKafkaConsumer | None = None
     reader: asyncio.Task[None] | None = None
+    # where the reader's consumer stands (past the commit markers of a transactional topic, which no message
+    # shows: the shared topic's end is reached only there)
+    read_to: Offsets = field(default_factory=dict)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def start(self, bootstrap: str, state_topic: str, topics: list[str], decisions_topic: str) -> None:
+    async def start(self, bootstrap: str, state_topic: str, inputs: dict[str, str]) -> None:
         """Fence an earlier owner of the task (its open transaction is aborted), restore the task's newest
-        committed snapshot, declare its input channels (partition ``partition`` of ``topics``, every
-        partition of ``decisions_topic``) and start reading the decisions."""
+        committed snapshot (its buffer re-read, :meth:`_rebuffer`), declare its input channels and start
+        reading those read in full. ``inputs``: topic -> kind; the task reads partition ``partition`` of the
+        ``telemetry`` and ``metrics`` topics, every partition of ``decisions`` and every other one of
+        ``shared`` (its own carries what it forwards)."""
         await ensure_state_topic(bootstrap, state_topic)
         await self.transactions.start()
         snapshot = await load_snapshot(bootstrap, state_topic, self.transactions.group)
+        self.kinds = dict(inputs)
         if snapshot is not None:
             self.processor, self.offsets, self.seq = snapshot.processor, dict(snapshot.offsets), snapshot.seq
             self.committed_offsets = dict(snapshot.offsets)
-        everything = await partitions(bootstrap, [*topics, decisions_topic])
-        inputs = [tp for tp in everything if tp.topic == decisions_topic or tp.partition == self.partition]
-        telemetry_partitions = max(1, len({tp.partition for tp in everything if tp.topic == topics[0]}))
-        self.processor.decision_share = (self.partition % telemetry_partitions, telemetry_partitions)
-        for tp in inputs:
-            self.channels.append(channel_of(tp.topic, tp.partition))
-            self.offsets.setdefault((tp.topic, tp.partition), 0)
-        self.processor.declare(SourcePosition(tp.topic, tp.partition, 0) for tp in inputs)
+            await self._rebuffer(bootstrap, snapshot)
+        everything = [(tp.topic, tp.partition) for tp in await partitions(bootstrap, list(inputs))]
+        mine = [TopicPartition(t, p) for t, p in self.configure(inputs, everything)]
         self.decisions = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                           isolation_level="read_committed")  # fmt: skip
         await self.decisions.start()
-        mine = [tp for tp in inputs if tp.topic == decisions_topic]
         self.decisions.assign(mine)
         for tp in mine:
             self.decisions.seek(tp, self.offsets[(tp.topic, tp.partition)])
         self.reader = asyncio.ensure_future(self._read_decisions())
         self.ready.set()
+
+    def configure(self, inputs: dict[str, str], everything: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """The task's input channels among ``everything`` (the partitions of the ``inputs`` topics), declared
+        to its processor; which part of the output is its to write (decision records by ``decision_share``,
+        the control plane's findings by the task of the lowest telemetry partition). Returns the channels
+        its own reader reads (decisions and shared)."""
+        self.kinds = dict(inputs)
+        shared = [t for t, p in everything if inputs.get(t) == "shared" and p == self.partition]
+        if "shared" in inputs.values() and not shared:
+            topic = next(t for t, k in inputs.items() if k == "shared")
+            raise ConfigError(f"the shared topic {topic} has no partition {self.partition} (the telemetry topic has "
+                              "more partitions): give it as many partitions as the telemetry topic")  # fmt: skip
+        channels = [(t, p) for t, p in everything if self._reads(t, p)]
+        telemetry = sorted(p for t, p in everything if inputs.get(t) == "telemetry")
+        self.processor.decision_share = (self.partition % max(1, len(telemetry)), max(1, len(telemetry)))
+        self.processor.engine.owns_control = self.partition == min(telemetry, default=self.partition)
+        self.processor.forwards = "shared" in inputs.values() and len(telemetry) > 1  # (alone: nobody to tell)
+        for t, p in channels:
+            self.channels.append(channel_of(t, p))
+            self.offsets.setdefault((t, p), 0)
+        self.processor.declare(SourcePosition(t, p, 0) for t, p in channels)
+        return [(t, p) for t, p in channels if self.kinds[t] in READ_IN_FULL]
+
+    def _reads(self, topic: str, partition: int) -> bool:
+        kind = self.kinds.get(topic)
+        if kind == "decisions":
+            return True
+        if kind == "shared":
+            return partition != self.partition
+        return partition == self.partition
+
+    async def _rebuffer(self, bootstrap: str, snapshot: Snapshot) -> None:
+        """Re-read what the restored processor still had buffered (the snapshot leaves the buffer out)."""
+        async for topic, partition, offset, value in reread(bootstrap, snapshot.ranges()):
+            self.processor.rebuffer(value, SourcePosition(topic, partition, offset), self.kinds[topic], self.encoding)
 
     async def stop(self) -> None:
         if self.reader is not None:
@@ -155,13 +201,18 @@ class WorkerState:
                 continue
             self.reader_error, pause = "", READER_BACKOFF_S[0]
             for tp, messages in batch.items():
+                kind = self.kinds[tp.topic]
                 for m in messages:
                     if not self.covered(tp.topic, tp.partition, m.offset):
-                        self.process("decisions", m.value or b"", SourcePosition(tp.topic, tp.partition, m.offset))
+                        self.process(kind, m.value or b"", SourcePosition(tp.topic, tp.partition, m.offset))
+            with contextlib.suppress(Exception):  # (the next read tries again)
+                for tp in self.decisions.assignment():
+                    self.read_to[(tp.topic, tp.partition)] = await self.decisions.position(tp)
 
     def _seek_decisions(self) -> None:
         if self.decisions is None:
             return
+        self.read_to.clear()
         with contextlib.suppress(Exception):  # (a consumer that cannot even seek fails again on the next read)
             for tp in self.decisions.assignment():
                 self.decisions.seek(tp, self.offsets.get((tp.topic, tp.partition), 0))
@@ -195,12 +246,29 @@ class WorkerState:
         return offset < self.committed_offsets.get((topic, partition), 0)
 
     def caught_up(self) -> list[str]:
+        """The input channels read to their end; a shared one only once its newest mark says that the task
+        forwarding to it is caught up too (:mod:`streams.shared`)."""
         out = []
-        for (topic, partition), next_offset in self.offsets.items():
+        for (topic, partition), processed in self.offsets.items():
+            next_offset = max(processed, self.read_to.get((topic, partition), 0))
             high = self._highwater(topic, partition)
+            name = channel_of(topic, partition)
+            if self.kinds.get(topic) == "shared" and not self.processor.marks.get(name, False):
+                continue
             if high is not None and next_offset >= high:
-                out.append(channel_of(topic, partition))
+                out.append(name)
         return out
+
+    def mark(self) -> Mark:
+        """How far the task's own input (its telemetry and metrics partitions) has come, for the other tasks:
+        the oldest newest event time of those not caught up (all caught up: the newest)."""
+        caught_up = set(self.caught_up())
+        own = [channel_of(t, p) for t, p in self.offsets if self.kinds.get(t) in ("telemetry", "metrics")]
+        behind = [c for c in own if c not in caught_up]
+        times = [self.processor.timeline.newest(c) for c in behind or own]
+        if not times:
+            return Mark(float("-inf"), True)
+        return Mark(min(times) if behind else max(times), not behind)
 
     def handle(
         self, kind: str, value: bytes, position: SourcePosition, encoding: str = "auto", now: float | None = None
@@ -214,6 +282,8 @@ class WorkerState:
             out = self.processor.otlp(value, position, encoding, caught_up)
         elif kind == "telemetry":
             out = self.processor.telemetry(value, position, caught_up, now)
+        elif kind == "shared":
+            out = self.processor.shared(value, position, caught_up)
         else:
             out = self.processor.decision(value, position, caught_up)
         self._keep(out)
@@ -248,12 +318,16 @@ class WorkerState:
             out = self.processor.advance(caught_up)
         else:
             out, self.flushed = self.processor.flush(last), True
-        self._keep(out)
+        self._keep(out, moved=False)
         return out
 
-    def _keep(self, out: Output) -> None:
-        self.dirty = True
-        if out.audit or out.dead_letters:
+    def _keep(self, out: Output, moved: bool = True) -> None:
+        """Keep ``out`` for the next transaction; ``moved``: the input offsets advanced (a snapshot is due
+        even without output). An idle task's ticks that emit nothing leave it clean: no snapshot every
+        interval (what they changed is rebuilt from the last snapshot's input alone)."""
+        produced = bool(out.audit or out.dead_letters or out.forward)
+        self.dirty = self.dirty or moved or produced
+        if produced:
             self.outputs.append(out)
 
     def _last_position(self) -> SourcePosition:
@@ -270,16 +344,21 @@ class WorkerState:
         async with self.lock:
             if self.unresolved is not None and not await self._resolve():
                 raise TransactionFailed(self.error)
-            if not self.dirty or (not force and time.monotonic() - self.committed_at < self.encode_s / SNAPSHOT_SHARE):
+            mark = self.mark()
+            too_soon = not force and time.monotonic() - self.committed_at < self.encode_s / SNAPSHOT_SHARE
+            if (not self.dirty and mark == self.marked) or too_soon:
                 return 0
             self.seq += 1
             snapshot = Snapshot(self.seq, self.processor, dict(self.offsets))
             started = time.monotonic()
             parts = snapshot.encode()  # before any await: nothing may change the state while it is copied
             self.encode_s, self.committed_at = time.monotonic() - started, time.monotonic()
+            ops.SNAPSHOT_SECONDS.observe(self.encode_s)
+            ops.SNAPSHOT_BYTES.observe(sum(map(len, parts)))
             outputs, acks, self.outputs, self.acks, self.dirty = self.outputs, self.acks, [], [], False
             try:
-                await asyncio.wait_for(self.transactions.commit(parts, outputs), TRANSACTION_TIMEOUT_S)
+                marking = mark.encode() if mark != self.marked else None  # (a mark only when it changed)
+                await asyncio.wait_for(self.transactions.commit(parts, outputs, marking), TRANSACTION_TIMEOUT_S)
             except ProducerFenced:
                 raise
             except Exception as exc:
@@ -287,6 +366,7 @@ class WorkerState:
                 self.unresolved = _Unresolved(self.seq, digest(parts), snapshot.offsets, outputs, acks,
                                               time.monotonic())  # fmt: skip
                 raise TransactionFailed(self.error) from exc
+            self.marked = mark
             await self._committed(snapshot.offsets, acks)
             return sum(len(o.audit) for o in outputs)
 

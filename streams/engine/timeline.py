@@ -69,6 +69,14 @@ class Timeline:
         for c in channels:
             self._newest.setdefault(c, -math.inf)
 
+    def heard(self, channel: str, time: float) -> None:
+        """``channel`` has come to ``time`` without samples to show for it (a mark, :mod:`streams.shared`)."""
+        self._newest[channel] = max(self._newest.get(channel, -math.inf), time)
+
+    def newest(self, channel: str) -> float:
+        """The newest event time ``channel`` has delivered (-inf: none yet)."""
+        return self._newest.get(channel, -math.inf)
+
     def pending(self) -> dict[str, int]:
         """Per channel, the offset of the first message with samples or decisions still buffered: re-reading
         each channel from there rebuilds the buffer (:meth:`without_buffer`)."""

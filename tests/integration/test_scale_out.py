@@ -18,9 +18,9 @@ from streams.kafka.admin import ensure_topics
 from streams.sim.scenarios import SCENARIOS
 from streams.supervise import Child, free_port
 from streams.testing import run_stream, stored_records
-from streams.variants import message_time
+from streams.variants import message_time, without_job
 from tests.integration.helpers import http_json
-from tests.unit.test_same_records import records
+from tests.unit.test_same_records import Records, records
 
 pytestmark = pytest.mark.integration
 
@@ -54,17 +54,19 @@ def wait_for_split(topic: str, ports: list[int], timeout: float = 90.0) -> list[
         time.sleep(0.5)
 
 
-def test_two_workers_write_the_records_of_one(fresh_settings: Settings, tmp_path: Path) -> None:
-    cfg = fresh_settings.model_copy(update={"topic_partitions": 4})
+def keyed_by_time(messages: list[tuple[str, str, bytes]]) -> list[tuple[str, str, bytes]]:
+    """Messages of jobs that run at the same time: interleaved in event time (ties in input order)."""
+    timed = sorted(((message_time((k, v)), n, k, key, v) for n, (k, key, v) in enumerate(messages)),
+                   key=lambda m: m[:2])  # fmt: skip
+    return [(k, key, v) for _, _, k, key, v in timed]
+
+
+def two_workers(cfg: Settings, tmp_path: Path, keyed: list[tuple[str, str, bytes]]) -> Records:
+    """``keyed`` produced to a 4-partition telemetry topic, run by two workers (the second joining while the
+    first works): the records the sink stored, after checking that each is stored once."""
     asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions))
     topics = {"telemetry": cfg.telemetry_topic, "decisions": cfg.decisions_topic}
-    scenarios = [SCENARIOS[name](seed, ranks, steps) for seed, (name, ranks, steps) in enumerate(JOBS, 1)]
-    # the jobs run at the same time: their messages interleaved in event time, each keyed by its job
-    keyed = sorted(((message_time((k, v)), n, k, key, v) for n, (k, key, v) in
-                    enumerate(m for s in scenarios for m in s.run())), key=lambda m: m[:2])  # fmt: skip
-    asyncio.run(produce_keyed(cfg.kafka_bootstrap_servers, topics, [(k, key, v) for _, _, k, key, v in keyed]))
-    expected = records(run_stream([(k, v) for _, _, k, _, v in keyed]))
-
+    asyncio.run(produce_keyed(cfg.kafka_bootstrap_servers, topics, keyed))
     env = to_env(cfg)
     sink = Child(["sink"], env, tmp_path / "sink.log")
     first = Child(["worker"], env, tmp_path / "worker1.log")
@@ -87,8 +89,34 @@ def test_two_workers_write_the_records_of_one(fresh_settings: Settings, tmp_path
         codes = [c.stop() for c, _ in workers] + [sink.stop()]
     assert codes == [0, 0, 0], [c.tail() for c, _ in workers]
     assert sorted(p for share in shares for p in share) == [0, 1, 2, 3] and all(shares), shares
-    stored = stored_records(cfg.db_path)
-    assert stored.keys() == expected.keys()
-    assert stored == expected
     (total, distinct), = run_query(cfg.db_path, "SELECT count(*), count(DISTINCT record_id) FROM audit_log").rows
     assert total == distinct, "a record was written twice"
+    return stored_records(cfg.db_path)
+
+
+def test_two_workers_write_the_records_of_one(fresh_settings: Settings, tmp_path: Path) -> None:
+    cfg = fresh_settings.model_copy(update={"topic_partitions": 4})
+    scenarios = [SCENARIOS[name](seed, ranks, steps) for seed, (name, ranks, steps) in enumerate(JOBS, 1)]
+    keyed = keyed_by_time([m for s in scenarios for m in s.run()])
+    expected = records(run_stream([(k, v) for k, _, v in keyed]))
+    stored = two_workers(cfg, tmp_path, keyed)
+    assert stored.keys() == expected.keys()
+    assert stored == expected
+
+
+def test_samples_of_no_job_reach_every_worker(fresh_settings: Settings, tmp_path: Path) -> None:
+    """Power and fabric topology sent by exporters that know no job, produced to every partition: the jobs
+    and the control plane see them wherever they run (the energy feedback loop needs the power samples)."""
+    cfg = fresh_settings.model_copy(update={"topic_partitions": 4})
+    messages = []
+    for name, seed, ranks, steps in (("control-storm", 1, 32, 80), ("training-fabric", 2, 16, 80),
+                                     ("inference-sla", 3, 16, 80)):  # fmt: skip
+        for kind, key, value in SCENARIOS[name](seed, ranks, steps).run():
+            messages.extend((kind, key, v) for _, v in without_job([(kind, value)]))
+    keyed = [(k, f"infra-{n}" if b'"source":"infra:' in v else key, v) for n, (k, key, v) in
+             enumerate(keyed_by_time(messages))]  # fmt: skip
+    expected = records(run_stream([(k, v) for k, _, v in keyed]))
+    assert any(kind == "finding" and b'"energy_feedback_loop"' in body for (kind, _), body in expected.items())
+    stored = two_workers(cfg, tmp_path, keyed)
+    assert stored.keys() == expected.keys()
+    assert stored == expected

@@ -8,6 +8,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,46 @@ def test_sigkilled_worker_writes_the_records_of_an_uninterrupted_run(fresh_setti
         assert stored_records(db) == expected
         heads.append(run_query(db, "SELECT heads, records FROM runs").rows)
     assert heads[0] == heads[1] and heads[0][0][1] == len(expected)
+
+
+def test_a_snapshot_of_another_state_version_stops_the_worker_in_one_line(
+    fresh_settings: Settings, tmp_path: Path
+) -> None:
+    """The snapshot a task loads when Kafka assigns its partition (Faust's rebalance path) was written by a
+    driftlog of another state version: the worker refuses it in one line and exits, instead of restoring it."""
+    import pickle
+    import zlib
+
+    from aiokafka import AIOKafkaProducer
+
+    from streams.config import to_env
+    from streams.durable import _HEADER, STATE_VERSION, ensure_state_topic
+    from streams.pipeline import build_processor
+
+    cfg = fresh_settings
+    asyncio.run(ensure_topics(cfg.kafka_bootstrap_servers, cfg.all_topics, cfg.topic_partitions))
+
+    async def plant() -> None:  # what a worker of state version 2 committed for partition 0's task
+        await ensure_state_topic(cfg.kafka_bootstrap_servers, cfg.state_topic)
+        body = zlib.compress(pickle.dumps((STATE_VERSION - 1, build_processor(cfg), {})))
+        producer = AIOKafkaProducer(bootstrap_servers=cfg.kafka_bootstrap_servers, acks="all")
+        await producer.start()
+        try:
+            key = f"{cfg.worker_group}/p0/0".encode()
+            await producer.send_and_wait(cfg.state_topic, _HEADER.pack(1, 0, 1) + body, key=key, partition=0)
+        finally:
+            await producer.stop()
+
+    asyncio.run(plant())
+    worker = Child(["worker"], to_env(cfg), tmp_path / "worker.log")
+    try:
+        deadline = time.monotonic() + 90
+        while worker.proc.poll() is None:
+            assert time.monotonic() < deadline, worker.tail()
+            time.sleep(0.5)
+    finally:
+        code = worker.stop()
+    log = (tmp_path / "worker.log").read_text()
+    assert code != 0
+    assert f"state version {STATE_VERSION - 1}, this driftlog reads version {STATE_VERSION}" in log
+    assert "Traceback" not in log, log[-3000:]

@@ -54,7 +54,7 @@ def resumed(items: list[Item], seed: int) -> tuple[Output, list[int]]:
             for name, first in sorted(snap.pending.items()):
                 topic = name.rpartition("/")[0]
                 for offset in range(first, len(read[topic])):
-                    p.rebuffer(read[topic][offset], SourcePosition(topic, 0, offset), decision=topic == "decisions")
+                    p.rebuffer(read[topic][offset], SourcePosition(topic, 0, offset), topic)
         source = SourcePosition(kind, 0, len(read[kind]))
         read[kind].append(raw)
         out.extend(p.telemetry(raw, source) if kind == "telemetry" else p.decision(raw, source))

@@ -18,7 +18,7 @@ from streams.engine.engine import Engine
 from streams.pipeline import Output, Processor
 from streams.sim.scenarios import SCENARIOS
 from streams.testing import run_stream
-from streams.variants import Item, decisions_first, decisions_last, merged, per_rank
+from streams.variants import Item, decisions_first, decisions_last, merged, per_rank, without_job
 
 STEPS = 60
 RANKS = {"training-sync-loss": 32, "control-storm": 32, "control-storm-healthy": 32}
@@ -47,6 +47,7 @@ def sampled_async_collectives() -> list[Item]:
 CASES: dict[str, Callable[[], list[Item]]] = {name: lambda name=name: scenario(name) for name in SCENARIOS}
 CASES["several-jobs"] = several_jobs
 CASES["sampled-async-collectives"] = sampled_async_collectives
+CASES["several-jobs-no-job-samples"] = lambda: without_job(several_jobs())  # power and fabric topology of no job
 
 
 def records(out: Output) -> Records:
@@ -86,7 +87,7 @@ def restored(items: list[Item], seed: int) -> Output:
 def split(items: list[Item]) -> Records:
     """Two engines, each keeping its half of the jobs (and one the control plane), both reading everything."""
     first = records(run_stream(items, Processor(Engine(shard=(0, 2)))))
-    second = records(run_stream(items, Processor(Engine(shard=(1, 2), owns_control=False))))
+    second = records(run_stream(items, Processor(Engine(shard=(1, 2), owns_control=False), decision_share=(1, 2))))
     assert not first.keys() & second.keys(), "a record emitted by both engines"
     return first | second
 

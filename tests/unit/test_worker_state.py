@@ -38,7 +38,7 @@ class FakeTransactions:
     broker: Broker
     restarts: int = 0
 
-    async def commit(self, parts: list[bytes], outputs: list[Output]) -> None:
+    async def commit(self, parts: list[bytes], outputs: list[Output], mark: bytes | None = None) -> None:
         if self.broker.fenced:
             raise ProducerFenced()
         seq = int(parts[0].decode())
@@ -251,3 +251,44 @@ def test_a_snapshot_of_another_state_version_is_refused_in_one_line() -> None:
     old = zlib.compress(pickle.dumps((processor, {("t", 0): 5})))  # what a worker before STATE_VERSION wrote
     with pytest.raises(StateVersionError, match=f"state version 1, this driftlog reads version {STATE_VERSION}"):
         Snapshot.decode(3, {0: old})
+    whole = zlib.compress(pickle.dumps((2, processor, {("t", 0): 5})))  # version 2: the processor, buffer and all
+    with pytest.raises(StateVersionError, match=f"state version 2, this driftlog reads version {STATE_VERSION}"):
+        Snapshot.decode(3, {0: whole})
+
+
+def test_an_idle_task_writes_no_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Input caught up, nothing to emit: one transaction (its mark), then none however often the timer ticks."""
+    broker = Broker()
+    state = WorkerState(0, Processor(), FakeTransactions(broker), lambda t, p: 0, 0.0)  # type: ignore[arg-type]
+    monkeypatch.setattr("streams.worker_state.Snapshot", Snap)
+    state.configure({"t": "telemetry"}, [("t", 0)])
+
+    async def ticks() -> list[int]:
+        seqs = []
+        for _ in range(5):
+            state.tick()
+            await state.commit(force=True)
+            seqs.append(state.seq)
+        return seqs
+
+    assert asyncio.run(ticks()) == [1, 1, 1, 1, 1]
+
+
+def test_a_snapshot_names_what_to_re_read_and_leaves_the_buffer_out() -> None:
+    from audit.records import SourcePosition
+    from streams.sim.scenarios import SCENARIOS
+
+    items = [v for k, _, v in SCENARIOS["training-fabric"](1, 16, 30).run() if k == "telemetry"]
+    processor = build_processor(Settings(allowed_lateness_s=2.0))
+    processor.declare([SourcePosition("t", 0, 0)])
+    half = len(items) // 2
+    for offset, raw in enumerate(items[:half]):
+        processor.telemetry(raw, SourcePosition("t", 0, offset))
+    parts = Snapshot(1, processor, {("t", 0): half}).encode()
+    back = Snapshot.decode(1, {i: p[_HEADER.size :] for i, p in enumerate(parts)})
+    ((tp, (first, end)),) = back.ranges().items()
+    assert tp == ("t", 0) and 0 < first < end == half
+    assert not back.processor.timeline.pending(), "the buffer is re-read, not restored"
+    for offset in range(first, end):
+        back.processor.rebuffer(items[offset], SourcePosition("t", 0, offset))
+    assert back.processor.timeline.pending() == processor.timeline.pending()
