@@ -1,0 +1,33 @@
+"""The longest-path evaluation of a step's graph in the native core (``native/src/dag.rs``), when it is
+built: one pass over the nodes in topological order per row of durations, instead of numpy calls level by
+level (a step of 1,024 ranks has hundreds of levels). Same ends as :meth:`StepGraph.evaluate`'s vectorised
+definition, bit for bit (``tests/unit/test_dag.py``); without the native core (or ``DRIFTLOG_NATIVE=0``),
+that definition runs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from audit import native
+
+if TYPE_CHECKING:
+    from streams.engine.stepgraph import Floats, Ints, Schedule
+
+available = native.core is not None
+
+
+def topological(schedule: Schedule) -> Ints:
+    """The schedule's nodes, sources first, then level by level."""
+    return np.concatenate([schedule.sources, *(nodes for nodes, _, _ in schedule.levels)]).astype(np.int64)
+
+
+def ends(schedule: Schedule, indptr: Ints, indices: Ints, floor: Floats, durations: Floats) -> Floats:
+    """End times of every node for each row of ``durations`` (rows x nodes)."""
+    assert native.core is not None
+    d = np.ascontiguousarray(durations, np.float64)
+    out = np.empty_like(d)
+    i64 = (np.ascontiguousarray(a, np.int64) for a in (topological(schedule), indptr, indices))
+    native.core.dag_ends(*i64, np.ascontiguousarray(floor, np.float64), d, out)
+    return out
