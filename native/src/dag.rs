@@ -63,27 +63,43 @@ impl Graph<'_> {
         Ok(())
     }
 
-    /// Ends of every node for one row of durations (after `check`).
-    fn evaluate(&self, durations: &[f64], ends: &mut [f64]) {
+    /// Ends of every node (after `check`), node-major: `durations` and `ends` hold each node's `rows` values
+    /// side by side, so that a node's maximum over its predecessors runs over contiguous memory for every
+    /// row at once and the graph is read once, whatever the number of rows.
+    fn evaluate(&self, rows: usize, durations: &[f64], ends: &mut [f64]) {
+        let mut ready = vec![0.0; rows];
         for &node in self.order {
             let i = node as usize;
             let (a, b) = (self.indptr[i] as usize, self.indptr[i + 1] as usize);
-            let start = if a == b {
-                self.floor[i]
-            } else {
-                let preds = &self.indices[a..b];
-                let ready = preds[1..].iter().fold(ends[preds[0] as usize], |acc, &p| {
-                    maximum(acc, ends[p as usize])
-                });
-                maximum(ready, self.floor[i])
-            };
-            ends[i] = start + durations[i];
+            let floor = self.floor[i];
+            let own = &durations[i * rows..(i + 1) * rows];
+            if a == b {
+                for (e, d) in ends[i * rows..(i + 1) * rows].iter_mut().zip(own) {
+                    *e = floor + d;
+                }
+                continue;
+            }
+            let first = self.indices[a] as usize;
+            ready.copy_from_slice(&ends[first * rows..(first + 1) * rows]);
+            for &p in &self.indices[a + 1..b] {
+                let p = p as usize;
+                for (r, e) in ready.iter_mut().zip(&ends[p * rows..(p + 1) * rows]) {
+                    *r = maximum(*r, *e);
+                }
+            }
+            for ((e, r), d) in ends[i * rows..(i + 1) * rows]
+                .iter_mut()
+                .zip(&ready)
+                .zip(own)
+            {
+                *e = maximum(*r, floor) + d;
+            }
         }
     }
 }
 
-/// Fill `ends` (rows x nodes, C order, float64) with the end of every node for each row of `durations`
-/// (same shape): `end = max(predecessor ends, floor) + duration`, a node without predecessors at its floor.
+/// Fill `ends` (nodes x rows, C order, float64) with the end of every node for each row of `durations`
+/// (same shape: a column per row): `end = max(predecessor ends, floor) + duration`, a node without predecessors at its floor.
 #[pyfunction]
 pub fn dag_ends(
     py: Python<'_>,
@@ -118,11 +134,7 @@ pub fn dag_ends(
     let out =
         unsafe { std::slice::from_raw_parts_mut(ends.buf_ptr() as *mut f64, ends.item_count()) };
     if n > 0 {
-        py.detach(|| {
-            for (row, end) in d.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
-                graph.evaluate(row, end);
-            }
-        });
+        py.detach(|| graph.evaluate(d.len() / n, d, out));
     }
     Ok(())
 }

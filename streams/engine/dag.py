@@ -16,18 +16,27 @@ if TYPE_CHECKING:
     from streams.engine.stepgraph import Floats, Ints, Schedule
 
 available = native.core is not None
+KEEP = 64  # schedules whose topological order is kept (a job has a few structures: MAX_STRUCTURES)
+_orders: dict[int, tuple[Schedule, Ints]] = {}  # id(schedule) -> (schedule, its order): a cache
 
 
 def topological(schedule: Schedule) -> Ints:
     """The schedule's nodes, sources first, then level by level."""
-    return np.concatenate([schedule.sources, *(nodes for nodes, _, _ in schedule.levels)]).astype(np.int64)
+    kept = _orders.get(id(schedule))
+    if kept is not None and kept[0] is schedule:
+        return kept[1]
+    order = np.concatenate([schedule.sources, *(nodes for nodes, _, _ in schedule.levels)]).astype(np.int64)
+    while len(_orders) >= KEEP:
+        del _orders[next(iter(_orders))]
+    _orders[id(schedule)] = (schedule, order)
+    return order
 
 
 def ends(schedule: Schedule, indptr: Ints, indices: Ints, floor: Floats, durations: Floats) -> Floats:
     """End times of every node for each row of ``durations`` (rows x nodes)."""
     assert native.core is not None
-    d = np.ascontiguousarray(durations, np.float64)
+    d = np.ascontiguousarray(np.asarray(durations, np.float64).T)  # node-major, as the native core reads it
     out = np.empty_like(d)
     i64 = (np.ascontiguousarray(a, np.int64) for a in (topological(schedule), indptr, indices))
     native.core.dag_ends(*i64, np.ascontiguousarray(floor, np.float64), d, out)
-    return out
+    return out.T
