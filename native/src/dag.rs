@@ -99,7 +99,8 @@ impl Graph<'_> {
 }
 
 /// Fill `ends` (nodes x rows, C order, float64) with the end of every node for each row of `durations`
-/// (same shape: a column per row): `end = max(predecessor ends, floor) + duration`, a node without predecessors at its floor.
+/// (same shape: a column per row): `end = max(predecessor ends, floor) + duration`, a node without
+/// predecessors at its floor.
 #[pyfunction]
 pub fn dag_ends(
     py: Python<'_>,
