@@ -15,7 +15,7 @@ from audit import native
 if TYPE_CHECKING:
     from streams.engine.stepgraph import Floats, Ints, Schedule
 
-available = native.core is not None
+available = hasattr(native.core, "dag_ends")  # (an extension built before it has no dag_ends: the definition)
 KEEP = 64  # schedules whose topological order is kept (a job has a few structures: MAX_STRUCTURES)
 _orders: dict[int, tuple[Schedule, Ints]] = {}  # id(schedule) -> (schedule, its order): a cache
 
