@@ -14,3 +14,6 @@ def chain_links(
 def classify_values(
     values: tuple[Buffer, Buffer, Buffer | None, int], n: int, types: list[str]
 ) -> tuple[bytes, bytes, bytes]: ...
+def dag_ends(
+    order: Buffer, indptr: Buffer, indices: Buffer, floor: Buffer, durations: Buffer, ends: Buffer
+) -> None: ...

@@ -96,7 +96,8 @@ def decode_fast(raw: bytes) -> tuple[str, int | None, list[tuple[str, int, dict[
     if b"\\ud" in raw or b"\\uD" in raw:
         return None  # surrogate escapes: lone ones are not text, and only orjson tells pairs from lone ones
     try:
-        raw.decode()  # msgspec skips the bytes of fields it ignores; those must be UTF-8 too
+        if not raw.isascii():  # ASCII is UTF-8 (and checked without a copy)
+            raw.decode()  # msgspec skips the bytes of fields it ignores; those must be UTF-8 too
         env = _envelope_decoder().decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None  # the precise path names the problem (deep nesting: malformed_json)

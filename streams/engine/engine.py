@@ -158,10 +158,12 @@ def unpickled(data: bytes, kind: type[_T], what: str) -> _T:
 
 def _by_job(batch: SampleBatch) -> list[tuple[str, dict[str, Any]]]:
     """The batch's columns per job ('' for samples of no job), jobs in sorted order, rows in batch order."""
-    jobs = [str(j) for j in batch.columns["job"].tolist()]
+    listed = batch.columns["job"].tolist()
+    distinct = set(listed)
+    if len(distinct) == 1:  # one job (the usual message): no text per sample
+        return [(str(distinct.pop()), batch.columns)]
+    jobs = [str(j) for j in listed]
     names = sorted(set(jobs))
-    if len(names) == 1:
-        return [(names[0], batch.columns)]
     number = {name: i for i, name in enumerate(names)}
     inverse = np.fromiter(map(number.__getitem__, jobs), np.int64, len(jobs))
     return [(name, {k: v[inverse == i] for k, v in batch.columns.items()}) for i, name in enumerate(names)]

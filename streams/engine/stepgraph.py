@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from streams.engine import transfers
+from streams.engine import dag, transfers
 from streams.engine.codes import Codebook, Floats, Ints, dense
 from streams.engine.transfers import FROM, RECV_OPS, SEND_OPS, TO
 from streams.errors import DriftlogError
@@ -113,6 +113,8 @@ class StepGraph:
 
     def evaluate(self, durations: Floats) -> Floats:
         """End times of every node for each row of ``durations`` (rows × nodes of intrinsic durations)."""
+        if dag.available:  # the same ends from the native core (streams/engine/dag.py)
+            return dag.ends(self.schedule, self.indptr, self.indices, self.floor, durations)
         d = np.ascontiguousarray(durations.T)  # node-major: a gather of predecessors reads whole rows
         ends = np.empty_like(d)
         floor = self.floor[:, None]

@@ -87,12 +87,15 @@ class JobSteps:
 
     def add(self, steps: npt.NDArray[np.int64], columns: dict[str, npt.NDArray[Any]]) -> list[StepReport]:
         """Add op spans of this job (any steps); returns the reports of the steps this completed."""
-        for step in np.unique(steps).tolist():
-            rows = steps == step
+        present = np.unique(steps).tolist()
+        for step in present:
+            mask = steps == step
+            rows = slice(None) if len(present) == 1 else mask  # one step (the usual batch): no copy
+            n = int(np.count_nonzero(mask))
             if step <= self._done_through:
-                self.late_spans += int(rows.sum())
+                self.late_spans += n
                 continue
-            part = {k: columns[k][rows] if k in columns else np.full(int(rows.sum()), OPTIONAL[k]) for k in OP_COLUMNS}
+            part = {k: columns[k][rows] if k in columns else np.full(n, OPTIONAL[k]) for k in OP_COLUMNS}
             self._pending.setdefault(step, []).append(part)
         newest = max(self._pending, default=-1)
         return self._analyse([s for s in sorted(self._pending) if s <= newest - LAG])

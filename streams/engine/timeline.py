@@ -122,11 +122,12 @@ class Timeline:
             if not keep.any():
                 continue
             newest = max(newest, float(times[keep].max()))
+            kept = batch if not late.any() else batch.select(keep)  # (batches are never changed in place)
             epochs = np.floor(times[keep] / self.epoch_s).astype(np.int64)
-            kept = batch.select(keep)
-            for k in np.unique(epochs).tolist():
+            first, last = int(epochs.min()), int(epochs.max())
+            for k in [first] if first == last else np.unique(epochs).tolist():
                 epoch = self._epochs.setdefault(k, _Epoch())
-                epoch.parts.setdefault(batch.kind, []).append(kept.select(epochs == k))
+                epoch.parts.setdefault(batch.kind, []).append(kept if first == last else kept.select(epochs == k))
                 epoch.contributed((channel, offset))
         self._newest[channel] = newest
         return masks

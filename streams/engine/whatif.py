@@ -23,7 +23,6 @@ node at its baseline.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +31,7 @@ import numpy.typing as npt
 from streams.engine import elements
 from streams.engine.decompose import Pending, Structural
 from streams.engine.ideal import Peers, occurrences, peer_stage
+from streams.engine.medians import nanmedian_excluding_each_row
 from streams.engine.stepgraph import PROGRAM_KINDS, RECV, SEND, Floats, Ints, StepGraph, dense
 
 TOP_RANKS = 4
@@ -151,13 +151,7 @@ def _peer_medians_excluding(groups: Ints, keys: Ints, values: Floats, mask: npt.
     med = group_median(cell, values[sel])
     per.reshape(-1)[cell] = med
     out = np.full((n_groups, len(values)), np.nan)
-    for g in range(n_groups):
-        others = np.delete(per, g, axis=0)
-        if len(others):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # a key only this group has: NaN, not healed
-                healed = np.nanmedian(others, axis=0)
-            out[g, sel] = healed[keys[sel]]
+    out[:, sel] = nanmedian_excluding_each_row(per)[:, keys[sel]]  # a key only this group has: NaN, not healed
     return out
 
 

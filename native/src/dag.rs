@@ -1,0 +1,141 @@
+//! The longest-path evaluation of a step's dependency graph (streams/engine/stepgraph.py,
+//! `StepGraph.evaluate`): per row of intrinsic durations, every node's end, with numpy's semantics (a NaN
+//! anywhere in a maximum makes it NaN), so that the results equal the vectorised definition's bit for bit.
+
+use pyo3::buffer::{Element, PyBuffer};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+fn items<'a, T: Element>(buf: &'a PyBuffer<T>, name: &str) -> PyResult<&'a [T]> {
+    if !buf.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!("{name}: not contiguous")));
+    }
+    // SAFETY: a C-contiguous buffer of `item_count` items of T (its format checked by PyBuffer::get),
+    // held by `buf` for the slice's lifetime.
+    Ok(unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const T, buf.item_count()) })
+}
+
+/// numpy's `maximum`: the first if it is at least the second or NaN, else the second.
+fn maximum(a: f64, b: f64) -> f64 {
+    if a >= b || a.is_nan() {
+        a
+    } else {
+        b
+    }
+}
+
+/// The graph: nodes in a topological order, predecessors in CSR form, each node's floor (start without a
+/// predecessor). Checked once: indices in range, and every predecessor placed before its node.
+struct Graph<'a> {
+    order: &'a [i64],
+    indptr: &'a [i64],
+    indices: &'a [i64],
+    floor: &'a [f64],
+}
+
+impl Graph<'_> {
+    fn check(&self) -> Result<(), String> {
+        let n = self.floor.len();
+        if self.indptr.len() != n + 1 || self.order.len() != n {
+            return Err(format!(
+                "{n} nodes, but indptr has {} entries and order {}",
+                self.indptr.len(),
+                self.order.len()
+            ));
+        }
+        let mut placed = vec![false; n];
+        for &node in self.order {
+            let i = usize::try_from(node)
+                .ok()
+                .filter(|&i| i < n && !placed[i])
+                .ok_or("order is not a permutation")?;
+            let (a, b) = (self.indptr[i], self.indptr[i + 1]);
+            if a < 0 || b < a || b as usize > self.indices.len() {
+                return Err(format!("bad indptr at node {i}"));
+            }
+            for &p in &self.indices[a as usize..b as usize] {
+                if !usize::try_from(p).is_ok_and(|p| p < n && placed[p]) {
+                    return Err(format!("node {i}: predecessor {p} is not placed before it"));
+                }
+            }
+            placed[i] = true;
+        }
+        Ok(())
+    }
+
+    /// Ends of every node (after `check`), node-major: `durations` and `ends` hold each node's `rows` values
+    /// side by side, so that a node's maximum over its predecessors runs over contiguous memory for every
+    /// row at once and the graph is read once, whatever the number of rows.
+    fn evaluate(&self, rows: usize, durations: &[f64], ends: &mut [f64]) {
+        let mut ready = vec![0.0; rows];
+        for &node in self.order {
+            let i = node as usize;
+            let (a, b) = (self.indptr[i] as usize, self.indptr[i + 1] as usize);
+            let floor = self.floor[i];
+            let own = &durations[i * rows..(i + 1) * rows];
+            if a == b {
+                for (e, d) in ends[i * rows..(i + 1) * rows].iter_mut().zip(own) {
+                    *e = floor + d;
+                }
+                continue;
+            }
+            let first = self.indices[a] as usize;
+            ready.copy_from_slice(&ends[first * rows..(first + 1) * rows]);
+            for &p in &self.indices[a + 1..b] {
+                let p = p as usize;
+                for (r, e) in ready.iter_mut().zip(&ends[p * rows..(p + 1) * rows]) {
+                    *r = maximum(*r, *e);
+                }
+            }
+            for ((e, r), d) in ends[i * rows..(i + 1) * rows]
+                .iter_mut()
+                .zip(&ready)
+                .zip(own)
+            {
+                *e = maximum(*r, floor) + d;
+            }
+        }
+    }
+}
+
+/// Fill `ends` (nodes x rows, C order, float64) with the end of every node for each row of `durations`
+/// (same shape: a column per row): `end = max(predecessor ends, floor) + duration`, a node without
+/// predecessors at its floor.
+#[pyfunction]
+pub fn dag_ends(
+    py: Python<'_>,
+    order: PyBuffer<i64>,
+    indptr: PyBuffer<i64>,
+    indices: PyBuffer<i64>,
+    floor: PyBuffer<f64>,
+    durations: PyBuffer<f64>,
+    ends: PyBuffer<f64>,
+) -> PyResult<()> {
+    let graph = Graph {
+        order: items(&order, "order")?,
+        indptr: items(&indptr, "indptr")?,
+        indices: items(&indices, "indices")?,
+        floor: items(&floor, "floor")?,
+    };
+    graph.check().map_err(PyValueError::new_err)?;
+    let d = items(&durations, "durations")?;
+    let n = graph.floor.len();
+    if ends.readonly()
+        || !ends.is_c_contiguous()
+        || ends.item_count() != d.len()
+        || (n == 0 && !d.is_empty())
+        || (n > 0 && d.len() % n != 0)
+    {
+        return Err(PyValueError::new_err(
+            "ends: must be a writable contiguous array of the durations' shape",
+        ));
+    }
+    // SAFETY: a writable C-contiguous buffer of `item_count` f64 held by `ends` for this call; no other
+    // slice of it exists (durations is a different buffer: the caller passes a fresh output array).
+    let out =
+        unsafe { std::slice::from_raw_parts_mut(ends.buf_ptr() as *mut f64, ends.item_count()) };
+    if n > 0 {
+        py.detach(|| graph.evaluate(d.len() / n, d, out));
+    }
+    Ok(())
+}

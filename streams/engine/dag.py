@@ -1,0 +1,42 @@
+"""The longest-path evaluation of a step's graph in the native core (``native/src/dag.rs``), when it is
+built: one pass over the nodes in topological order per row of durations, instead of numpy calls level by
+level (a step of 1,024 ranks has hundreds of levels). Same ends as :meth:`StepGraph.evaluate`'s vectorised
+definition, bit for bit (``tests/unit/test_dag.py``); without the native core (or ``DRIFTLOG_NATIVE=0``),
+that definition runs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from audit import native
+
+if TYPE_CHECKING:
+    from streams.engine.stepgraph import Floats, Ints, Schedule
+
+available = hasattr(native.core, "dag_ends")  # (an extension built before it has no dag_ends: the definition)
+KEEP = 64  # schedules whose topological order is kept (a job has a few structures: MAX_STRUCTURES)
+_orders: dict[int, tuple[Schedule, Ints]] = {}  # id(schedule) -> (schedule, its order): a cache
+
+
+def topological(schedule: Schedule) -> Ints:
+    """The schedule's nodes, sources first, then level by level."""
+    kept = _orders.get(id(schedule))
+    if kept is not None and kept[0] is schedule:
+        return kept[1]
+    order = np.concatenate([schedule.sources, *(nodes for nodes, _, _ in schedule.levels)]).astype(np.int64)
+    while len(_orders) >= KEEP:
+        del _orders[next(iter(_orders))]
+    _orders[id(schedule)] = (schedule, order)
+    return order
+
+
+def ends(schedule: Schedule, indptr: Ints, indices: Ints, floor: Floats, durations: Floats) -> Floats:
+    """End times of every node for each row of ``durations`` (rows x nodes)."""
+    assert native.core is not None
+    d = np.ascontiguousarray(np.asarray(durations, np.float64).T)  # node-major, as the native core reads it
+    out = np.empty_like(d)
+    i64 = (np.ascontiguousarray(a, np.int64) for a in (topological(schedule), indptr, indices))
+    native.core.dag_ends(*i64, np.ascontiguousarray(floor, np.float64), d, out)
+    return out.T

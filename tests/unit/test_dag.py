@@ -1,0 +1,49 @@
+"""The native core's longest-path evaluation (streams/engine/dag.py) gives the ends the vectorised definition
+in StepGraph.evaluate gives, bit for bit, on simulated steps (ideal and realistic, with blocking transfers),
+healed rows, NaN and infinite durations; and it refuses a graph it cannot evaluate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streams.engine import dag
+from streams.engine.stepgraph import Codebook, StepGraph, build
+from streams.sim.scenarios import SCENARIOS
+from tests.unit.test_stepgraph import op_columns
+
+pytestmark = pytest.mark.skipif(not dag.available, reason="native core not built")
+
+
+def definition(g: StepGraph, durations: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> np.ndarray:
+    with monkeypatch.context() as m:
+        m.setattr(dag, "available", False)
+        return np.asarray(g.evaluate(durations))
+
+
+CASES = [("training-fabric", 16), ("training-slow-link", 32), ("realistic-slow-rank", 16)]
+
+
+@pytest.mark.parametrize(("name", "ranks"), CASES)
+def test_native_ends_equal_the_definition(name: str, ranks: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario = SCENARIOS[name](2, ranks, 12)
+    g = build(op_columns(scenario, 10), Codebook(), Codebook(), {})
+    rng = np.random.default_rng(7)
+    rows = np.stack([g.intrinsic, g.intrinsic * rng.uniform(0.5, 2.0, g.nodes), np.zeros(g.nodes), g.intrinsic])
+    rows[3, rng.integers(0, g.nodes, 5)] = np.nan
+    rows[3, rng.integers(0, g.nodes, 2)] = np.inf
+    native = g.evaluate(rows)
+    assert native.shape == rows.shape
+    assert np.array_equal(native, definition(g, rows, monkeypatch), equal_nan=True)
+    assert np.isnan(native[3]).any()  # NaN propagates through a maximum, as numpy's does
+
+
+def test_a_graph_out_of_order_is_refused() -> None:
+    assert dag.native.core is not None
+    one = np.zeros(1)
+    with pytest.raises(ValueError, match="not placed before"):  # node 0 waits for node 1, evaluated after it
+        dag.native.core.dag_ends(
+            np.array([0, 1]), np.array([0, 1, 1]), np.array([1]), np.zeros(2), np.zeros((1, 2)), np.zeros((1, 2))
+        )
+    with pytest.raises(ValueError, match="writable"):
+        dag.native.core.dag_ends(np.array([0]), np.array([0, 0]), np.zeros(0, np.int64), one, one, np.zeros(2))

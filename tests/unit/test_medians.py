@@ -1,0 +1,36 @@
+"""The leave-one-row-out median gives np.nanmedian's values over the other rows, bit for bit: random and
+tied values, absent cells, one row, a column only one row has."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from streams.engine.medians import nanmedian_excluding_each_row
+
+
+def definition(values: np.ndarray) -> np.ndarray:
+    out = np.full(values.shape, np.nan)
+    for g in range(len(values)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
+            out[g] = np.nanmedian(np.delete(values, g, axis=0), axis=0)
+    return out
+
+
+def test_each_rows_median_of_the_others_equals_nanmedian() -> None:
+    rng = np.random.default_rng(3)
+    for trial in range(600):
+        rows, cols = int(rng.integers(1, 9)), int(rng.integers(1, 12))
+        values = rng.choice([0.5, 1.0, 1.5, 3.25], (rows, cols)) if trial % 2 else rng.normal(1.0, 0.2, (rows, cols))
+        values[rng.random((rows, cols)) < rng.random()] = np.nan
+        assert np.array_equal(nanmedian_excluding_each_row(values), definition(values), equal_nan=True)
+
+
+def test_a_value_no_other_row_has_is_not_healed() -> None:
+    values = np.array([[1.0, 5.0], [2.0, np.nan], [4.0, np.nan]])
+    got = nanmedian_excluding_each_row(values)
+    assert got[:, 0].tolist() == [3.0, 2.5, 1.5]
+    assert np.isnan(got[0, 1]) and got[1:, 1].tolist() == [5.0, 5.0]
+    assert np.isnan(nanmedian_excluding_each_row(np.array([[1.0, 2.0]]))).all()
