@@ -9,7 +9,8 @@ ranks × gain, summed over the steps.
 Ranking prefers the most specific explanation: when an element contains another (a replica or a stage
 contains its ranks; the op type ``send`` contains the links its transfers cross) and the contained one
 explains at least ``SPECIFIC`` of the container's gain, the contained one ranks first and the container
-right after it.
+after every most specific explanation (so that a second cause is not pushed behind the first one's
+container, nor out of the top ``TOP``).
 
 Structural causes (against the ideal step, :func:`structural_attributions`) are judged by both definitions:
 an element is listed when the larger of its gain (heal only it) and its extra (leave only it unhealed) is
@@ -150,10 +151,14 @@ def rank_causes(window: Sequence[StepGains], unhealed: dict[str, float] | None =
     floor = MIN_SHARE * extra * n  # below it, an element's total is nothing to list
     listed = [e for e in sorted(totals, key=lambda e: (-totals[e], e)) if score[e] >= floor]
     explained = explained_by_parts(listed, totals, score, contains, together, floor) if together else {}
-    ordered: list[str] = []
+    first: list[str] = []  # the most specific explanations (a few parts: then the container they explain)
+    after: list[str] = []  # the containers explained by one part inside them
     for element in listed:
-        for e in reversed(specific_chain(element, totals, contains, score, floor)):
-            ordered.extend(x for x in (*explained.get(e, ()), e) if x not in ordered)
+        chain = specific_chain(element, totals, contains, score, floor)
+        for e in reversed(chain):
+            first.extend(explained.get(e, ()))
+            (first if e == chain[-1] else after).append(e)
+    ordered = list(dict.fromkeys(first + after))
     ranks = sum(s.ranks for s in window) / n
     causes = []
     for i, element in enumerate(ordered[:TOP], start=1):
