@@ -134,9 +134,9 @@ def rank_causes(window: Sequence[StepGains], unhealed: dict[str, float] | None =
                 together: Together | None = None) -> list[RankedCause]:  # fmt: skip
     """The top causes over ``window`` (oldest first), most likely first; [] when nothing stands out.
     ``unhealed``: per element, the seconds it alone adds to the baseline summed over the window (leave only
-    it unhealed): an element is then ranked by the larger of its two definitions. ``together``: heals groups
-    of parts at once over the window (see the module), so that a container explained by a few of its parts
-    ranks after them."""
+    it unhealed): an element is then listed by the larger of its two definitions (still ordered by its gain).
+    ``together``: heals groups of parts at once over the window (see the module), so that a container
+    explained by a few of its parts ranks after them."""
     if not window:
         return []
     n = len(window)
