@@ -14,8 +14,13 @@ with the most time above their ideal — a documented cap for very large jobs), 
 ``MAX_OPS`` op types with the most time above their ideal, and the group cause ``spread:<job>/dp``: the
 variation across data-parallel replicas (healed: every replica at the typical replica; left alone: the
 ideal plus each node's difference from the typical replica), the name for an imbalance spread over all
-replicas with no single one to blame. A link is its transfers (both directions); a stage, a replica and a
-rank are their spans.
+replicas with no single one to blame. A link is its transfers (both directions); a stage and a replica are
+their spans; a replica and a rank exclude their transfers over the candidate links (those are the link's:
+without them they do not carry a slow link's time, healed or left unhealed); a stage keeps its transfers
+and contains its links.
+
+Healed together (:meth:`Pending.healed_together`): a group of candidates at their ideal at once, one row per
+group, for the attribution's question whether a few parts explain a container (:mod:`attribution`).
 
 The engine decomposes a step only when its causes may be asked for (:class:`Pending`, run by
 :mod:`structural` when the step is at least half the ``structural_slowdown`` threshold above its ideal and
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import reduce
 
 import numpy as np
 import numpy.typing as npt
@@ -71,6 +77,21 @@ class Structural:
 
 
 @dataclass
+class Candidates:
+    """A step's candidate elements (in the order they are evaluated) with their nodes, and what each
+    contains."""
+
+    masks: dict[str, Mask]
+    contains: dict[str, tuple[str, ...]]
+    own: Mask | None = None  # the nodes that are not transfers over a candidate link
+
+    def add(self, element: str, mask: Mask, contains: tuple[str, ...] = ()) -> None:
+        self.masks[element] = mask
+        if contains:
+            self.contains[element] = contains
+
+
+@dataclass
 class Plan:
     """The rows to evaluate for a step's decomposition: pairs (healed only, unhealed only) per element."""
 
@@ -105,42 +126,68 @@ class Pending:
         found = plan(self.g, self.job, self.ops, self.d0, self.ideal, self.typical_replica(self.d0))
         return found.result(actual_s, ideal_s, found.step_times(self.g))
 
+    def healed_together(self, groups: list[tuple[str, tuple[str, ...]]]) -> list[tuple[float, float]]:
+        """Per (container, parts): the step time with all the parts healed at once and everything else as
+        observed (one row each), and the parts' share of the container's ideal work other than transfers over
+        the candidate links (a link's share is its stage's, not a rank's or a replica's; elements that are not
+        candidates of this step are left out; the group cause's nodes are every span)."""
+        if not groups:
+            return []
+        found = candidates(self.g, self.job, self.ops, self.d0, self.ideal)
+        none = np.zeros(len(self.d0), dtype=bool)
+        healed = [reduce(np.logical_or, (found.masks.get(e, none) for e in parts), none) for _, parts in groups]
+        shares = []
+        for (container, _), mask in zip(groups, healed, strict=True):
+            whole = found.masks.get(container, self.g.span >= 0 if elements.is_kind(container, "spread") else none)
+            whole = whole & found.own if found.own is not None else whole
+            work = float(self.ideal[whole].sum())
+            shares.append(float(self.ideal[whole & mask].sum()) / work if work > 0 else 1.0)
+        times = Plan([], [np.where(m, self.ideal, self.d0) for m in healed], {}).step_times(self.g)
+        return list(zip(times.tolist(), shares, strict=True))
 
-def plan(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typical_replica: Floats) -> Plan:
-    """The candidates of one step and their two rows each (heal only; leave only unhealed)."""
-    out = Plan([], [], {})
+
+def candidates(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats) -> Candidates:
+    """The elements of one step that may cause its slowdown, each with its nodes (the group cause apart)."""
+    out = Candidates({}, {})
     spans = g.span >= 0
     excess = np.maximum(0.0, d0 - ideal)
-
-    def add(element: str, mask: Mask, contains: tuple[str, ...] = ()) -> None:
-        out.elements.append(element)
-        out.rows += [np.where(mask, ideal, d0), np.where(mask, d0, ideal)]
-        if contains:
-            out.contains[element] = contains
-
-    ranks = _most(g.rank[spans], excess[spans], MAX_RANKS)
-    first_node = {r: int(np.argmax(spans & (g.rank == r))) for r in ranks}
-    for r in ranks:
-        add(elements.rank(job, r), g.rank == r)
     p2p = np.isin(g.kind, TRANSFER_KINDS)
     peer_pp = peer_stage(g, p2p)
     link = np.where(p2p & (peer_pp >= 0) & (peer_pp != g.pp), np.minimum(g.pp, peer_pp), -1)
     links = _most(link[p2p & (link >= 0)], excess[p2p & (link >= 0)], MAX_ALL)
+    own = out.own = ~np.isin(link, links)  # a rank's nodes: all but its transfers over the candidate links
+    ranks = _most(g.rank[spans & own], excess[spans & own], MAX_RANKS)
+    first_node = {r: int(np.argmax(spans & (g.rank == r))) for r in ranks}
+    for r in ranks:
+        out.add(elements.rank(job, r), (g.rank == r) & own)
     for column, build in ((g.dp, elements.dp), (g.pp, elements.stage)):
         for i in _most(column[spans], excess[spans], MAX_ALL):
             inside = tuple(elements.rank(job, r) for r in ranks if column[first_node[r]] == i)
+            nodes = spans & (column == i)
             if build is elements.stage:  # a stage's spans hold the transfers over its links
                 inside += tuple(elements.stage_link(job, lk) for lk in links if lk in (i - 1, i))
-            add(build(job, i), spans & (column == i), inside)
+            else:
+                nodes &= own
+            out.add(build(job, i), nodes, inside)
     for lk in links:
-        add(elements.stage_link(job, lk), link == lk)
+        out.add(elements.stage_link(job, lk), link == lk)
     for o in _most(g.op[spans], excess[spans], MAX_OPS, positive=True):
-        add(elements.of_job("op", job, ops[o]), spans & (g.op == o))
+        out.add(elements.of_job("op", job, ops[o]), spans & (g.op == o))
+    return out
+
+
+def plan(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typical_replica: Floats) -> Plan:
+    """The candidates of one step and their two rows each (heal only; leave only unhealed)."""
+    found = candidates(g, job, ops, d0, ideal)
+    out = Plan(list(found.masks), [], dict(found.contains))
+    for mask in found.masks.values():
+        out.rows += [np.where(mask, ideal, d0), np.where(mask, d0, ideal)]
     replicas = [e for e in out.elements if elements.is_kind(e, "dp")]
     if len(replicas) > 1:  # within a stage, peers differ by replica: a replica or a stage may locate the spread
         out.elements.append(elements.spread(job, "dp"))
         located = tuple(e for e in out.elements if elements.kind_of(e) in ("dp", "stage"))
         out.contains[elements.spread(job, "dp")] = located
+        spans = g.span >= 0
         unhealed = np.where(spans, np.maximum(0.0, ideal + d0 - typical_replica), ideal)
         out.rows += [np.where(spans, typical_replica, d0), unhealed]
     return out

@@ -16,6 +16,7 @@ from streams.engine.attribution import (
     Attribution,
     StepGains,
     StructuralGains,
+    Together,
     element_attributions,
     structural_attributions,
 )
@@ -56,12 +57,14 @@ class JobDerivations:
     _decisions: list[Decision] = field(default_factory=list)
     cp_shift: CriticalPathShift | None = None
     phase: PhaseDrift | None = None
+    _together: deque[tuple[int, Together]] = field(default_factory=deque)  # decomposed steps of the episode
     _windows: Windows[StepRow] = field(init=False)
     structural: StructuralSlowdown = field(init=False)
 
     def __post_init__(self) -> None:
         self._windows = Windows(self.window, self.window_s)
         self.structural = StructuralSlowdown(self.job, self.structural_threshold)
+        self._together = deque(maxlen=self.structural.window)
 
     def on_finding(self, finding: Finding) -> None:
         """A finding of the job's detectors that wants structural follow-up."""
@@ -81,6 +84,7 @@ class JobDerivations:
             step = IdealStep(r.step, r.t0, r.t0 + w.observed_s, s.actual_s, s.ideal_s, r.ranks)
             if self.structural.wants_causes(step):
                 s = w.decomposed()
+                self._together.append((r.step, w.pending.healed_together))
             structural = StructuralGains(s.ideal_s, s.gains(), s.extra(), s.contains, s.decomposed)
             self.gains.append(StepGains(r.step, r.t0, w.step_s, w.baseline_s, r.ranks, w.gains(), contains, structural))
             self._blocking(step, out)
@@ -108,7 +112,8 @@ class JobDerivations:
         if found is not None:
             out.findings.append(found)
             episode = [g for g in self.gains if g.t0 >= found.start]
-            out.attributions.extend(structural_attributions(found.id, episode))
+            out.attributions.extend(structural_attributions(found.id, episode, dict(self._together)))
+            self._together.clear()
 
     def _attribute(self, out: Derived, final: bool) -> None:
         for finding in list(self._unattributed):

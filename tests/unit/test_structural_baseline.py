@@ -227,3 +227,40 @@ def test_the_roll_ups_hold_the_ideal_and_the_ratio_per_step() -> None:
         assert ratio.values == pytest.approx([m / i for m, i in zip(modelled.values, ideal.values, strict=True)])
         assert ideal.total == pytest.approx(10 * healthy(job).true_step_s(), rel=1e-6)
         assert modelled.total == pytest.approx(10 * job.true_step_s(), rel=1e-6)
+
+
+
+def check_both(job: Job, causes: dict[str, tuple[Job, Job]], container: str) -> list[Attribution]:
+    """Two causes at once, each with (the job without it, the job with only it): both ranked first, the
+    ``container`` that holds both after them; each one's slowdowns within 5% of the truth (healing only it:
+    actual / the job without it; leaving only it unhealed: the job with only it / ideal)."""
+    out, _ = analyse(job)
+    ranked = structural(out)
+    names = [a.cause for a in ranked]
+    assert set(names[:2]) == set(causes) and container in names[2:]
+    ideal = healthy(job).true_step_s()
+    for a in ranked[:2]:
+        without, alone = causes[a.cause]
+        assert a.slowdown == pytest.approx(job.true_step_s() / without.true_step_s(), rel=0.05)
+        assert a.slowdown_unhealed == pytest.approx(alone.true_step_s() / ideal, rel=0.05)
+    return ranked
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.02])  # exact spans, and 2% noise on every span
+def test_a_slow_rank_and_a_slow_link_of_its_stage_are_named_before_the_stage(jitter: float) -> None:
+    # stage 1 holds both: healing it heals both, but its two parts healed together explain it; the rank's own
+    # element leaves its transfers over the slow link to the link (else left alone it would carry them)
+    rank, link = Job(compute={(2, 1): 1.6}), Job(link={1: 6.0})
+    job = Job(compute=rank.compute, link=link.link, jitter=jitter)
+    check_both(job, {"rank:j/7": (link, rank), "link:j/stage1-stage2": (rank, link)}, "stage:j/1")
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.02])  # exact spans, and 2% noise on every span
+def test_a_slow_rank_beside_a_slower_replica_is_named_though_healing_it_alone_gains_nothing(jitter: float) -> None:
+    # replica 1 slow everywhere, rank 7 (replica 2) less: healing the rank alone gains nothing (replica 1 still
+    # blocks), alone it costs; both are inside the spread across replicas, which is named after them
+    replica, rank = Job(compute={(1, s): 1.5 for s in range(3)}), Job(compute={(2, 1): 1.3})
+    job = Job(compute={**replica.compute, **rank.compute}, jitter=jitter)
+    ranked = check_both(job, {"dp:j/1": (rank, replica), "rank:j/7": (replica, rank)}, "spread:j/dp")
+    assert [a.cause for a in ranked[:2]] == ["dp:j/1", "rank:j/7"]  # by what healing it alone saves
+    assert ranked[1].slowdown == pytest.approx(1.0, abs=0.01) and ranked[1].slowdown_unhealed > 1.05
