@@ -103,8 +103,15 @@ class OpsService(Service):
             self.status.broker_failed(unreachable)
 
     def highwater(self, topic: str, partition: int) -> int | None:
+        """The partition's high watermark; None while it is unknown (no consumer yet, or the partition is not
+        assigned to this worker now: ``/health`` may ask in the middle of a rebalance)."""
         consumer = self.app.consumer if self.app.producer is not None else None
-        return consumer.highwater(_tp(topic, partition)) if consumer is not None else None
+        if consumer is None:
+            return None
+        try:
+            return consumer.highwater(_tp(topic, partition))
+        except AssertionError:  # aiokafka: "Partition is not assigned"
+            return None
 
     def observe(self, topic: str, partition: int, offset: int) -> None:
         """Record progress and refresh the lag gauge (highwater minus the next offset to process)."""

@@ -165,3 +165,22 @@ def test_waiting_for_the_broker_ends_on_sigterm_and_not_on_other_errors() -> Non
 
     with pytest.raises(PolicyViolationError):  # the broker answered: not a wait
         asyncio.run(until_broker(refused, Health("sink"), asyncio.Event(), every_s=0.01))
+
+
+def test_the_worker_asked_for_an_unassigned_partition_s_high_watermark_answers_unknown() -> None:
+    """/health may ask in the middle of a rebalance, for a partition this worker no longer (or not yet)
+    holds: aiokafka asserts; the answer must be "unknown", not an error on the endpoint."""
+    from types import SimpleNamespace
+
+    from streams.worker import OpsService
+
+    def unassigned(tp: object) -> int:
+        raise AssertionError("Partition is not assigned")
+
+    service = OpsService.__new__(OpsService)
+    service.app = SimpleNamespace(producer=object(), consumer=SimpleNamespace(highwater=unassigned))  # type: ignore[assignment]
+    assert service.highwater("driftlog.telemetry", 3) is None
+    service.app = SimpleNamespace(producer=object(), consumer=SimpleNamespace(highwater=lambda tp: 42))  # type: ignore[assignment]
+    assert service.highwater("driftlog.telemetry", 3) == 42
+    service.app = SimpleNamespace(producer=None, consumer=None)  # type: ignore[assignment]
+    assert service.highwater("driftlog.telemetry", 3) is None
