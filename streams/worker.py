@@ -116,7 +116,7 @@ class OpsService(Service):
     def observe(self, topic: str, partition: int, offset: int) -> None:
         """Record progress and refresh the lag gauge (highwater minus the next offset to process)."""
         self.processed[(topic, partition)] = offset
-        highwater = self.app.consumer.highwater(_tp(topic, partition))
+        highwater = self.highwater(topic, partition)
         if highwater is not None:
             ops.CONSUMER_LAG.labels(topic, str(partition)).set(max(0, highwater - offset - 1))
 

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from streams.contract.sizing import split_by_size
 from streams.sim.base import T0, envelope, metrics
-from streams.sim.sizing import split_by_size
 from streams.sim.training import Array, Layout, StepTimes, TrainingFabric
 
 GPUS_PER_NODE = 8

@@ -22,10 +22,11 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from streams.contract.sizing import split_by_size
 from streams.sim.base import T0, Message, cause, envelope
 from streams.sim.emit import topology
 from streams.sim.exporter import Exporter, recorded, stage_spans
-from streams.sim.sizing import sized_envelopes, split_by_size
+from streams.sim.sizing import sized_envelopes
 from streams.sim.training import Cause, Layout, TrainingFabric
 from streams.sim.training_run import ELEMENT, TOKENS_PER_MICROBATCH
 

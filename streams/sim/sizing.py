@@ -8,8 +8,6 @@ from typing import Any
 from streams.contract.sizing import MAX_MESSAGE_BYTES, column_rows, part_source, split_by_size
 from streams.sim.base import envelope
 
-__all__ = ["MAX_MESSAGE_BYTES", "sized_envelopes", "split_by_size"]
-
 
 def sized_envelopes(source: str, seq: int, batches: list[dict[str, Any]],
                     limit: int = MAX_MESSAGE_BYTES) -> list[bytes]:  # fmt: skip

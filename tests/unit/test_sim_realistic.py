@@ -11,11 +11,11 @@ import orjson
 import pytest
 
 from streams.contract.envelope import decode_telemetry
+from streams.contract.sizing import MAX_MESSAGE_BYTES, split_by_size
 from streams.sim.base import envelope
 from streams.sim.exporter import Exporter
 from streams.sim.realistic import REALISTIC, RealisticScenario, realistic_layout
 from streams.sim.scenarios import SCENARIOS
-from streams.sim.sizing import MAX_MESSAGE_BYTES, split_by_size
 from streams.sim.training import Cause, TrainingFabric
 
 
