@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use memchr::memmem;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyList, PyString};
@@ -24,18 +25,36 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-/// A multiply-rotate hash (as in rustc's FxHash): the keys are short strings of one message.
+/// A multiply-rotate hash (as in rustc's FxHash) of a string's length and its first and last 8 bytes: the
+/// keys are a message's strings, mostly short names that differ at one end (`dp-3`, `device:node7/gpu2`).
+/// Strings that share both ends only collide (then they are compared whole).
 #[derive(Default)]
 struct Fx(u64);
 
+impl Fx {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
 impl Hasher for Fx {
     fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word))
-                .wrapping_mul(0x517c_c1b7_2722_0a95);
+        let n = bytes.len();
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            let end = (at + 8).min(n);
+            w[..end - at].copy_from_slice(&bytes[at..end]);
+            u64::from_le_bytes(w)
+        };
+        self.add(n as u64);
+        self.add(word(0));
+        if n > 8 {
+            self.add(word(n - 8));
         }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
     }
 
     fn finish(&self) -> u64 {
@@ -86,7 +105,7 @@ enum Values {
     Floats(Vec<f64>),
     Ints(Vec<i64>),
     Bools(Vec<u8>),
-    Codes(Vec<u32>),
+    Codes(Vec<u32>, Vec<bool>), // codes into the message's strings; which codes are known valid here
 }
 
 struct Column {
@@ -112,12 +131,9 @@ struct Strings<'a> {
 
 /// Whether `text` may hold the integer `-0` (a `-0` not followed by a fraction, exponent or digit).
 fn has_integer_minus_zero(text: &str) -> bool {
-    text.match_indices("-0").any(|(at, _)| {
-        !matches!(
-            text.as_bytes().get(at + 2),
-            Some(b'.' | b'e' | b'E' | b'0'..=b'9')
-        )
-    })
+    let bytes = text.as_bytes();
+    memmem::find_iter(bytes, b"-0")
+        .any(|at| !matches!(bytes.get(at + 2), Some(b'.' | b'e' | b'E' | b'0'..=b'9')))
 }
 
 impl<'a> Strings<'a> {
@@ -142,8 +158,16 @@ impl Rule {
             Type::Number => Values::Floats(Vec::with_capacity(capacity)),
             Type::Integer => Values::Ints(Vec::with_capacity(capacity)),
             Type::Boolean => Values::Bools(Vec::with_capacity(capacity)),
-            Type::Text => Values::Codes(Vec::with_capacity(capacity)),
+            Type::Text => Values::Codes(Vec::with_capacity(capacity), Vec::new()),
         }
+    }
+
+    fn valid_text(&self, text: &str) -> bool {
+        if let Some(allowed) = &self.allowed {
+            return allowed.iter().any(|a| a == text);
+        }
+        let len = text.chars().count(); // code points, as Python counts them
+        len >= self.min_len && self.max_len.is_none_or(|m| len <= m)
     }
 
     /// Append `value` if it is valid under this rule; false (nothing appended) if it is not.
@@ -179,18 +203,19 @@ impl Rule {
                 out.push(v);
             }
             (Values::Bools(out), Scalar::Bool(b)) => out.push(u8::from(b)),
-            (Values::Codes(out), Scalar::Text(text)) => {
-                if let Some(allowed) = &self.allowed {
-                    if !allowed.iter().any(|a| a == text.as_ref()) {
+            (Values::Codes(out, valid), Scalar::Text(text)) => {
+                let code = strings.code(text);
+                let c = code as usize;
+                if !valid.get(c).is_some_and(|v| *v) {
+                    if !self.valid_text(&strings.list[c]) {
                         return false;
                     }
-                } else {
-                    let len = text.chars().count(); // code points, as Python counts them
-                    if len < self.min_len || self.max_len.is_some_and(|m| len > m) {
-                        return false;
+                    if valid.len() <= c {
+                        valid.resize(c + 1, false);
                     }
+                    valid[c] = true; // each distinct string is checked once per column
                 }
-                out.push(strings.code(text));
+                out.push(code);
             }
             _ => return false,
         }
@@ -912,7 +937,7 @@ impl TelemetryDecoder {
         let Ok(text) = std::str::from_utf8(raw) else {
             return Ok(None);
         };
-        if text.contains("\\ud") || text.contains("\\uD") {
+        if memmem::find(raw, b"\\ud").is_some() || memmem::find(raw, b"\\uD").is_some() {
             return Ok(None); // lone surrogates are not text; only the Python decoder tells pairs from them
         }
         let mut strings = Strings {
@@ -931,7 +956,7 @@ impl TelemetryDecoder {
                     Values::Floats(v) => (0u8, buffer(py, v)),
                     Values::Ints(v) => (1, buffer(py, v)),
                     Values::Bools(v) => (2, buffer(py, v)),
-                    Values::Codes(v) => (3, buffer(py, v)),
+                    Values::Codes(v, _) => (3, buffer(py, v)),
                 };
                 columns.push((column.repeat, code, bytes));
             }
