@@ -15,10 +15,11 @@ import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,7 +28,7 @@ import pyarrow.parquet as pq
 from audit.records import AuditRecord, SourcePosition
 from audit.store import AuditStore, RawRecord
 from streams.contract.envelope import Decoded
-from streams.contract.schema import DECISION_SCHEMA, EVENT_TIME, SAMPLE_KINDS, TELEMETRY_SCHEMA
+from streams.contract.schema import DECISION_SCHEMA, EVENT_TIME, SAMPLE_KINDS, TELEMETRY_SCHEMA, sample_rules
 from streams.errors import ConfigError
 from streams.formats.kineto import is_trace_file, read_trace_files
 from streams.formats.parquet import decode_tables
@@ -100,35 +101,44 @@ def parquet_columns(path: Path) -> Iterator[Message]:
     for seq, rows in enumerate(_slices(pq.ParquetFile(path).iter_batches(batch_size=65_536), ROWS_PER_MESSAGE)):
         position += rows.num_rows
         where = SourcePosition(str(path), 0, position)
-        parts = _by_kind(rows)
-        decoded = decode_tables(parts, source, seq)
+        decoded = decode_tables(_by_kind(rows, narrow=True), source, seq)
         if decoded is not None:
-            yield Message("telemetry", partial(_encoded, parts, source, seq), where, decoded[1], decoded[0])
+            yield Message("telemetry", partial(_encoded, rows, source, seq), where, decoded[1], decoded[0])
         else:
-            doc = _envelope(parts, source, seq)
+            doc = _envelope(rows, source, seq)
             yield Message("telemetry", orjson.dumps(doc), where, oldest(doc))
 
 
-def _envelope(parts: list[tuple[str, pa.Table]], source: str, seq: int) -> dict[str, Any]:
-    """The columnar envelope of ``parts`` (each column's values as one list: no dict per row)."""
+def _envelope(rows: pa.Table, source: str, seq: int) -> dict[str, Any]:
+    """The columnar envelope of ``rows``: a batch per kind, each column's values as one list (no dict per row)."""
     columns = []
-    for kind, part in parts:
+    for kind, part in _by_kind(rows, narrow=False):
         data = {name: part.column(name).to_pylist() for name in part.column_names if name != "kind"}
         columns.append({"kind": kind, "n": part.num_rows, "data": data})
     return {"schema": TELEMETRY_SCHEMA, "source": source, "seq": seq, "columns": columns}
 
 
-def _encoded(parts: list[tuple[str, pa.Table]], source: str, seq: int) -> bytes:
-    return orjson.dumps(_envelope(parts, source, seq))
+def _encoded(rows: pa.Table, source: str, seq: int) -> bytes:
+    return orjson.dumps(_envelope(rows, source, seq))
 
 
-def _by_kind(rows: pa.Table) -> list[tuple[str, pa.Table]]:
-    """The rows of each sample kind present (in ``SAMPLE_KINDS`` order), without copying when there is one."""
-    kinds = rows.column("kind")
-    present = set(pc.unique(kinds).to_pylist())
-    if len(present) == 1:
-        return [(kind, rows) for kind in SAMPLE_KINDS if kind in present]
-    return [(kind, rows.filter(pc.equal(kinds, kind))) for kind in SAMPLE_KINDS if kind in present]
+def _by_kind(rows: pa.Table, narrow: bool) -> list[tuple[str, pa.Table]]:
+    """The rows of each sample kind present (in ``SAMPLE_KINDS`` order), without copying when there is one;
+    ``narrow``: only the columns of the kind's fields (the envelope carries every column)."""
+    encoded = rows.column("kind").combine_chunks().dictionary_encode()
+    present, codes = encoded.dictionary.to_pylist(), encoded.indices.to_numpy()
+    parts = []
+    for kind in (k for k in SAMPLE_KINDS if k in present):
+        table = rows.select([n for n in rows.column_names if n in _fields(kind)]) if narrow else rows
+        if len(present) > 1:
+            table = table.take(np.flatnonzero(codes == present.index(kind)))
+        parts.append((kind, table))
+    return parts
+
+
+@cache
+def _fields(kind: str) -> frozenset[str]:
+    return frozenset(rule.name for rule in sample_rules(kind))
 
 
 def _slices(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.Table]:
