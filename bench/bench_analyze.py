@@ -1,16 +1,18 @@
 """`analyze` of a Parquet file of sample rows: read by columns (the default for such files) beside read row by
 row (the path every other file takes), interleaved, on the simulated training fabric.
 
-    .venv/bin/python bench/bench_analyze.py [--ranks 64] [--steps 300] [--repeats 3]
+    .venv/bin/python bench/bench_analyze.py [--ranks 64] [--steps 300] [--repeats 3] [--root DIR]...
 
 Prints op spans (and all samples) per second and per CPU-second for each reading. Issue 11's goal: >= 1 M op
-spans/s analysing from Parquet.
+spans/s analysing from Parquet. Each ``--root`` (a tree from ``git archive <commit> | tar -x -C /tmp/old``) is
+measured too, by columns, in a process of its own, interleaved with this tree's runs: before/after in one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -57,11 +59,23 @@ def run(path: Path, columnar: bool) -> tuple[float, float]:
         analyze.samples_only = original  # type: ignore[assignment]
 
 
+def run_elsewhere(root: Path, path: Path) -> tuple[float, float]:
+    """(wall s, CPU s) of one analyze by columns with ``streams`` from another tree (a process of its own)."""
+    code = (
+        f"import sys, time; sys.path.insert(0, {str(root)!r}); from pathlib import Path; from streams import analyze; "
+        f"w, c = time.perf_counter(), time.process_time(); analyze.analyze_files([Path({str(path)!r})]); "
+        "print(time.perf_counter() - w, time.process_time() - c)"
+    )
+    wall, cpu = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+    return float(wall), float(cpu)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--root", type=Path, action="append", default=[], help="another tree to measure")
     args = parser.parse_args()
     path = Path(tempfile.mkdtemp(prefix="driftlog-bench-analyze-")) / "samples.parquet"
     n, ops = write_samples(args.ranks, args.steps, path)
@@ -69,6 +83,8 @@ def main() -> None:
     for _ in range(args.repeats):  # interleaved
         runs["by columns"].append(run(path, True))
         runs["row by row"].append(run(path, False))
+        for root in args.root:
+            runs.setdefault(f"{root} by columns", []).append(run_elsewhere(root, path))
     print(f"{args.ranks} ranks x {args.steps} steps: {n:,} samples ({ops:,} op spans), "
           f"{path.stat().st_size / 2**20:.1f} MiB Parquet; median of {args.repeats} interleaved runs")  # fmt: skip
     for name, values in runs.items():

@@ -1,5 +1,6 @@
-"""Fuzz the telemetry and decision decoders: mutated messages must never raise, and every sample of an
-accepted message must end up either in a batch or in a reject, exactly once.
+"""Fuzz the telemetry and decision decoders: mutated messages must never raise, every sample of an
+accepted message must end up either in a batch or in a reject, exactly once, and whatever the native decoder
+answers must be what the Python decoder answers.
 
     .venv/bin/python bench/fuzz_decoder.py [--messages 100000] [--decisions 10000] [--seed 0]
                                            [--skip-known-bugs]
@@ -24,11 +25,14 @@ import traceback
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
+from streams.contract import envelope
 from streams.contract.decision import decode_decision
 from streams.contract.envelope import Decoded, decode_telemetry
+from streams.contract.native_decode import decode_native
 from streams.contract.schema import SCHEMA_DIR, decision_rules, sample_rules
 
 TELEMETRY = json.loads((SCHEMA_DIR / "telemetry.v1.json").read_text())
@@ -583,6 +587,7 @@ class Tally:
     exceptions: Counter[str] = field(default_factory=Counter)  # by type and where it was raised
     violations: Counter[str] = field(default_factory=Counter)  # messages, by the kind of problem
     broken: int = 0  # messages with an exception or a violation
+    native: int = 0  # messages the native decoder answered (each compared with the Python decoder)
     smallest: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # per kind of failure: shortest input
 
     def failed(self, kind: str, raw: bytes, detail: str) -> None:
@@ -605,6 +610,37 @@ class Tally:
             self.failed(kind, raw, problem)
 
 
+def decoded_differences(got: Decoded, want: Decoded) -> list[str]:
+    """How two decodings of one message differ (columns compared bit for bit); empty when they are the same."""
+    if (got.source, got.seq, got.total, got.rejects) != (want.source, want.seq, want.total, want.rejects):
+        return [f"envelope or rejects differ: {got.rejects[:3]} against {want.rejects[:3]}"]
+    if [(b.kind, b.index.tolist(), list(b.columns)) for b in got.batches] != [
+        (b.kind, b.index.tolist(), list(b.columns)) for b in want.batches
+    ]:
+        return ["batches differ in kind, positions or fields"]
+    return [
+        f"{a.kind}.{name} differs"
+        for a, b in zip(got.batches, want.batches, strict=True)
+        for name, column in a.columns.items()
+        if column.dtype != b.columns[name].dtype
+        or (
+            column.tolist() != b.columns[name].tolist()
+            if column.dtype == object
+            else column.tobytes() != b.columns[name].tobytes()
+        )
+    ]
+
+
+def native_differences(raw: bytes) -> list[str] | None:
+    """None when the native decoder leaves the message to the Python decoder; else how its answer differs from
+    the Python decoder's (empty: not at all)."""
+    if decode_native(raw) is None:
+        return None
+    with mock.patch.object(envelope, "decode_native", lambda raw: None):
+        want = decode_telemetry(raw)
+    return [f"native decoder: {d}" for d in decoded_differences(decode_telemetry(raw), want)]
+
+
 def fuzz_telemetry(rng: random.Random, knobs: Knobs, messages: int) -> Tally:
     gen = Gen(rng, knobs)
     tally = Tally()
@@ -621,6 +657,9 @@ def fuzz_telemetry(rng: random.Random, knobs: Knobs, messages: int) -> Tally:
         for r in decoded.rejects:
             (tally.whole if r.index is None else tally.rejected)[r.reason] += 1
         problems = accounting_violations(decoded)
+        native = native_differences(msg.raw)
+        tally.native += native is not None
+        problems += native or []
         if problems:
             tally.violation(msg.raw, problems)
     return tally
@@ -661,6 +700,7 @@ def _report(title: str, t: Tally, elapsed: float, samples: bool) -> None:
         print(f"  {'samples accepted':<24}{t.accepted:>10,}")
         _counts("samples rejected", t.rejected)
         _counts("whole-message rejects", t.whole)
+        print(f"  {'native decoder answered':<24}{t.native:>10,}  (compared with the Python decoder)")
     else:
         print(f"  {'accepted':<24}{t.accepted:>10,}")
         _counts("rejected", t.whole)

@@ -17,3 +17,16 @@ def classify_values(
 def dag_ends(
     order: Buffer, indptr: Buffer, indices: Buffer, floor: Buffer, durations: Buffer, ends: Buffer
 ) -> None: ...
+
+Part = tuple[str, int, int, list[tuple[bool, int, bytearray]]]  # kind, first position, rows, columns
+
+class TelemetryDecoder:
+    def __init__(
+        self,
+        schema: str,
+        max_rows: int,
+        max_batches: int,
+        max_seq: int,
+        kinds: list[tuple[str, list[tuple[object, ...]]]],
+    ) -> None: ...
+    def decode(self, raw: bytes) -> tuple[str, int | None, int, list[str], list[Part]] | None: ...

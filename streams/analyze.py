@@ -15,6 +15,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,11 @@ import pyarrow.parquet as pq
 
 from audit.records import AuditRecord, SourcePosition
 from audit.store import AuditStore, RawRecord
-from streams.contract.schema import DECISION_SCHEMA, EVENT_TIME, SAMPLE_KINDS, TELEMETRY_SCHEMA
+from streams.contract.envelope import Decoded
+from streams.contract.schema import DECISION_SCHEMA, EVENT_TIME, SAMPLE_KINDS, TELEMETRY_SCHEMA, sample_rules
 from streams.errors import ConfigError
 from streams.formats.kineto import is_trace_file, read_trace_files
+from streams.formats.parquet import decode_tables
 from streams.pipeline import Output, Processor, channel
 from streams.produce import Report, rows_of
 
@@ -39,9 +42,10 @@ Progress = Callable[[int, int], None]  # (bytes read, bytes in all)
 @dataclass(frozen=True)
 class Message:
     kind: str  # telemetry | decisions
-    value: bytes
+    value: bytes | Callable[[], bytes]  # a callable: made only if a dead letter needs it (decoded is given)
     source: SourcePosition
     time: float  # its oldest event time: files are merged by it
+    decoded: Decoded | None = None  # already decoded (Parquet columns): the value is not decoded again
 
 
 def messages_of(path: Path, report: Report) -> Iterator[Message]:
@@ -88,30 +92,53 @@ def samples_only(path: Path) -> bool:
 
 
 def parquet_columns(path: Path) -> Iterator[Message]:
-    """A Parquet file of sample rows as columnar envelopes of ``ROWS_PER_MESSAGE`` rows (per kind, each
-    column's values as one list: no dict per row), cut where the row-wise reading cuts its messages, so the
-    provenance (the row number ending each message) is the same."""
+    """A Parquet file of sample rows as columnar messages of ``ROWS_PER_MESSAGE`` rows (per kind), cut where
+    the row-wise reading cuts its messages, so the provenance (the row number ending each message) is the
+    same. Valid columns go to the engine as they are (:mod:`streams.formats.parquet`); the envelope's JSON is
+    made only for a message the decoder must judge, or for a dead letter's original bytes."""
     source = f"file:{path.name}"
     position = 0
     for seq, rows in enumerate(_slices(pq.ParquetFile(path).iter_batches(batch_size=65_536), ROWS_PER_MESSAGE)):
         position += rows.num_rows
-        columns = []
-        for kind, part in _by_kind(rows):
-            if part.num_rows:
-                data = {name: part.column(name).to_pylist() for name in part.column_names if name != "kind"}
-                columns.append({"kind": kind, "n": part.num_rows, "data": data})
-        doc = {"schema": TELEMETRY_SCHEMA, "source": source, "seq": seq, "columns": columns}
-        yield Message("telemetry", orjson.dumps(doc), SourcePosition(str(path), 0, position), oldest(doc))
+        where = SourcePosition(str(path), 0, position)
+        decoded = decode_tables(_by_kind(rows, narrow=True), source, seq)
+        if decoded is not None:
+            yield Message("telemetry", partial(_encoded, rows, source, seq), where, decoded[1], decoded[0])
+        else:
+            doc = _envelope(rows, source, seq)
+            yield Message("telemetry", orjson.dumps(doc), where, oldest(doc))
 
 
-def _by_kind(rows: pa.Table) -> list[tuple[str, pa.Table]]:
-    """The rows of each sample kind (in ``SAMPLE_KINDS`` order), without copying when there is one kind."""
-    kinds = rows.column("kind")
-    present = set(pc.unique(kinds).to_pylist())
-    if len(present) == 1:
-        return [(kind, rows) for kind in SAMPLE_KINDS if kind in present]
-    names = kinds.to_numpy(zero_copy_only=False)
-    return [(kind, rows.take(np.flatnonzero(names == kind))) for kind in SAMPLE_KINDS if kind in present]
+def _envelope(rows: pa.Table, source: str, seq: int) -> dict[str, Any]:
+    """The columnar envelope of ``rows``: a batch per kind, each column's values as one list (no dict per row)."""
+    columns = []
+    for kind, part in _by_kind(rows, narrow=False):
+        data = {name: part.column(name).to_pylist() for name in part.column_names if name != "kind"}
+        columns.append({"kind": kind, "n": part.num_rows, "data": data})
+    return {"schema": TELEMETRY_SCHEMA, "source": source, "seq": seq, "columns": columns}
+
+
+def _encoded(rows: pa.Table, source: str, seq: int) -> bytes:
+    return orjson.dumps(_envelope(rows, source, seq))
+
+
+def _by_kind(rows: pa.Table, narrow: bool) -> list[tuple[str, pa.Table]]:
+    """The rows of each sample kind present (in ``SAMPLE_KINDS`` order), without copying when there is one;
+    ``narrow``: only the columns of the kind's fields (the envelope carries every column)."""
+    encoded = rows.column("kind").combine_chunks().dictionary_encode()
+    present, codes = encoded.dictionary.to_pylist(), encoded.indices.to_numpy()
+    parts = []
+    for kind in (k for k in SAMPLE_KINDS if k in present):
+        table = rows.select([n for n in rows.column_names if n in _fields(kind)]) if narrow else rows
+        if len(present) > 1:
+            table = table.take(np.flatnonzero(codes == present.index(kind)))
+        parts.append((kind, table))
+    return parts
+
+
+@cache
+def _fields(kind: str) -> frozenset[str]:
+    return frozenset(rule.name for rule in sample_rules(kind))
 
 
 def _slices(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.Table]:
@@ -182,8 +209,11 @@ def analyze_files(
     while heap:
         _, i, message = heapq.heappop(heap)
         last = message.source
-        handle = processor.telemetry if message.kind == "telemetry" else processor.decision
-        out.extend(handle(message.value, message.source))
+        if message.kind == "telemetry":
+            out.extend(processor.telemetry(message.value, message.source, decoded=message.decoded))
+        else:
+            assert isinstance(message.value, bytes)
+            out.extend(processor.decision(message.value, message.source))
         if not _push(heap, i, readers[i]):
             processor.timeline.forget(channel(message.source))
             done += paths[i].stat().st_size

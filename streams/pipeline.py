@@ -7,7 +7,7 @@ import copy
 import hashlib
 import pickle
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ from audit.records import AuditRecord, SourcePosition
 from streams.config import Settings
 from streams.contract.admission import Admission
 from streams.contract.decision import decode_decision
-from streams.contract.envelope import Reject, SampleBatch, decode_telemetry
+from streams.contract.envelope import Decoded, Reject, SampleBatch, decode_telemetry
 from streams.engine import elements
 from streams.engine.engine import Engine, EngineConfig, EngineOutput, unpickled
 from streams.engine.timeline import Chunk, Origin, Timeline
@@ -83,9 +83,9 @@ class Output:
     samples_by_kind: Counter[str] = field(default_factory=Counter)
     forward: list[bytes] = field(default_factory=list)  # job-less samples for the other tasks (streams.shared)
 
-    def reject(self, raw: bytes, source: SourcePosition, rejects: list[Reject]) -> None:
+    def reject(self, raw: bytes | Callable[[], bytes], source: SourcePosition, rejects: list[Reject]) -> None:
         if rejects:
-            dead = DeadLetter(raw, source, tuple(rejects))
+            dead = DeadLetter(raw if isinstance(raw, bytes) else raw(), source, tuple(rejects))
             self.dead_letters.append(dead)
             self.audit.extend(dead.audit_records())
 
@@ -124,12 +124,21 @@ class Processor:
         self.timeline.declare(channel(s) for s in sources)
 
     def telemetry(
-        self, raw: bytes, source: SourcePosition, caught_up: Iterable[str] = (), now: float | None = None
+        self,
+        raw: bytes | Callable[[], bytes],
+        source: SourcePosition,
+        caught_up: Iterable[str] = (),
+        now: float | None = None,
+        decoded: Decoded | None = None,
     ) -> Output:
         """A telemetry message; ``now``: its reference time (the Kafka record's timestamp, s), against which
-        samples too far in the future are refused (reason ``future``) without moving their source's time."""
+        samples too far in the future are refused (reason ``future``) without moving their source's time.
+        ``decoded``: the message already decoded (``analyze`` from Parquet columns); then ``raw`` may be a
+        callable that makes the message's bytes, called only if a dead letter needs them."""
         out = Output()
-        decoded = decode_telemetry(raw)
+        if decoded is None:
+            assert isinstance(raw, bytes)
+            decoded = decode_telemetry(raw)
         rejects = list(decoded.rejects)
         if decoded.total:
             why = self.admission.duplicate_message(decoded.source, decoded.seq)

@@ -17,6 +17,7 @@ import orjson
 
 from streams.contract.columns import MISSING, Checked, check_column
 from streams.contract.fast import MAX_COLUMN_BATCHES, MAX_COLUMN_ROWS, MAX_SEQ, decode_fast
+from streams.contract.native_decode import decode_native
 from streams.contract.schema import SAMPLE_KINDS, TELEMETRY_SCHEMA, sample_rules
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -86,7 +87,9 @@ def decode_telemetry(raw: bytes) -> Decoded:
     if len(raw) > MAX_MESSAGE_BYTES:
         out.rejects.append(Reject("oversized", f"{len(raw)} bytes > limit {MAX_MESSAGE_BYTES}"))
         return out
-    fast = decode_fast(raw)
+    fast = decode_native(raw)  # the native core when built, else (or when it defers) msgspec
+    if fast is None:
+        fast = decode_fast(raw)
     if fast is not None:
         out.source, out.seq, parts, out.total = fast
         for kind, start, columns in parts:

@@ -3,15 +3,20 @@ writes: the same records with the same provenance; a file with other rows (decis
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from streams import analyze
-from streams.contract.envelope import decode_telemetry
+from streams.contract.envelope import Decoded, decode_telemetry
 from streams.sim.scenarios import SCENARIOS
+from tests.unit.test_contract_fuzz import assert_same
+
+ROWS = analyze.ROWS_PER_MESSAGE
 
 
 def sample_rows(scenario: str) -> list[dict[str, object]]:
@@ -55,3 +60,117 @@ def test_a_file_with_decisions_is_read_row_by_row(tmp_path: Path) -> None:
     decision = {"kind": "decision", "id": "d-1", "time": 1.0, "controller": "c", "layer": "power", "action": "cap"}
     pq.write_table(table([*rows, decision]), path)
     assert not analyze.samples_only(path)
+
+
+# ---- the columns go to the engine without the JSON envelope (streams/formats/parquet.py) ----------------------
+
+
+def parquet_messages(path: Path) -> list[analyze.Message]:
+    return list(analyze.parquet_columns(path))
+
+
+def assert_same_batches(got: Decoded, want: Decoded) -> None:
+    assert_same(got, want, b"")
+
+
+def test_valid_columns_are_decoded_from_arrow_as_the_json_path_decodes_them(tmp_path: Path) -> None:
+    path = tmp_path / "samples.parquet"
+    rows = sample_rows("training-fabric")
+    pq.write_table(table(rows), path, row_group_size=1_234)
+    messages = parquet_messages(path)
+    assert messages and all(m.decoded is not None for m in messages)  # every message by columns
+    for m in messages:
+        assert m.decoded is not None and callable(m.value)
+        raw = m.value()
+        assert_same_batches(m.decoded, decode_telemetry(raw))
+        assert m.time == analyze.oldest(orjson.loads(raw))
+
+
+def test_arrow_types_other_than_the_json_paths_decode_alike(tmp_path: Path) -> None:
+    """Narrower integers and floats, large strings and a left-out optional column: the same batches."""
+    rows = [r for r in sample_rows("training-fabric") if r["kind"] == "op"][:3000]
+    columns = table(rows).drop_columns(["device"])
+    narrow = {"rank": pa.int32(), "dp": pa.int16(), "peer": pa.int32(), "start": pa.float64(), "duration": pa.float32()}
+    for name, kind in narrow.items():
+        columns = columns.set_column(columns.schema.get_field_index(name), name, columns[name].cast(kind))
+    columns = columns.set_column(columns.schema.get_field_index("op"), "op", columns["op"].cast(pa.large_string()))
+    path = tmp_path / "narrow.parquet"
+    pq.write_table(columns, path)
+    (message,) = parquet_messages(path)
+    assert message.decoded is not None and callable(message.value)
+    assert_same_batches(message.decoded, decode_telemetry(message.value()))
+
+
+OP = {"kind": "op", "job": "j", "step": 1, "rank": 0, "op": "forward", "op_class": "compute", "start": 10.0,
+      "duration": 0.5, "seq": 3}  # fmt: skip
+BAD_ROWS = {
+    "null in a required field": {"rank": None},
+    "not finite": {"duration": float("nan")},
+    "out of range": {"duration": 1e9},
+    "below the minimum": {"rank": -1},
+    "not in the enumeration": {"op_class": "magic"},
+    "too long": {"op": "x" * 300},
+    "empty": {"job": ""},
+    "a float for an integer": {"step": 1.5},
+    "beyond 2**62": {"seq": 2**62 + 1},
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_ROWS), ids=list(BAD_ROWS))
+def test_rows_that_break_the_rules_are_dead_lettered_as_by_the_json_path(
+    bad: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = [{**OP, "rank": r, "start": 10.0 + r} for r in range(50)]
+    rows[7] = {**rows[7], **BAD_ROWS[bad]}
+    path = tmp_path / "bad.parquet"
+    pq.write_table(table(rows), path)
+    (message,) = parquet_messages(path)
+    assert message.decoded is None and isinstance(message.value, bytes)  # the decoder judges the envelope
+    by_columns = analyze.analyze_files([path]).audit
+    dead = [r.body for r in by_columns if r.type == "dead_letter"]
+    assert [(d["count"], d["indices"]) for d in dead] == [(1, [7])], dead
+    monkeypatch.setattr(analyze, "decode_tables", lambda *_: None)  # the JSON path for every message
+    assert [r.encode() for r in analyze.analyze_files([path]).audit] == [r.encode() for r in by_columns]
+    jsonl = tmp_path / "bad.jsonl"
+    jsonl.write_bytes(b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows))
+    as_jsonl = [r.body for r in analyze.analyze_files([jsonl]).audit if r.type == "dead_letter"]
+    assert [(d["reason"], d["count"], d["indices"]) for d in as_jsonl] == [
+        (d["reason"], d["count"], d["indices"]) for d in dead
+    ]
+
+
+def test_a_late_sample_of_a_decoded_message_is_dead_lettered_with_the_envelopes_bytes(tmp_path: Path) -> None:
+    """Admission refuses it after decoding: the dead letter's original is the envelope the JSON path writes."""
+    metric = {"kind": "metric", "entity": "device:n1/gpu0", "name": "power_w", "value": 500.0}
+    rows = [{**metric, "time": 10_000.0 + r / 100} for r in range(ROWS)] + [{**metric, "time": 10.0}]
+    path = tmp_path / "late.parquet"
+    pq.write_table(table(rows), path)
+    messages = parquet_messages(path)
+    assert all(m.decoded is not None for m in messages)
+    dead = [r for r in analyze.analyze_files([path]).audit if r.type == "dead_letter"]
+    assert [d.body["reason"] for d in dead] == ["late"]
+    original = messages[-1].value() if callable(messages[-1].value) else messages[-1].value
+    assert dead[0].body["original_sha256"] == hashlib.sha256(original).hexdigest()
+
+
+@pytest.mark.parametrize("scenario", ["training-fabric", "inference-sla"])
+def test_parquet_and_jsonl_of_the_same_samples_give_the_same_records(scenario: str, tmp_path: Path) -> None:
+    rows = sample_rows(scenario)
+    parquet, jsonl = tmp_path / "samples.parquet", tmp_path / "samples.jsonl"
+    pq.write_table(table(rows), parquet)
+    jsonl.write_bytes(b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows))
+    assert all(m.decoded is not None for m in parquet_messages(parquet))
+
+    def records(path: Path) -> list[bytes]:
+        """Each record but where it was read (the file's name); a dead letter's id and original name the
+        message, which each file type writes differently."""
+        out = []
+        for r in analyze.analyze_files([path]).audit:
+            dead = r.type == "dead_letter"
+            body = {k: v for k, v in r.body.items() if not (dead and k in ("original_sha256", "original_bytes"))}
+            out.append(orjson.dumps([r.type, None if dead else r.id, body, r.source.offset]))
+        return out
+
+    by_parquet = records(parquet)
+    assert len(by_parquet) > 5
+    assert by_parquet == records(jsonl)

@@ -1,0 +1,993 @@
+//! A fast path for telemetry envelopes (`streams/contract/envelope.py`, whose rules are the definition):
+//! the bytes of one message in, the typed columns of its samples out.
+//!
+//! A message is answered here only when every sample in it is certainly valid under those rules (the rules
+//! themselves come from the schema files, handed over by `streams/contract/native_decode.py`): valid UTF-8,
+//! strict JSON, each known field once, every value of the right JSON type and within its bounds, lengths
+//! and enumerations, every column of a batch `n` long, one kind among the row-wise samples. Anything else
+//! (a bad sample, a duplicate key, an escaped surrogate, nesting beyond serde_json's limit, an integer
+//! written as `3.0`) is deferred: the Python decoder decides, and names the reason. So the two cannot
+//! disagree on the messages answered here; `tests/unit/test_native_decode.py` checks it on the fuzz corpora.
+//!
+//! Strings come out as codes into one list of the message's distinct strings (most columns repeat a few
+//! values), numbers as little-endian buffers that numpy reads without a copy.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use memchr::memmem;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyList, PyString};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// A multiply-rotate hash (as in rustc's FxHash) of a string's length and its first and last 8 bytes: the
+/// keys are a message's strings, mostly short names that differ at one end (`dp-3`, `device:node7/gpu2`).
+/// Strings that share both ends only collide (then they are compared whole).
+#[derive(Default)]
+struct Fx(u64);
+
+impl Fx {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl Hasher for Fx {
+    fn write(&mut self, bytes: &[u8]) {
+        let n = bytes.len();
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            let end = (at + 8).min(n);
+            w[..end - at].copy_from_slice(&bytes[at..end]);
+            u64::from_le_bytes(w)
+        };
+        self.add(n as u64);
+        self.add(word(0));
+        if n > 8 {
+            self.add(word(n - 8));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
+
+/// The JSON type a field takes (`FieldRule.kind`).
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Type {
+    Number,
+    Integer,
+    Text,
+    Boolean,
+}
+
+/// One JSON scalar as read; arrays, objects and null are never a valid field value of a sample.
+#[derive(Clone)]
+enum Scalar<'a> {
+    Int(i64),
+    Big(u64), // beyond i64
+    Float(f64),
+    Bool(bool),
+    Text(Cow<'a, str>),
+}
+
+struct Rule {
+    ty: Type,
+    slot: usize, // in TelemetryDecoder.slots: where a row-wise sample's value of this field is held
+    default: Option<Scalar<'static>>, // None: required
+    floats: [Option<f64>; 3], // number: minimum, maximum, exclusive minimum
+    ints: [Option<i64>; 3], // integer: the same
+    min_len: usize,
+    max_len: Option<usize>,
+    allowed: Option<Vec<String>>,
+}
+
+struct Kind {
+    name: String,
+    rules: Vec<Rule>,
+    index: FxMap<String, usize>, // field name -> rule
+}
+
+/// A column as read: its values, or one value standing for every row (`repeat`).
+enum Values {
+    Floats(Vec<f64>),
+    Ints(Vec<i64>),
+    Bools(Vec<u8>),
+    Codes(Vec<u32>, Vec<bool>), // codes into the message's strings; which codes are known valid here
+}
+
+struct Column {
+    values: Values,
+    repeat: bool,
+}
+
+struct Part {
+    kind: usize,
+    start: usize,
+    n: usize,
+    columns: Vec<Column>,
+}
+
+/// The distinct strings of one message, numbered in order of first appearance; and whether a -0.0 read in
+/// it is certainly one (serde_json reads the integer `-0` as -0.0 too, where Python reads 0).
+#[derive(Default)]
+struct Strings<'a> {
+    codes: FxMap<Cow<'a, str>, u32>,
+    list: Vec<Cow<'a, str>>,
+    negative_zero: bool,
+}
+
+/// Whether `text` may hold the integer `-0` (a `-0` not followed by a fraction, exponent or digit).
+fn has_integer_minus_zero(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    memmem::find_iter(bytes, b"-0")
+        .any(|at| !matches!(bytes.get(at + 2), Some(b'.' | b'e' | b'E' | b'0'..=b'9')))
+}
+
+impl<'a> Strings<'a> {
+    fn code(&mut self, text: Cow<'a, str>) -> u32 {
+        if let Some(&code) = self.codes.get(text.as_ref()) {
+            return code;
+        }
+        let code = self.list.len() as u32;
+        self.list.push(text.clone());
+        self.codes.insert(text, code);
+        code
+    }
+}
+
+fn defer<E: de::Error>() -> E {
+    E::custom("deferred to the Python decoder")
+}
+
+impl Rule {
+    fn empty(&self, capacity: usize) -> Values {
+        match self.ty {
+            Type::Number => Values::Floats(Vec::with_capacity(capacity)),
+            Type::Integer => Values::Ints(Vec::with_capacity(capacity)),
+            Type::Boolean => Values::Bools(Vec::with_capacity(capacity)),
+            Type::Text => Values::Codes(Vec::with_capacity(capacity), Vec::new()),
+        }
+    }
+
+    fn valid_text(&self, text: &str) -> bool {
+        if let Some(allowed) = &self.allowed {
+            return allowed.iter().any(|a| a == text);
+        }
+        let len = text.chars().count(); // code points, as Python counts them
+        len >= self.min_len && self.max_len.is_none_or(|m| len <= m)
+    }
+
+    /// Append `value` if it is valid under this rule; false (nothing appended) if it is not.
+    fn push<'a>(&self, value: Scalar<'a>, into: &mut Values, strings: &mut Strings<'a>) -> bool {
+        match (into, value) {
+            (Values::Floats(out), value) => {
+                let v = match value {
+                    Scalar::Int(i) => i as f64,
+                    Scalar::Big(u) => u as f64,
+                    Scalar::Float(f) => f,
+                    _ => return false,
+                };
+                let [min, max, above] = self.floats;
+                if !v.is_finite()
+                    || (v == 0.0 && v.is_sign_negative() && !strings.negative_zero)
+                    || min.is_some_and(|m| v < m)
+                    || max.is_some_and(|m| v > m)
+                    || above.is_some_and(|m| v <= m)
+                {
+                    return false;
+                }
+                out.push(v);
+            }
+            (Values::Ints(out), Scalar::Int(v)) => {
+                let [min, max, above] = self.ints;
+                if v.unsigned_abs() > 1 << 62
+                    || min.is_some_and(|m| v < m)
+                    || max.is_some_and(|m| v > m)
+                    || above.is_some_and(|m| v <= m)
+                {
+                    return false;
+                }
+                out.push(v);
+            }
+            (Values::Bools(out), Scalar::Bool(b)) => out.push(u8::from(b)),
+            (Values::Codes(out, valid), Scalar::Text(text)) => {
+                let code = strings.code(text);
+                let c = code as usize;
+                if !valid.get(c).is_some_and(|v| *v) {
+                    if !self.valid_text(&strings.list[c]) {
+                        return false;
+                    }
+                    if valid.len() <= c {
+                        valid.resize(c + 1, false);
+                    }
+                    valid[c] = true; // each distinct string is checked once per column
+                }
+                out.push(code);
+            }
+            _ => return false,
+        }
+        true
+    }
+}
+
+struct ScalarVisitor;
+
+impl<'de> Visitor<'de> for ScalarVisitor {
+    type Value = Scalar<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string, number or boolean")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(Scalar::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Scalar::Int(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(i64::try_from(v).map_or(Scalar::Big(v), Scalar::Int))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(Scalar::Float(v))
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Scalar::Text(Cow::Borrowed(v)))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Scalar::Text(Cow::Owned(v.to_owned())))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Scalar::Text(Cow::Owned(v)))
+    }
+}
+
+impl<'de> Deserialize<'de> for Scalar<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ScalarVisitor)
+    }
+}
+
+/// A value of a field the contract does not know, read and dropped. Unlike serde's `IgnoredAny` it goes
+/// through serde_json's nesting limit (128), as Python's parser has one (deeper: malformed_json there).
+struct Skip;
+
+impl<'de> Deserialize<'de> for Skip {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(SkipVisitor)
+    }
+}
+
+struct SkipVisitor;
+
+impl<'de> Visitor<'de> for SkipVisitor {
+    type Value = Skip;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Skip, A::Error> {
+        while seq.next_element::<Skip>()?.is_some() {}
+        Ok(Skip)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Skip, A::Error> {
+        while map.next_entry::<Skip, Skip>()?.is_some() {}
+        Ok(Skip)
+    }
+}
+
+/// A string key or value, borrowed from the message when it has no escapes.
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match d.deserialize_str(ScalarVisitor)? {
+            Scalar::Text(text) => Ok(Text(text)),
+            _ => Err(defer()),
+        }
+    }
+}
+
+/// `null` or what `S` reads.
+struct Nullable<S>(S);
+
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Nullable<S> {
+    type Value = Option<S::Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for Nullable<S> {
+    type Value = Option<S::Value>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("null or a value")
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        self.0.deserialize(d).map(Some)
+    }
+}
+
+/// What the parse of one message needs: the rules, and the message's strings.
+struct Ctx<'s, 'de> {
+    dec: &'s TelemetryDecoder,
+    strings: &'s mut Strings<'de>,
+}
+
+struct Envelope<'de> {
+    source: Cow<'de, str>,
+    seq: Option<u64>,
+    total: usize,
+    parts: Vec<Part>,
+}
+
+impl<'de> Visitor<'de> for Ctx<'_, 'de> {
+    type Value = Envelope<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a telemetry envelope")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let Ctx { dec, strings } = self;
+        let (mut schema, mut source, mut seq) = (false, None, None);
+        let (mut rows, mut batches): (Option<Option<Part>>, Option<Option<Vec<Part>>>) =
+            (None, None);
+        while let Some(key) = map.next_key::<Text>()? {
+            match key.0.as_ref() {
+                // a key given twice: the last value counts, as in the Python decoder (each must be valid here)
+                "schema" => {
+                    schema = map.next_value::<Text>()?.0 == dec.schema;
+                    if !schema {
+                        return Err(defer());
+                    }
+                }
+                "source" => {
+                    let text = map.next_value::<Text>()?.0;
+                    if !(1..=256).contains(&text.chars().count()) {
+                        return Err(defer());
+                    }
+                    source = Some(text);
+                }
+                "seq" => {
+                    let value = map.next_value::<Option<u64>>()?;
+                    if value.is_some_and(|s| s > dec.max_seq) {
+                        return Err(defer());
+                    }
+                    seq = Some(value);
+                }
+                "samples" => {
+                    let seed = Nullable(Rows(Ctx {
+                        dec,
+                        strings: &mut *strings,
+                    }));
+                    rows = Some(map.next_value_seed(seed)?);
+                }
+                "columns" => {
+                    let seed = Nullable(Batches(Ctx {
+                        dec,
+                        strings: &mut *strings,
+                    }));
+                    batches = Some(map.next_value_seed(seed)?);
+                }
+                _ => {
+                    map.next_value::<Skip>()?;
+                }
+            }
+        }
+        let (Some(source), true) = (source, schema) else {
+            return Err(defer());
+        };
+        let (rows, batches) = (rows.flatten(), batches.flatten());
+        if rows.is_none() && batches.is_none() {
+            return Err(defer()); // neither form (null counts as absent)
+        }
+        let mut parts = Vec::new();
+        let mut total = 0;
+        if let Some(part) = rows {
+            total = part.n;
+            if part.n > 0 {
+                parts.push(part);
+            }
+        }
+        for mut part in batches.unwrap_or_default() {
+            let n = part.n;
+            if n > 0 {
+                part.start = total;
+                parts.push(part);
+            }
+            total += n;
+        }
+        if total > dec.max_rows {
+            return Err(defer());
+        }
+        Ok(Envelope {
+            source,
+            seq: seq.flatten(),
+            total,
+            parts,
+        })
+    }
+}
+
+/// The row-wise samples: one part, all of one kind.
+struct Rows<'s, 'de>(Ctx<'s, 'de>);
+
+impl<'de> DeserializeSeed<'de> for Rows<'_, 'de> {
+    type Value = Part;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Part, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Rows<'_, 'de> {
+    type Value = Part;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of samples")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Part, A::Error> {
+        let Ctx { dec, strings } = self.0;
+        let mut slots: Vec<Option<Scalar<'de>>> = vec![None; dec.slots.len()];
+        let mut part: Option<Part> = None;
+        while seq
+            .next_element_seed(Row {
+                dec,
+                slots: &mut slots,
+            })?
+            .is_some()
+        {
+            let kind = match slots[dec.kind_slot].take() {
+                Some(Scalar::Text(name)) => dec.kind_index(&name).ok_or_else(defer)?,
+                _ => return Err(defer()),
+            };
+            let rules = &dec.kinds[kind].rules;
+            let part = part.get_or_insert_with(|| Part {
+                kind,
+                start: 0,
+                n: 0,
+                columns: rules
+                    .iter()
+                    .map(|r| Column {
+                        values: r.empty(64),
+                        repeat: false,
+                    })
+                    .collect(),
+            });
+            if part.kind != kind || part.n >= dec.max_rows {
+                return Err(defer()); // mixed kinds: positions per kind are the Python decoder's business
+            }
+            for (rule, column) in rules.iter().zip(&mut part.columns) {
+                let value = slots[rule.slot]
+                    .take()
+                    .or_else(|| rule.default.clone())
+                    .ok_or_else(defer)?;
+                if !rule.push(value, &mut column.values, strings) {
+                    return Err(defer());
+                }
+            }
+            slots.iter_mut().for_each(|s| *s = None); // fields of other kinds
+            part.n += 1;
+        }
+        Ok(part.unwrap_or(Part {
+            kind: 0,
+            start: 0,
+            n: 0,
+            columns: Vec::new(),
+        }))
+    }
+}
+
+/// One row-wise sample, its known fields' values into `slots`.
+struct Row<'s, 'de> {
+    dec: &'s TelemetryDecoder,
+    slots: &'s mut Vec<Option<Scalar<'de>>>,
+}
+
+impl<'de> DeserializeSeed<'de> for Row<'_, 'de> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Row<'_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a sample object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<Text>()? {
+            match self.dec.slots.get(key.0.as_ref()) {
+                Some(&slot) => self.slots[slot] = Some(map.next_value()?), // twice: the last counts
+                None => {
+                    map.next_value::<Skip>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The column batches, in order.
+struct Batches<'s, 'de>(Ctx<'s, 'de>);
+
+impl<'de> DeserializeSeed<'de> for Batches<'_, 'de> {
+    type Value = Vec<Part>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Batches<'_, 'de> {
+    type Value = Vec<Part>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of column batches")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let Ctx { dec, strings } = self.0;
+        let mut out = Vec::new();
+        while let Some(part) = seq.next_element_seed(Batch(Ctx {
+            dec,
+            strings: &mut *strings,
+        }))? {
+            if out.len() >= dec.max_batches {
+                return Err(defer());
+            }
+            out.push(part);
+        }
+        Ok(out)
+    }
+}
+
+struct Batch<'s, 'de>(Ctx<'s, 'de>);
+
+impl<'de> DeserializeSeed<'de> for Batch<'_, 'de> {
+    type Value = Part;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Part, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Batch<'_, 'de> {
+    type Value = Part;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a column batch")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Part, A::Error> {
+        let Ctx { dec, strings } = self.0;
+        let (mut kind, mut n, mut columns, mut raw) = (None, None, None, None::<&'de RawValue>);
+        while let Some(key) = map.next_key::<Text>()? {
+            match key.0.as_ref() {
+                "kind" if kind.is_none() => {
+                    kind = Some(
+                        dec.kind_index(&map.next_value::<Text>()?.0)
+                            .ok_or_else(defer)?,
+                    );
+                }
+                "n" if n.is_none() => {
+                    let count = usize::try_from(map.next_value::<u64>()?).map_err(|_| defer())?;
+                    if count > dec.max_rows {
+                        return Err(defer());
+                    }
+                    n = Some(count);
+                }
+                "data" if columns.is_none() && raw.is_none() => match (kind, n) {
+                    (Some(kind), Some(n)) => {
+                        columns = Some(map.next_value_seed(Data {
+                            dec,
+                            kind,
+                            n,
+                            strings: &mut *strings,
+                        })?);
+                    }
+                    _ => raw = Some(map.next_value()?), // read once kind and n are known
+                },
+                "kind" | "n" | "data" => return Err(defer()), // twice
+                _ => {
+                    map.next_value::<Skip>()?;
+                }
+            }
+        }
+        let (Some(kind), Some(n)) = (kind, n) else {
+            return Err(defer());
+        };
+        let columns = match (columns, raw) {
+            (Some(columns), _) => columns,
+            (None, Some(raw)) => {
+                let mut later = serde_json::Deserializer::from_str(raw.get());
+                Data {
+                    dec,
+                    kind,
+                    n,
+                    strings,
+                }
+                .deserialize(&mut later)
+                .map_err(|_| defer())?
+            }
+            (None, None) => return Err(defer()),
+        };
+        Ok(Part {
+            kind,
+            start: 0,
+            n,
+            columns,
+        })
+    }
+}
+
+/// A batch's `data`: one column (or one repeated value) per field of its kind, defaults where absent.
+struct Data<'s, 'de> {
+    dec: &'s TelemetryDecoder,
+    kind: usize,
+    n: usize,
+    strings: &'s mut Strings<'de>,
+}
+
+impl<'de> DeserializeSeed<'de> for Data<'_, 'de> {
+    type Value = Vec<Column>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<Column>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Data<'_, 'de> {
+    type Value = Vec<Column>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object of columns")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Vec<Column>, A::Error> {
+        let kind = &self.dec.kinds[self.kind];
+        let mut columns: Vec<Option<Column>> = kind.rules.iter().map(|_| None).collect();
+        while let Some(key) = map.next_key::<Text>()? {
+            match kind.index.get(key.0.as_ref()) {
+                Some(&i) => {
+                    // twice: the last counts (the first must be valid too, or the Python decoder decides)
+                    let seed = ColumnSeed {
+                        rule: &kind.rules[i],
+                        n: self.n,
+                        strings: &mut *self.strings,
+                    };
+                    columns[i] = Some(map.next_value_seed(seed)?);
+                }
+                None => {
+                    map.next_value::<Skip>()?; // a column the contract does not know
+                }
+            }
+        }
+        kind.rules
+            .iter()
+            .zip(columns)
+            .map(|(rule, column)| match column {
+                Some(column) => Ok(column),
+                None => {
+                    let mut values = rule.empty(1);
+                    let value = rule.default.clone().ok_or_else(defer)?;
+                    rule.push(value, &mut values, self.strings);
+                    Ok(Column {
+                        values,
+                        repeat: true,
+                    })
+                }
+            })
+            .collect()
+    }
+}
+
+struct ColumnSeed<'s, 'de> {
+    rule: &'s Rule,
+    n: usize,
+    strings: &'s mut Strings<'de>,
+}
+
+impl<'de> DeserializeSeed<'de> for ColumnSeed<'_, 'de> {
+    type Value = Column;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Column, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> ColumnSeed<'_, 'de> {
+    fn one<E: de::Error>(self, value: Scalar<'de>) -> Result<Column, E> {
+        let mut values = self.rule.empty(1);
+        if !self.rule.push(value, &mut values, self.strings) {
+            return Err(defer());
+        }
+        Ok(Column {
+            values,
+            repeat: true,
+        })
+    }
+}
+
+impl<'de> Visitor<'de> for ColumnSeed<'_, 'de> {
+    type Value = Column;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of n values or one value")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Column, A::Error> {
+        let mut values = self.rule.empty(self.n);
+        let mut count = 0;
+        while let Some(value) = seq.next_element::<Scalar>()? {
+            count += 1;
+            if count > self.n || !self.rule.push(value, &mut values, self.strings) {
+                return Err(defer());
+            }
+        }
+        if count != self.n {
+            return Err(defer());
+        }
+        Ok(Column {
+            values,
+            repeat: false,
+        })
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Column, E> {
+        self.one(Scalar::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Column, E> {
+        self.one(Scalar::Int(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Column, E> {
+        self.one(i64::try_from(v).map_or(Scalar::Big(v), Scalar::Int))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Column, E> {
+        self.one(Scalar::Float(v))
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Column, E> {
+        self.one(Scalar::Text(Cow::Borrowed(v)))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Column, E> {
+        self.one(Scalar::Text(Cow::Owned(v.to_owned())))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Column, E> {
+        self.one(Scalar::Text(Cow::Owned(v)))
+    }
+}
+
+/// A field rule as `streams/contract/native_decode.py` hands it over: (name, type, default or None when
+/// required, (minimum, maximum, exclusive minimum), (min length, max length), enumeration or None).
+/// Bounds are floats for a number and integers for an integer.
+type RuleSpec<'py> = (
+    String,
+    String,
+    Option<Bound<'py, PyAny>>,
+    (
+        Option<Bound<'py, PyAny>>,
+        Option<Bound<'py, PyAny>>,
+        Option<Bound<'py, PyAny>>,
+    ),
+    (usize, Option<usize>),
+    Option<Vec<String>>,
+);
+
+fn scalar(ty: Type, value: &Bound<'_, PyAny>) -> PyResult<Scalar<'static>> {
+    Ok(match ty {
+        Type::Number => Scalar::Float(value.extract()?),
+        Type::Integer => Scalar::Int(value.extract()?),
+        Type::Boolean => Scalar::Bool(value.extract()?),
+        Type::Text => Scalar::Text(Cow::Owned(value.extract()?)),
+    })
+}
+
+/// The decoder of telemetry envelopes under the rules it was made with.
+#[pyclass(frozen, module = "driftlog_native")]
+pub struct TelemetryDecoder {
+    schema: String,
+    max_rows: usize,
+    max_batches: usize,
+    max_seq: u64,
+    kinds: Vec<Kind>,
+    slots: FxMap<String, usize>, // every field name of any kind (and "kind") -> slot of a row-wise sample
+    kind_slot: usize,
+}
+
+impl TelemetryDecoder {
+    fn kind_index(&self, name: &str) -> Option<usize> {
+        self.kinds.iter().position(|k| k.name == name)
+    }
+
+    fn parse<'de>(&self, text: &'de str, strings: &mut Strings<'de>) -> Option<Envelope<'de>> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let envelope = de.deserialize_map(Ctx { dec: self, strings }).ok()?;
+        de.end().ok()?;
+        Some(envelope)
+    }
+}
+
+fn buffer<'py, T: Copy>(py: Python<'py>, values: &[T]) -> Bound<'py, PyByteArray> {
+    // SAFETY: T is a plain number (f64, i64, u8, u32: no padding); the bytes are read while `values` lives.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
+    };
+    PyByteArray::new(py, bytes)
+}
+
+#[pymethods]
+impl TelemetryDecoder {
+    /// TelemetryDecoder(schema, max_rows, max_batches, max_seq, kinds): `kinds` as [(name, [rule spec])],
+    /// each rule spec (name, type, default or None if required, bounds, lengths, enumeration or None).
+    #[new]
+    fn new(
+        schema: String,
+        max_rows: usize,
+        max_batches: usize,
+        max_seq: u64,
+        kinds: Vec<(String, Vec<RuleSpec<'_>>)>,
+    ) -> PyResult<Self> {
+        let mut slots: FxMap<String, usize> = FxMap::default();
+        slots.insert("kind".to_string(), 0);
+        let mut out = Vec::new();
+        for (name, specs) in kinds {
+            let mut rules = Vec::new();
+            let mut index = FxMap::default();
+            for (field, ty, default, (min, max, above), (min_len, max_len), allowed) in specs {
+                let ty = match ty.as_str() {
+                    "number" => Type::Number,
+                    "integer" => Type::Integer,
+                    "string" => Type::Text,
+                    "boolean" => Type::Boolean,
+                    other => {
+                        return Err(PyValueError::new_err(format!(
+                            "{field}: type {other} is not a sample field's"
+                        )))
+                    }
+                };
+                let bounds = [min, max, above];
+                let mut floats = [None; 3];
+                let mut ints = [None; 3];
+                for (i, bound) in bounds.iter().enumerate() {
+                    if let Some(bound) = bound {
+                        match ty {
+                            Type::Number => floats[i] = Some(bound.extract()?),
+                            Type::Integer => ints[i] = Some(bound.extract()?),
+                            _ => {
+                                return Err(PyValueError::new_err(format!(
+                                    "{field}: bounds on a {ty:?}"
+                                )))
+                            }
+                        }
+                    }
+                }
+                let next = slots.len();
+                let slot = *slots.entry(field.clone()).or_insert(next);
+                index.insert(field, rules.len());
+                rules.push(Rule {
+                    ty,
+                    slot,
+                    default: default.map(|d| scalar(ty, &d)).transpose()?,
+                    floats,
+                    ints,
+                    min_len,
+                    max_len,
+                    allowed,
+                });
+            }
+            out.push(Kind { name, rules, index });
+        }
+        Ok(Self {
+            schema,
+            max_rows,
+            max_batches,
+            max_seq,
+            kinds: out,
+            slots,
+            kind_slot: 0,
+        })
+    }
+
+    /// decode(raw) -> None, or (source, seq or None, total samples, strings, parts): each part (kind,
+    /// first sample position, rows, columns in rule order), each column (repeated, type code, bytes): type
+    /// codes 0 float64, 1 int64, 2 bool, 3 uint32 codes into `strings`. None: the Python decoder decides.
+    fn decode<'py>(&self, py: Python<'py>, raw: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Ok(text) = std::str::from_utf8(raw) else {
+            return Ok(None);
+        };
+        if memmem::find(raw, b"\\ud").is_some() || memmem::find(raw, b"\\uD").is_some() {
+            return Ok(None); // lone surrogates are not text; only the Python decoder tells pairs from them
+        }
+        let mut strings = Strings {
+            negative_zero: !has_integer_minus_zero(text),
+            ..Strings::default()
+        };
+        let Some(envelope) = py.detach(|| self.parse(text, &mut strings)) else {
+            return Ok(None);
+        };
+        let list = PyList::new(py, strings.list.iter().map(|s| PyString::new(py, s)))?;
+        let mut parts = Vec::with_capacity(envelope.parts.len());
+        for part in &envelope.parts {
+            let mut columns = Vec::with_capacity(part.columns.len());
+            for column in &part.columns {
+                let (code, bytes) = match &column.values {
+                    Values::Floats(v) => (0u8, buffer(py, v)),
+                    Values::Ints(v) => (1, buffer(py, v)),
+                    Values::Bools(v) => (2, buffer(py, v)),
+                    Values::Codes(v, _) => (3, buffer(py, v)),
+                };
+                columns.push((column.repeat, code, bytes));
+            }
+            parts.push((
+                self.kinds[part.kind].name.as_str(),
+                part.start,
+                part.n,
+                columns,
+            ));
+        }
+        let out = (
+            envelope.source.as_ref(),
+            envelope.seq,
+            envelope.total,
+            list,
+            parts,
+        );
+        Ok(Some(out.into_pyobject(py)?.into_any()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fx_hashes_differ() {
+        let mut a = Fx::default();
+        a.write(b"op");
+        let mut b = Fx::default();
+        b.write(b"ok");
+        assert_ne!(a.finish(), b.finish());
+    }
+}

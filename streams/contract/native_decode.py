@@ -1,0 +1,74 @@
+"""The native fast path (``native/src/decode.rs``): one telemetry message's bytes in, typed columns out,
+made with the same field rules as the Python decoder (compiled from the schema files here and handed over).
+
+It answers only for messages whose every sample is valid under those rules, and then with the columns the
+Python decoder gives, bit for bit; for anything else it answers None and :mod:`streams.contract.envelope`
+decides, naming the reasons (``tests/unit/test_native_decode.py`` checks both on the fuzz corpora). Without
+the native core (or with ``DRIFTLOG_NATIVE=0``), :func:`decode_native` always answers None.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from audit import native
+from streams.contract.fast import MAX_COLUMN_BATCHES, MAX_COLUMN_ROWS, MAX_SEQ
+from streams.contract.schema import SAMPLE_KINDS, TELEMETRY_SCHEMA, FieldRule, sample_rules
+
+available = hasattr(native.core, "TelemetryDecoder")  # (an extension built before it has none)
+_DTYPES = (np.float64, np.int64, np.bool_, np.uint32)  # the native core's type codes
+Parts = list[tuple[str, int, dict[str, npt.NDArray[Any]]]]
+
+
+def _bounds(rule: FieldRule) -> tuple[Any, Any, Any]:
+    bounds = (rule.minimum, rule.maximum, rule.exclusive_minimum)
+    if rule.kind == "integer":
+        if any(b is not None and b != int(b) for b in bounds):
+            raise ValueError(f"{rule.name}: an integer field with a fractional bound")
+        return tuple(None if b is None else int(b) for b in bounds)  # type: ignore[return-value]
+    return tuple(None if b is None else float(b) for b in bounds)  # type: ignore[return-value]
+
+
+def _spec(rule: FieldRule) -> tuple[Any, ...]:
+    return (
+        rule.name,
+        rule.kind,
+        None if rule.required else rule.default,
+        _bounds(rule),
+        (rule.min_length or 0, rule.max_length),
+        None if rule.enum is None else sorted(rule.enum),
+    )
+
+
+@cache
+def _decoder() -> Any:
+    kinds = [(kind, [_spec(rule) for rule in sample_rules(kind)]) for kind in SAMPLE_KINDS]
+    assert native.core is not None
+    return native.core.TelemetryDecoder(TELEMETRY_SCHEMA, MAX_COLUMN_ROWS, MAX_COLUMN_BATCHES, MAX_SEQ, kinds)
+
+
+def decode_native(raw: bytes) -> tuple[str, int | None, Parts, int] | None:
+    """(source, seq, [(kind, first sample position, columns)], total samples) as ``decode_fast`` gives it, or
+    None: the Python decoder decides (also when there is no native core)."""
+    if not available:
+        return None
+    got = _decoder().decode(raw)
+    if got is None:
+        return None
+    source, seq, total, strings, parts = got
+    texts = np.empty(len(strings), dtype=object)
+    texts[:] = strings
+    out: Parts = []
+    for kind, start, n, columns in parts:
+        arrays: dict[str, npt.NDArray[Any]] = {}
+        for rule, (repeat, code, data) in zip(sample_rules(kind), columns, strict=True):
+            values = np.frombuffer(data, _DTYPES[code])
+            if code == 3:
+                values = texts[values]
+            arrays[rule.name] = np.repeat(values, n) if repeat else values
+        out.append((kind, start, arrays))
+    return source, seq, out, total

@@ -1,0 +1,177 @@
+"""The native decoder (``native/src/decode.rs``) against the Python decoder, on the fuzz corpora of
+``bench/fuzz_decoder.py`` and on the edges of every field: whenever it answers, the message decodes exactly as
+the Python decoder decodes it (same source, seq and total, no rejects, the same columns bit for bit); when the
+Python decoder refuses anything in a message, the native one does not answer, so the dead letters and their
+reasons are the Python decoder's. Without the native core (or with DRIFTLOG_NATIVE=0) it never answers."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from unittest import mock
+
+import orjson
+import pytest
+
+from bench.fuzz_decoder import DEFS, DIFFERENTIAL, FAST, FUZZ, KINDS, Knobs, edge_values
+from streams.contract import envelope, native_decode
+from streams.contract.envelope import Decoded, decode_telemetry
+from streams.contract.native_decode import decode_native
+from tests.unit.test_contract_fuzz import BASE, as_messages, assert_same, gen, precise
+
+pytestmark = pytest.mark.skipif(
+    not native_decode.available, reason="the native core is not built (or DRIFTLOG_NATIVE=0)"
+)
+TELEMETRY_ID = "driftlog.telemetry/1"
+
+
+def native_or_precise(raw: bytes) -> Decoded:
+    """decode_telemetry with msgspec switched off: the native decoder's answer, or the precise path's."""
+    with mock.patch.object(envelope, "decode_fast", lambda raw: None):
+        return decode_telemetry(raw)
+
+
+def check(raw: bytes) -> bool:
+    """Whether the native decoder answered; when it did, the Python decoder accepts the whole message and
+    gives the same columns."""
+    answered = decode_native(raw) is not None
+    want = precise(raw)
+    if answered:
+        assert want.rejects == [], (want.rejects[:3], raw[:2000])
+        assert_same(native_or_precise(raw), want, raw)
+    return answered
+
+
+@pytest.mark.parametrize(("knobs", "seeds", "least"), [(FUZZ, 3000, 300), (FAST, 2000, 900), (DIFFERENTIAL, 1500, 100)])
+def test_the_native_decoder_agrees_with_the_python_decoder_on_the_fuzz_corpora(
+    knobs: Knobs, seeds: int, least: int
+) -> None:
+    answered = sum(check(gen(seed, knobs).message().raw) for seed in range(seeds))
+    assert answered >= least, answered  # the comparison is only worth something if it answers often
+
+
+def test_larger_messages_of_one_kind_agree() -> None:
+    """Up to 300 samples per message; most hold one the Python decoder refuses (a lone surrogate in a
+    string, a NaN), and the native one must not answer for those."""
+    knobs = replace(FAST, mutate=0.0, harmless=0.5, max_samples=300, max_rows=300)
+    answered = accepted = 0
+    for seed in range(200):
+        raw = gen(seed, knobs).message().raw
+        answered += check(raw)
+        accepted += not precise(raw).rejects
+    assert answered >= 20 and answered >= 0.5 * accepted, (answered, accepted)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_edge_of_every_field_agrees(kind: str) -> None:
+    base = BASE[kind]
+    cases = [{**base, name: v} for name, spec in DEFS[kind]["properties"].items() for v in edge_values(spec)]
+    cases += [{k: v for k, v in base.items() if k != name} for name in base]
+    answered = [check(raw) for sample in cases for raw, _ in as_messages(sample)]
+    assert any(answered) and not all(answered)
+
+
+def envelope_with(body: str) -> bytes:
+    return ('{"schema":"driftlog.telemetry/1","source":"s",' + body + "}").encode()
+
+
+STEP_DATA = '"data":{"job":"j","step":[1,2],"start":0.5,"duration":[1.0,2]}'
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        envelope_with(f'"columns":[{{"kind":"step","n":2,{STEP_DATA}}}]'),
+        envelope_with(f'"columns":[{{{STEP_DATA},"n":2,"kind":"step"}}]'),  # data before kind and n
+        envelope_with(f'"columns":[{{"kind":"step","n":2,{STEP_DATA},"kind":"step"}}]'),  # a key twice
+        envelope_with('"seq":3,"seq":3,"samples":[]'),
+        envelope_with('"samples":[{"kind":"step","job":"j","step":1,"start":-0,"duration":1e0}]'),
+        envelope_with('"samples":[{"kind":"step","job":"j","step":-0,"start":0,"duration":1E-2}]'),
+        envelope_with('"samples":[{"kind":"step","job":"j","step":1.0,"start":0,"duration":1}]'),
+        envelope_with('"samples":[{"kind":"step","job":"j","step":1,"start":0,"duration":1,"job":"k"}]'),
+        envelope_with('"samples":[{"kind":"step","job":"\\u006a\\n","step":1,"start":0,"duration":1}]'),
+        envelope_with('"samples":[{"kind":"step","job":"j","step":1,"start":0,"duration":1,"x":"a\x01b"}]'),
+        envelope_with('"samples":[{"kind":"step","job":"j","step":1,"start":0,"duration":1,"x":"\\ud83d\\ude00"}]'),
+        envelope_with('"samples":[{"kind":"step","job":"j","step":1,"start":0,"duration":1,"x":1e999}]'),
+        envelope_with(
+            '"samples":[{"kind":"step","job":"j","step":1,"start":0,"duration":1,"x":' + "[" * 200 + "]" * 200 + "}]"
+        ),
+        envelope_with('"samples":[{"kind":"step","job":"j","step":1,"start":0,"duration":1}],"sent_at":NaN'),
+        envelope_with('"samples":[{"kind":"step","job":"j","step":1,"start":0,"duration":1}]') + b" x",
+        envelope_with('"samples":[],"x":' + "[" * 1025 + "]" * 1025),
+        b"\xef\xbb\xbf" + envelope_with('"samples":[]'),
+        envelope_with('"samples":null,"columns":null'),
+        envelope_with('"samples":null,"columns":[]'),
+        envelope_with('"samples":[],"seq":null'),
+        envelope_with('"samples":[],"seq":9223372036854775807'),
+        envelope_with('"samples":[],"seq":9223372036854775808'),
+        envelope_with('"samples":[],"seq":true'),
+        envelope_with('"samples":{}'),
+        b'["driftlog.telemetry/1","s",null,[]]',
+        envelope_with('"columns":[{"kind":"step","n":0,"data":{"job":"","step":1,"start":0,"duration":1}}]'),
+        envelope_with('"columns":[{"kind":"step","n":1.0,"data":{"job":"j","step":1,"start":0,"duration":1}}]'),
+        envelope_with(
+            '"columns":[{"kind":"metric","n":2,"data":{"entity":["a","b"],"name":"n","value":[1,18446744073709551616],"time":0}}]'
+        ),
+        envelope_with(
+            '"columns":[{"kind":"metric","n":2,"data":{"entity":["a","b"],"name":"n","value":[1,null],"time":0}}]'
+        ),
+        envelope_with(
+            '"columns":[{"kind":"metric","n":2,"data":{"entity":["a","b"],"name":"n","value":[1,2],"time":0,"x":[1]}}]'
+        ),
+        envelope_with(
+            '"columns":[{"kind":"metric","n":1,"data":{"entity":["a"],"name":"n","value":[1e18],"time":[1e10]}}]'
+        ),
+        envelope_with(
+            '"columns":[{"kind":"metric","n":1,"data":{"entity":["a"],"name":"n","value":[1000000000000000001],"time":[1e10]}}]'
+        ),
+        envelope_with(
+            '"columns":[{"kind":"metric","n":1,"data":{"entity":["a"],"name":"n","value":[0.1e1],"time":[5e-324]}}]'
+        ),
+    ],
+)
+def test_edge_messages_agree(raw: bytes) -> None:
+    check(raw)
+
+
+def test_it_answers_for_the_simulators_messages() -> None:
+    from streams.sim.scenarios import training_fabric
+
+    values = [value for kind, _, value in training_fabric(seed=2, ranks=16, steps=4).run() if kind == "telemetry"]
+    assert all(check(value) for value in values)
+
+
+def test_numbers_parse_as_python_reads_them() -> None:
+    """Correctly rounded, like Python's float(): random digits, long mantissas, tiny and huge exponents."""
+    rng = random.Random(7)
+    texts = [repr(rng.uniform(0, 1e10)) for _ in range(300)]
+    texts += [f"{rng.randint(0, 10**17)}.{rng.randint(0, 10**25):025d}" for _ in range(300)]
+    texts += [f"{rng.randint(1, 9)}.{rng.randint(0, 10**18)}e-{rng.randint(1, 320)}" for _ in range(300)]
+    texts += ["9007199254740993", "1e10", "0.30000000000000004", "2.2250738585072011e-308", "4.9406564584124654e-324"]
+    data = {"entity": ["e"] * len(texts), "name": "n", "time": 0}
+    raw = orjson.dumps(
+        {"schema": TELEMETRY_ID, "source": "s", "columns": [{"kind": "metric", "n": len(texts), "data": data}]}
+    )
+    raw = raw.replace(b'"time":0', b'"time":0,"value":[' + ",".join(texts).encode() + b"]")
+    got = decode_native(raw)
+    assert got is not None
+    assert got[2][0][2]["value"].tolist() == [float(t) for t in texts]
+    assert check(raw)
+
+
+def test_without_the_native_core_it_never_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = as_messages(BASE["op"])[1][0]
+    assert decode_native(raw) is not None
+    monkeypatch.setattr(native_decode, "available", False)
+    assert decode_native(raw) is None
+    assert_same(decode_telemetry(raw), precise(raw), raw)
+
+
+def test_strings_are_python_strings_and_columns_writable() -> None:
+    raw = json.dumps({"schema": TELEMETRY_ID, "source": "s", "samples": [BASE["op"], {**BASE["op"], "op": "é😀"}]})
+    decoded = native_or_precise(raw.encode())
+    (batch,) = decoded.batches
+    assert [type(v) for v in batch.columns["op"].tolist()] == [str, str]
+    for column in batch.columns.values():
+        column[:1] = column[1:2]  # the engine may write into them
