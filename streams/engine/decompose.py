@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine import elements
+from streams.engine.carry import Chained, Owners, last_end_per_rank
 from streams.engine.ideal import peer_stage
 from streams.engine.stepgraph import TRANSFER_KINDS, Floats, Ints, StepGraph
 
@@ -99,16 +100,21 @@ class Plan:
     rows: list[Floats]
     contains: dict[str, tuple[str, ...]]
 
-    def step_times(self, g: StepGraph) -> Floats:
-        """The step time of each row, evaluated ``CHUNK`` rows at a time (a 1,024-rank job has ~170 rows of
-        ~50k nodes: in one piece that would be hundreds of MB)."""
-        parts = [g.evaluate(np.stack(self.rows[i : i + CHUNK])).max(axis=1) for i in range(0, len(self.rows), CHUNK)]
+    def step_times(self, g: StepGraph, rows: list[Floats] | None = None, floor: Floats | None = None) -> Floats:
+        """The step end of each row (default: all), evaluated ``CHUNK`` rows at a time (a 1,024-rank job has
+        ~170 rows of ~50k nodes: in one piece that would be hundreds of MB); ``floor``: as for
+        :meth:`StepGraph.evaluate`."""
+        rows = self.rows if rows is None else rows
+        parts = [g.evaluate(np.stack(rows[i : i + CHUNK]), floor).max(axis=1) for i in range(0, len(rows), CHUNK)]
         return np.concatenate(parts) if parts else np.zeros(0)
 
-    def result(self, actual_s: float, ideal_s: float, step_ends: Floats) -> Structural:
-        """``step_ends``: the step time of each row, in the order of ``rows`` (evaluated apart from the
-        actual and ideal rows, so that a step not slow enough to ask why costs two rows, not all)."""
-        return Structural(actual_s, ideal_s, tuple(self.elements), step_ends[0::2], step_ends[1::2], self.contains)
+    def result(self, actual_s: float, ideal_s: float, g: StepGraph, chained: Chained) -> Structural:
+        """The decomposition, with the step's times as periods on its timelines (:mod:`carry`): the heal-only
+        rows from the observed starts, the leave-only rows from the ideal's (evaluated apart from the actual
+        and ideal rows, so that a step not slow enough to ask why costs two rows, not all)."""
+        healed = self.step_times(g, self.rows[0::2]) - chained.actual_before
+        unhealed = self.step_times(g, self.rows[1::2], chained.floor) - chained.ideal_before
+        return Structural(actual_s, ideal_s, tuple(self.elements), healed, unhealed, self.contains)
 
 
 @dataclass(frozen=True)
@@ -121,16 +127,26 @@ class Pending:
     d0: Floats  # intrinsic durations as observed
     ideal: Floats  # at the ideal from peers
     typical_replica: Callable[[Floats], Floats]
+    owners: Owners  # whose clock each observed start is on (:mod:`carry`)
 
-    def run(self, actual_s: float, ideal_s: float) -> Structural:
+    def run(self, actual_s: float, ideal_s: float, chained: Chained | None = None) -> Structural:
+        """The decomposition; ``actual_s``, ``ideal_s``: the step's times on its timelines (``chained``;
+        default: a fresh step)."""
         found = plan(self.g, self.job, self.ops, self.d0, self.ideal, self.typical_replica(self.d0))
-        return found.result(actual_s, ideal_s, found.step_times(self.g))
+        return found.result(actual_s, ideal_s, self.g, chained or Chained(None))
 
-    def healed_together(self, groups: list[tuple[str, tuple[str, ...]]]) -> list[tuple[float, float]]:
+    def ideal_ends(self, floor: Floats) -> tuple[float, Floats]:
+        """The ideal step from other starts (:mod:`carry`): its end and each rank's last end."""
+        ends = self.g.evaluate(self.ideal[None, :], floor)[0]
+        return float(ends.max()), last_end_per_rank(self.g, ends)
+
+    def healed_together(self, groups: list[tuple[str, tuple[str, ...]]],
+                        before: float = 0.0) -> list[tuple[float, float]]:  # fmt: skip
         """Per (container, parts): the step time with all the parts healed at once and everything else as
-        observed (one row each), and the parts' share of the container's ideal work other than transfers over
-        the candidate links (a link's share is its stage's, not a rank's or a replica's; elements that are not
-        candidates of this step are left out; the group cause's nodes are every span)."""
+        observed (one row each; less ``before``, where the step before ended: :class:`carry.Chained`), and the
+        parts' share of the container's ideal work other than transfers over the candidate links (a link's
+        share is its stage's, not a rank's or a replica's; elements that are not candidates of this step are
+        left out; the group cause's nodes are every span)."""
         if not groups:
             return []
         found = candidates(self.g, self.job, self.ops, self.d0, self.ideal)
@@ -142,7 +158,7 @@ class Pending:
             whole = whole & found.own if found.own is not None else whole
             work = float(self.ideal[whole].sum())
             shares.append(float(self.ideal[whole & mask].sum()) / work if work > 0 else 1.0)
-        times = Plan([], [np.where(m, self.ideal, self.d0) for m in healed], {}).step_times(self.g)
+        times = Plan([], [np.where(m, self.ideal, self.d0) for m in healed], {}).step_times(self.g) - before
         return list(zip(times.tolist(), shares, strict=True))
 
 

@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine import elements
+from streams.engine.carry import Owners, last_end_per_rank
 from streams.engine.decompose import Pending, Structural
 from streams.engine.ideal import Peers, occurrences, peer_stage
 from streams.engine.medians import nanmedian_excluding_each_row
@@ -58,6 +59,7 @@ class StepWhatIf:
     ends: Floats  # per node end times as observed (for the critical path)
     peer_median: Floats  # per node: the median intrinsic duration of its replica peers
     rank_ends: Floats  # per rank: its last span's end, as observed
+    ideal_rank_ends: Floats  # per rank: its last span's end in the ideal from peers (from observed starts)
     healed_rank_ends: Floats | None  # per rank: its last span's end with the top rank candidate healed
     structural: Structural  # the ideal step from peers (not decomposed: see decomposed())
     pending: Pending
@@ -118,6 +120,7 @@ class Roles:
     link: Ints  # the link a transfer crosses (lower stage), -1 for other nodes
     link_key: Ints  # link peers: same (direction, microbatch)
     peers: Peers  # the peers of the ideal step (:mod:`ideal`)
+    owners: Owners  # whose clock each observed start is on (:mod:`carry`)
 
     @classmethod
     def of(cls, g: StepGraph) -> Roles:
@@ -136,7 +139,7 @@ class Roles:
         stage_key = np.where(chain, dense(g.op, g.microbatch, occurrence), -1)
         link = np.where(p2p & (peer_pp >= 0), np.minimum(g.pp, peer_pp), -1)
         link_key = np.where(link >= 0, dense(direction, g.microbatch), -1)
-        return cls(Grouping(position), stage_key, link, link_key, Peers.of(g))
+        return cls(Grouping(position), stage_key, link, link_key, Peers.of(g), Owners.of(g))
 
 
 def _peer_medians_excluding(groups: Ints, keys: Ints, values: Floats, mask: npt.NDArray[np.bool_]) -> Floats:
@@ -206,7 +209,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     first = 2 if baseline is not None else 1
     healed_rank_ends = None
     if top_ranks:
-        healed_rank_ends = _last_end_per_rank(g, ends[first])  # row of the top rank candidate
+        healed_rank_ends = last_end_per_rank(g, ends[first])  # row of the top rank candidate
     return StepWhatIf(
         step_s=float(step_ends[0]),
         observed_s=g.observed_s,
@@ -215,10 +218,11 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         counterfactual_s=step_ends[first:drift_rows],
         ends=ends[0],
         peer_median=peer_med,
-        rank_ends=_last_end_per_rank(g, ends[0]),
+        rank_ends=last_end_per_rank(g, ends[0]),
+        ideal_rank_ends=last_end_per_rank(g, ends[drift_rows]),
         healed_rank_ends=healed_rank_ends,
         structural=structural,
-        pending=Pending(g, job, ops, d0, ideal, roles.peers.replica.typical),
+        pending=Pending(g, job, ops, d0, ideal, roles.peers.replica.typical, roles.owners),
     )
 
 
@@ -231,8 +235,3 @@ def _top(healed: Floats, group: Ints, d0: Floats, mask: npt.NDArray[np.bool_]) -
     return sorted(present, key=lambda s: (-over[s], s))[:MAX_ALL]
 
 
-def _last_end_per_rank(g: StepGraph, ends: Floats) -> Floats:
-    spans = g.span >= 0
-    out = np.full(int(g.rank.max(initial=0)) + 1, -np.inf)
-    np.maximum.at(out, g.rank[spans], ends[spans])
-    return out
