@@ -17,3 +17,14 @@ def classify_values(
 def dag_ends(
     order: Buffer, indptr: Buffer, indices: Buffer, floor: Buffer, durations: Buffer, ends: Buffer
 ) -> None: ...
+def dag_masked_step_ends(
+    order: Buffer,
+    indptr: Buffer,
+    indices: Buffer,
+    floor: Buffer,
+    base: Buffer,
+    alt: Buffer,
+    mask_ptr: Buffer,
+    masks: Buffer,
+    out: Buffer,
+) -> None: ...
