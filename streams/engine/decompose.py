@@ -31,8 +31,9 @@ decompositions stop with its finding.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from functools import reduce
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -155,6 +156,22 @@ class Pending:
         default: a fresh step)."""
         found = plan(self.g, self.job, self.ops, self.d0, self.ideal, self.typical_replica(self.d0))
         return found.result(actual_s, ideal_s, self, chained or Chained(None))
+
+    def sharing(self, other: Pending | None) -> Pending:
+        """This pending decomposition with every graph array equal to ``other``'s taken from ``other``: a job
+        keeps those of an episode's steps until its finding (:mod:`structural`), and its snapshot then holds
+        one structure's arrays once, not once per step (the same content: the same results)."""
+        if other is None:
+            return self
+
+        def same(mine: Any, theirs: Any) -> bool:
+            return isinstance(mine, np.ndarray) and isinstance(theirs, np.ndarray) and np.array_equal(mine, theirs)
+
+        names = [f.name for f in fields(self.g)]
+        shared = {n: getattr(other.g, n) for n in names if same(getattr(self.g, n), getattr(other.g, n))}
+        g = replace(self.g, **shared)
+        d0 = g.intrinsic if self.d0 is self.g.intrinsic else self.d0
+        return replace(self, g=g, d0=d0, ideal=other.ideal if same(self.ideal, other.ideal) else self.ideal)
 
     def ideal_ends(self, floor: Floats) -> tuple[float, Floats]:
         """The ideal step from other starts (:mod:`carry`): its end and each rank's last end."""

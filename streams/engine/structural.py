@@ -24,7 +24,7 @@ from streams.engine.attribution import (
 from streams.engine.blocking import blocking_rollups
 from streams.engine.carry import Chained, Timeline
 from streams.engine.cascade import cascade, cascade_root
-from streams.engine.decompose import Structural
+from streams.engine.decompose import Pending, Structural
 from streams.engine.detectors.critical_path import CriticalPathShift, composition
 from streams.engine.detectors.structural_slowdown import IdealStep, StructuralSlowdown
 from streams.engine.detectors.sync_loss import PhaseDrift
@@ -60,7 +60,7 @@ class JobDerivations:
     _decisions: list[Decision] = field(default_factory=list)
     cp_shift: CriticalPathShift | None = None
     phase: PhaseDrift | None = None
-    _together: deque[tuple[int, Together]] = field(default_factory=deque)  # decomposed steps of the episode
+    _together: deque[tuple[int, Pending, float]] = field(default_factory=deque)  # decomposed steps of the episode
     _timeline: Timeline = field(default_factory=Timeline)  # where the last analysed step ended (:mod:`carry`)
     _windows: Windows[StepRow] = field(init=False)
     structural: StructuralSlowdown = field(init=False)
@@ -88,7 +88,8 @@ class JobDerivations:
             step = IdealStep(r.step, r.t0, r.t0 + w.observed_s, s.actual_s, s.ideal_s, r.ranks)
             if self.structural.wants_causes(step):
                 s = w.pending.run(s.actual_s, s.ideal_s, chained)
-                self._together.append((r.step, partial(w.pending.healed_together, before=chained.actual_before)))
+                kept = w.pending.sharing(self._together[-1][1] if self._together else None)
+                self._together.append((r.step, kept, chained.actual_before))
             structural = StructuralGains(s.ideal_s, s.gains(), s.extra(), s.contains, s.decomposed, s.actual_s)
             self.gains.append(StepGains(r.step, r.t0, w.step_s, w.baseline_s, r.ranks, w.gains(), contains, structural))
             self._blocking(step, out)
@@ -127,7 +128,8 @@ class JobDerivations:
         if found is not None:
             out.findings.append(found)
             episode = [g for g in self.gains if g.t0 >= found.start]
-            out.attributions.extend(structural_attributions(found.id, episode, dict(self._together)))
+            together: dict[int, Together] = {n: partial(p.healed_together, before=b) for n, p, b in self._together}
+            out.attributions.extend(structural_attributions(found.id, episode, together))
             self._together.clear()
 
     def _attribute(self, out: Derived, final: bool) -> None:
