@@ -105,10 +105,13 @@ class Timeline:
         shift = np.where(after, ideal_before - actual_before, lead)
         return Chained(owners.floors(g, shift), actual_before, ideal_before)
 
-    def advance(self, step: int, t0: float, actual_end: float, ideal_end: float, lead: Floats) -> None:
-        """Record step ``step``'s ends (relative to its ``t0``) and its ranks' leads (NaN: a rank absent)."""
-        self.step, self.t0, self.actual_end, self.ideal_end = step, t0, actual_end, ideal_end
-        self.lead = np.where(np.isfinite(lead), lead, 0.0)
+    def advance(self, step: int, t0: float, ends: tuple[float, float], rank_ends: tuple[Floats, Floats]) -> None:
+        """Record step ``step``'s actual and ideal end (relative to its ``t0``) and its ranks' leads, from each
+        rank's actual and ideal last end (-inf: a rank without spans, which gets none)."""
+        self.step, self.t0, (self.actual_end, self.ideal_end) = step, t0, ends
+        actual, ideal = rank_ends
+        known = np.isfinite(actual) & np.isfinite(ideal)
+        self.lead = np.where(known, ideal - np.where(known, actual, 0.0), 0.0)
 
 
 def last_end_per_rank(g: StepGraph, ends: Floats) -> Floats:

@@ -117,7 +117,7 @@ class JobDerivations:
         s = w.structural
         floor = chained.floor
         ideal_end, ideal_ranks = (s.ideal_s, w.ideal_rank_ends) if floor is None else p.ideal_ends(floor)
-        self._timeline.advance(r.step, r.t0, s.actual_s, ideal_end, ideal_ranks - w.rank_ends)
+        self._timeline.advance(r.step, r.t0, (s.actual_s, ideal_end), (w.rank_ends, ideal_ranks))
         actual, ideal = s.actual_s - chained.actual_before, ideal_end - chained.ideal_before
         return replace(s, actual_s=actual, ideal_s=ideal), chained
 
