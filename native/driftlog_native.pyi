@@ -30,3 +30,14 @@ class TelemetryDecoder:
         kinds: list[tuple[str, list[tuple[object, ...]]]],
     ) -> None: ...
     def decode(self, raw: bytes) -> tuple[str, int | None, int, list[str], list[Part]] | None: ...
+def dag_masked_step_ends(
+    order: Buffer,
+    indptr: Buffer,
+    indices: Buffer,
+    floor: Buffer,
+    base: Buffer,
+    alt: Buffer,
+    mask_ptr: Buffer,
+    masks: Buffer,
+    out: Buffer,
+) -> None: ...

@@ -139,3 +139,99 @@ pub fn dag_ends(
     }
     Ok(())
 }
+
+/// The step end (the latest node end) of each row of a decomposition, without holding any row: row `k` has
+/// every node at `base`, except the nodes `masks[mask_ptr[k]..mask_ptr[k + 1]]`, at `alt`. Rows are
+/// evaluated `BLOCK` at a time over a scratch of nodes x `BLOCK` (memory bounded by the graph, whatever the
+/// number of rows), with `dag_ends`' arithmetic, so each row's end equals the maximum of its `dag_ends`
+/// row bit for bit (numpy's, a NaN anywhere: NaN).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn dag_masked_step_ends(
+    py: Python<'_>,
+    order: PyBuffer<i64>,
+    indptr: PyBuffer<i64>,
+    indices: PyBuffer<i64>,
+    floor: PyBuffer<f64>,
+    base: PyBuffer<f64>,
+    alt: PyBuffer<f64>,
+    mask_ptr: PyBuffer<i64>,
+    masks: PyBuffer<i64>,
+    out: PyBuffer<f64>,
+) -> PyResult<()> {
+    const BLOCK: usize = 16;
+    let (o, p, i) = (
+        items(&order, "order")?,
+        items(&indptr, "indptr")?,
+        items(&indices, "indices")?,
+    );
+    let graph = Graph {
+        order: o,
+        indptr: p,
+        indices: i,
+        floor: items(&floor, "floor")?,
+    };
+    graph.check().map_err(PyValueError::new_err)?;
+    let n = graph.floor.len();
+    let (base, alt) = (items(&base, "base")?, items(&alt, "alt")?);
+    let (mask_ptr, masks) = (items(&mask_ptr, "mask_ptr")?, items(&masks, "masks")?);
+    if base.len() != n || alt.len() != n {
+        return Err(PyValueError::new_err("base, alt: one value per node"));
+    }
+    let rows = mask_ptr.len().saturating_sub(1);
+    if out.readonly() || !out.is_c_contiguous() || out.item_count() != rows {
+        return Err(PyValueError::new_err(
+            "out: a writable contiguous array of one value per row",
+        ));
+    }
+    let mut last = 0i64;
+    for &p in mask_ptr {
+        if p < last || p as usize > masks.len() {
+            return Err(PyValueError::new_err(
+                "mask_ptr: not increasing within masks",
+            ));
+        }
+        last = p;
+    }
+    if masks
+        .iter()
+        .any(|&i| !usize::try_from(i).is_ok_and(|i| i < n))
+    {
+        return Err(PyValueError::new_err("masks: a node out of range"));
+    }
+    // SAFETY: a writable C-contiguous buffer of `rows` f64 held by `out` for this call; no other slice of it.
+    let result = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, rows) };
+    if n == 0 {
+        result.fill(f64::NAN);
+        return Ok(());
+    }
+    py.detach(|| {
+        let mut durations = vec![0.0; n * BLOCK];
+        let mut ends = vec![0.0; n * BLOCK];
+        for first in (0..rows).step_by(BLOCK) {
+            let width = BLOCK.min(rows - first);
+            for (i, &b) in base.iter().enumerate() {
+                durations[i * width..(i + 1) * width].fill(b);
+            }
+            for j in 0..width {
+                let (a, b) = (
+                    mask_ptr[first + j] as usize,
+                    mask_ptr[first + j + 1] as usize,
+                );
+                for &node in &masks[a..b] {
+                    let i = node as usize;
+                    durations[i * width + j] = alt[i];
+                }
+            }
+            graph.evaluate(width, &durations[..n * width], &mut ends[..n * width]);
+            for (j, r) in result[first..first + width].iter_mut().enumerate() {
+                let mut top = ends[j];
+                for i in 1..n {
+                    top = maximum(top, ends[i * width + j]);
+                }
+                *r = top;
+            }
+        }
+    });
+    Ok(())
+}

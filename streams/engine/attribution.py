@@ -58,6 +58,7 @@ class StructuralGains:
     extra: dict[str, float]
     contains: dict[str, tuple[str, ...]]
     decomposed: bool = True  # False: the step was not slow enough to be decomposed (no gains, no extra)
+    actual_s: float | None = None  # the step's time on the job's timeline (:mod:`carry`; None: the step's own)
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,8 @@ class StepGains:
         baseline)."""
         s = self.structural
         assert s is not None
-        return StepGains(self.step, self.t0, self.step_s, s.ideal_s, self.ranks, s.gains, s.contains)
+        step_s = self.step_s if s.actual_s is None else s.actual_s
+        return StepGains(self.step, self.t0, step_s, s.ideal_s, self.ranks, s.gains, s.contains)
 
 
 @dataclass(frozen=True)
@@ -261,7 +263,7 @@ def _over_window(steps: list[StepGains], together: dict[int, Together]) -> Toget
         for s in steps:
             if s.step in together and groups:
                 for i, (healed_s, share) in enumerate(together[s.step](groups)):
-                    saved[i] += max(0.0, s.step_s - healed_s)
+                    saved[i] += max(0.0, s.against_ideal().step_s - healed_s)
                     shares[i].append(share)
         return [(g, sum(sh) / len(sh) if sh else 1.0) for g, sh in zip(saved, shares, strict=True)]
 

@@ -1,7 +1,9 @@
 """The job's blocking slowdown per roll-up window, recorded whether or not anything drifted: per analysed
 step the ideal step from peers (``step_ideal_s``), the step as modelled from its own spans
 (``step_modelled_s``, the T(actual) of the ratio) and their ratio (``blocking_slowdown``), entity
-``job:<j>``. A window's blocking slowdown is total modelled over total ideal (sql/queries/blocking_slowdown.sql).
+``job:<j>``; both times are the step's period on the job's actual and ideal timelines (:mod:`carry`; a
+step after a gap: its span). A window's blocking slowdown is total modelled over total ideal
+(sql/queries/blocking_slowdown.sql).
 """
 
 from __future__ import annotations

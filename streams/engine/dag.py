@@ -40,3 +40,22 @@ def ends(schedule: Schedule, indptr: Ints, indices: Ints, floor: Floats, duratio
     i64 = (np.ascontiguousarray(a, np.int64) for a in (topological(schedule), indptr, indices))
     native.core.dag_ends(*i64, np.ascontiguousarray(floor, np.float64), d, out)
     return out.T
+
+
+masked_available = hasattr(native.core, "dag_masked_step_ends")
+
+
+def masked_step_ends(
+    schedule: Schedule, indptr: Ints, indices: Ints, floor: Floats, base: Floats, alt: Floats, masks: list[Ints]
+) -> Floats:
+    """Per mask: the step end (the latest node end) with the mask's nodes at ``alt`` and every other node at
+    ``base``, without a row of durations per mask (``native/src/dag.rs``, ``dag_masked_step_ends``)."""
+    assert native.core is not None
+    out = np.empty(len(masks))
+    ptr = np.zeros(len(masks) + 1, np.int64)
+    np.cumsum([len(m) for m in masks], out=ptr[1:])
+    flat = np.concatenate(masks).astype(np.int64) if masks else np.zeros(0, np.int64)
+    i64 = (np.ascontiguousarray(a, np.int64) for a in (topological(schedule), indptr, indices))
+    f64 = (np.ascontiguousarray(a, np.float64) for a in (floor, base, alt))
+    native.core.dag_masked_step_ends(*i64, *f64, ptr, flat, out)
+    return out

@@ -31,20 +31,22 @@ decompositions stop with its finding.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from functools import reduce
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from streams.engine import elements
+from streams.engine import dag, elements
+from streams.engine.carry import Chained, Owners, last_end_per_rank
 from streams.engine.ideal import peer_stage
 from streams.engine.stepgraph import TRANSFER_KINDS, Floats, Ints, StepGraph
 
 MAX_ALL = 64  # stages, links, replicas: all of them up to this many, else the ones most above their ideal
 MAX_RANKS = 8
 MAX_OPS = 4
-CHUNK = 64  # rows per evaluation: bounds the memory of a very large job's decomposition
+CHUNK = 64  # rows per evaluation without the native core: bounds the memory of a very large job's decomposition
 
 Mask = npt.NDArray[np.bool_]
 
@@ -91,24 +93,50 @@ class Candidates:
             self.contains[element] = contains
 
 
-@dataclass
-class Plan:
-    """The rows to evaluate for a step's decomposition: pairs (healed only, unhealed only) per element."""
+@dataclass(frozen=True)
+class Rows:
+    """What-if rows given as masks, never as a row of durations each: row ``k`` has the nodes of
+    ``masks[k]`` at ``alt`` and every other node at ``base``."""
 
-    elements: list[str]
-    rows: list[Floats]
-    contains: dict[str, tuple[str, ...]]
+    base: Floats
+    alt: Floats
+    masks: list[Mask]
 
-    def step_times(self, g: StepGraph) -> Floats:
-        """The step time of each row, evaluated ``CHUNK`` rows at a time (a 1,024-rank job has ~170 rows of
-        ~50k nodes: in one piece that would be hundreds of MB)."""
-        parts = [g.evaluate(np.stack(self.rows[i : i + CHUNK])).max(axis=1) for i in range(0, len(self.rows), CHUNK)]
+    def step_ends(self, g: StepGraph, floor: Floats | None = None) -> Floats:
+        """The step end of each row (``floor``: as for :meth:`StepGraph.evaluate`). The native core holds no
+        row (a 1,024-rank job has ~170 rows of ~50k nodes); without it, ``CHUNK`` rows at a time."""
+        floors = g.floor if floor is None else floor
+        if dag.masked_available:
+            nodes = [np.flatnonzero(m) for m in self.masks]
+            return dag.masked_step_ends(g.schedule, g.indptr, g.indices, floors, self.base, self.alt, nodes)
+        parts = [g.evaluate(np.stack([np.where(m, self.alt, self.base) for m in self.masks[i : i + CHUNK]]),
+                            floor).max(axis=1) for i in range(0, len(self.masks), CHUNK)]  # fmt: skip
         return np.concatenate(parts) if parts else np.zeros(0)
 
-    def result(self, actual_s: float, ideal_s: float, step_ends: Floats) -> Structural:
-        """``step_ends``: the step time of each row, in the order of ``rows`` (evaluated apart from the
-        actual and ideal rows, so that a step not slow enough to ask why costs two rows, not all)."""
-        return Structural(actual_s, ideal_s, tuple(self.elements), step_ends[0::2], step_ends[1::2], self.contains)
+
+@dataclass
+class Plan:
+    """What to evaluate for a step's decomposition: per element its nodes, healed only (at the ideal, the
+    rest as observed) and left only unhealed (as observed, the rest at the ideal); the group cause's
+    durations over every span, healed and left alone."""
+
+    elements: list[str]
+    masks: list[Mask]
+    contains: dict[str, tuple[str, ...]]
+    spread: tuple[Floats, Floats] | None = None
+
+    def result(self, actual_s: float, ideal_s: float, p: Pending, chained: Chained) -> Structural:
+        """The decomposition, with the step's times as periods on its timelines (:mod:`carry`): the heal-only
+        rows from the observed starts, the leave-only rows from the ideal's (evaluated apart from the actual
+        and ideal rows, so that a step not slow enough to ask why costs two rows, not all)."""
+        healed = Rows(p.d0, p.ideal, self.masks).step_ends(p.g)
+        unhealed = Rows(p.ideal, p.d0, self.masks).step_ends(p.g, chained.floor)
+        if self.spread is not None:
+            spans = [p.g.span >= 0]
+            healed = np.r_[healed, Rows(p.d0, self.spread[0], spans).step_ends(p.g)]
+            unhealed = np.r_[unhealed, Rows(p.ideal, self.spread[1], spans).step_ends(p.g, chained.floor)]
+        healed, unhealed = healed - chained.actual_before, unhealed - chained.ideal_before
+        return Structural(actual_s, ideal_s, tuple(self.elements), healed, unhealed, self.contains)
 
 
 @dataclass(frozen=True)
@@ -121,16 +149,42 @@ class Pending:
     d0: Floats  # intrinsic durations as observed
     ideal: Floats  # at the ideal from peers
     typical_replica: Callable[[Floats], Floats]
+    owners: Owners  # whose clock each observed start is on (:mod:`carry`)
 
-    def run(self, actual_s: float, ideal_s: float) -> Structural:
+    def run(self, actual_s: float, ideal_s: float, chained: Chained | None = None) -> Structural:
+        """The decomposition; ``actual_s``, ``ideal_s``: the step's times on its timelines (``chained``;
+        default: a fresh step)."""
         found = plan(self.g, self.job, self.ops, self.d0, self.ideal, self.typical_replica(self.d0))
-        return found.result(actual_s, ideal_s, found.step_times(self.g))
+        return found.result(actual_s, ideal_s, self, chained or Chained(None))
 
-    def healed_together(self, groups: list[tuple[str, tuple[str, ...]]]) -> list[tuple[float, float]]:
+    def sharing(self, other: Pending | None) -> Pending:
+        """This pending decomposition with every graph array equal to ``other``'s taken from ``other``: a job
+        keeps those of an episode's steps until its finding (:mod:`structural`), and its snapshot then holds
+        one structure's arrays once, not once per step (the same content: the same results)."""
+        if other is None:
+            return self
+
+        def same(mine: Any, theirs: Any) -> bool:
+            return isinstance(mine, np.ndarray) and isinstance(theirs, np.ndarray) and np.array_equal(mine, theirs)
+
+        names = [f.name for f in fields(self.g)]
+        shared = {n: getattr(other.g, n) for n in names if same(getattr(self.g, n), getattr(other.g, n))}
+        g = replace(self.g, **shared)
+        d0 = g.intrinsic if self.d0 is self.g.intrinsic else self.d0
+        return replace(self, g=g, d0=d0, ideal=other.ideal if same(self.ideal, other.ideal) else self.ideal)
+
+    def ideal_ends(self, floor: Floats) -> tuple[float, Floats]:
+        """The ideal step from other starts (:mod:`carry`): its end and each rank's last end."""
+        ends = self.g.evaluate(self.ideal[None, :], floor)[0]
+        return float(ends.max()), last_end_per_rank(self.g, ends)
+
+    def healed_together(self, groups: list[tuple[str, tuple[str, ...]]],
+                        before: float = 0.0) -> list[tuple[float, float]]:  # fmt: skip
         """Per (container, parts): the step time with all the parts healed at once and everything else as
-        observed (one row each), and the parts' share of the container's ideal work other than transfers over
-        the candidate links (a link's share is its stage's, not a rank's or a replica's; elements that are not
-        candidates of this step are left out; the group cause's nodes are every span)."""
+        observed (one row each; less ``before``, where the step before ended: :class:`carry.Chained`), and the
+        parts' share of the container's ideal work other than transfers over the candidate links (a link's
+        share is its stage's, not a rank's or a replica's; elements that are not candidates of this step are
+        left out; the group cause's nodes are every span)."""
         if not groups:
             return []
         found = candidates(self.g, self.job, self.ops, self.d0, self.ideal)
@@ -142,7 +196,7 @@ class Pending:
             whole = whole & found.own if found.own is not None else whole
             work = float(self.ideal[whole].sum())
             shares.append(float(self.ideal[whole & mask].sum()) / work if work > 0 else 1.0)
-        times = Plan([], [np.where(m, self.ideal, self.d0) for m in healed], {}).step_times(self.g)
+        times = Rows(self.d0, self.ideal, healed).step_ends(self.g) - before
         return list(zip(times.tolist(), shares, strict=True))
 
 
@@ -179,17 +233,13 @@ def candidates(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats
 def plan(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typical_replica: Floats) -> Plan:
     """The candidates of one step and their two rows each (heal only; leave only unhealed)."""
     found = candidates(g, job, ops, d0, ideal)
-    out = Plan(list(found.masks), [], dict(found.contains))
-    for mask in found.masks.values():
-        out.rows += [np.where(mask, ideal, d0), np.where(mask, d0, ideal)]
+    out = Plan(list(found.masks), list(found.masks.values()), dict(found.contains))
     replicas = [e for e in out.elements if elements.is_kind(e, "dp")]
     if len(replicas) > 1:  # within a stage, peers differ by replica: a replica or a stage may locate the spread
         out.elements.append(elements.spread(job, "dp"))
         located = tuple(e for e in out.elements if elements.kind_of(e) in ("dp", "stage"))
         out.contains[elements.spread(job, "dp")] = located
-        spans = g.span >= 0
-        unhealed = np.where(spans, np.maximum(0.0, ideal + d0 - typical_replica), ideal)
-        out.rows += [np.where(spans, typical_replica, d0), unhealed]
+        out.spread = (typical_replica, np.maximum(0.0, ideal + d0 - typical_replica))
     return out
 
 

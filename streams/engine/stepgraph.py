@@ -111,13 +111,15 @@ class StepGraph:
     def nodes(self) -> int:
         return len(self.kind)
 
-    def evaluate(self, durations: Floats) -> Floats:
-        """End times of every node for each row of ``durations`` (rows × nodes of intrinsic durations)."""
+    def evaluate(self, durations: Floats, floor: Floats | None = None) -> Floats:
+        """End times of every node for each row of ``durations`` (rows × nodes of intrinsic durations);
+        ``floor``: other floors than the observed ones (the what-if's carried starts, :mod:`timeline_whatif`)."""
+        floors = self.floor if floor is None else floor
         if dag.available:  # the same ends from the native core (streams/engine/dag.py)
-            return dag.ends(self.schedule, self.indptr, self.indices, self.floor, durations)
+            return dag.ends(self.schedule, self.indptr, self.indices, floors, durations)
         d = np.ascontiguousarray(durations.T)  # node-major: a gather of predecessors reads whole rows
         ends = np.empty_like(d)
-        floor = self.floor[:, None]
+        floor = floors[:, None]
         src = self.schedule.sources
         ends[src] = floor[src] + d[src]
         for nodes, flat, offsets in self.schedule.levels:

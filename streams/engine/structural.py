@@ -10,7 +10,8 @@ seconds (:mod:`waste`).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 
 from streams.engine.attribution import (
     Attribution,
@@ -21,7 +22,9 @@ from streams.engine.attribution import (
     structural_attributions,
 )
 from streams.engine.blocking import blocking_rollups
+from streams.engine.carry import Chained, Timeline
 from streams.engine.cascade import cascade, cascade_root
+from streams.engine.decompose import Pending, Structural
 from streams.engine.detectors.critical_path import CriticalPathShift, composition
 from streams.engine.detectors.structural_slowdown import IdealStep, StructuralSlowdown
 from streams.engine.detectors.sync_loss import PhaseDrift
@@ -57,7 +60,8 @@ class JobDerivations:
     _decisions: list[Decision] = field(default_factory=list)
     cp_shift: CriticalPathShift | None = None
     phase: PhaseDrift | None = None
-    _together: deque[tuple[int, Together]] = field(default_factory=deque)  # decomposed steps of the episode
+    _together: deque[tuple[int, Pending, float]] = field(default_factory=deque)  # decomposed steps of the episode
+    _timeline: Timeline = field(default_factory=Timeline)  # where the last analysed step ended (:mod:`carry`)
     _windows: Windows[StepRow] = field(init=False)
     structural: StructuralSlowdown = field(init=False)
 
@@ -80,12 +84,13 @@ class JobDerivations:
         for r in reports:
             w = r.whatif
             contains = {c.element: c.contains for c in w.candidates if c.contains}
-            s = w.structural
+            s, chained = self._on_timeline(r)
             step = IdealStep(r.step, r.t0, r.t0 + w.observed_s, s.actual_s, s.ideal_s, r.ranks)
             if self.structural.wants_causes(step):
-                s = w.decomposed()
-                self._together.append((r.step, w.pending.healed_together))
-            structural = StructuralGains(s.ideal_s, s.gains(), s.extra(), s.contains, s.decomposed)
+                s = w.pending.run(s.actual_s, s.ideal_s, chained)
+                kept = w.pending.sharing(self._together[-1][1] if self._together else None)
+                self._together.append((r.step, kept, chained.actual_before))
+            structural = StructuralGains(s.ideal_s, s.gains(), s.extra(), s.contains, s.decomposed, s.actual_s)
             self.gains.append(StepGains(r.step, r.t0, w.step_s, w.baseline_s, r.ranks, w.gains(), contains, structural))
             self._blocking(step, out)
             self._cascades(r, out)
@@ -105,6 +110,17 @@ class JobDerivations:
         if final:  # the end of the job: its partial window too
             out.rollups.extend(self._window_rollups(self._windows.flush()))
 
+    def _on_timeline(self, r: StepReport) -> tuple[Structural, Chained]:
+        """The step's actual and ideal time on the job's timelines (:mod:`carry`), not decomposed yet."""
+        w, p = r.whatif, r.whatif.pending
+        chained = self._timeline.chain(r.step, r.t0, p.g, p.owners)
+        s = w.structural
+        floor = chained.floor
+        ideal_end, ideal_ranks = (s.ideal_s, w.ideal_rank_ends) if floor is None else p.ideal_ends(floor)
+        self._timeline.advance(r.step, r.t0, (s.actual_s, ideal_end), (w.rank_ends, ideal_ranks))
+        actual, ideal = s.actual_s - chained.actual_before, ideal_end - chained.ideal_before
+        return replace(s, actual_s=actual, ideal_s=ideal), chained
+
     def _blocking(self, step: IdealStep, out: Derived) -> None:
         """The step against its ideal: when it completes a persistent episode, a ``structural_slowdown``
         finding with its ranked causes over the episode."""
@@ -112,7 +128,8 @@ class JobDerivations:
         if found is not None:
             out.findings.append(found)
             episode = [g for g in self.gains if g.t0 >= found.start]
-            out.attributions.extend(structural_attributions(found.id, episode, dict(self._together)))
+            together: dict[int, Together] = {n: partial(p.healed_together, before=b) for n, p, b in self._together}
+            out.attributions.extend(structural_attributions(found.id, episode, together))
             self._together.clear()
 
     def _attribute(self, out: Derived, final: bool) -> None:

@@ -16,9 +16,10 @@ peers for the same op and microbatch position:
 - an **op type**: by the job's own healthy baseline (there are no peers within a step), once one exists.
 
 Candidates: every replica, stage and link (up to ``MAX_ALL`` of each, else those most above their peers),
-the ranks with the most time above their peers, the op types with the most time above the baseline. All
-candidates are evaluated in one vectorised pass, together with the step as observed and the step with every
-node at its baseline.
+the ranks with the most time above their peers, the op types with the most time above the baseline. Every
+node's end is evaluated for the step as observed, at its ideal and with the top rank healed (the rows whose
+ends are read); the step with every node at its baseline and each candidate healed give only their step
+end, without a row of durations each (:class:`decompose.Rows`: bounded memory at any size).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine import elements
-from streams.engine.decompose import Pending, Structural
+from streams.engine.carry import Owners, last_end_per_rank
+from streams.engine.decompose import Mask, Pending, Rows, Structural
 from streams.engine.ideal import Peers, occurrences, peer_stage
 from streams.engine.medians import nanmedian_excluding_each_row
 from streams.engine.stepgraph import PROGRAM_KINDS, RECV, SEND, Floats, Ints, StepGraph, dense
@@ -58,6 +60,7 @@ class StepWhatIf:
     ends: Floats  # per node end times as observed (for the critical path)
     peer_median: Floats  # per node: the median intrinsic duration of its replica peers
     rank_ends: Floats  # per rank: its last span's end, as observed
+    ideal_rank_ends: Floats  # per rank: its last span's end in the ideal from peers (from observed starts)
     healed_rank_ends: Floats | None  # per rank: its last span's end with the top rank candidate healed
     structural: Structural  # the ideal step from peers (not decomposed: see decomposed())
     pending: Pending
@@ -118,6 +121,7 @@ class Roles:
     link: Ints  # the link a transfer crosses (lower stage), -1 for other nodes
     link_key: Ints  # link peers: same (direction, microbatch)
     peers: Peers  # the peers of the ideal step (:mod:`ideal`)
+    owners: Owners  # whose clock each observed start is on (:mod:`carry`)
 
     @classmethod
     def of(cls, g: StepGraph) -> Roles:
@@ -136,7 +140,7 @@ class Roles:
         stage_key = np.where(chain, dense(g.op, g.microbatch, occurrence), -1)
         link = np.where(p2p & (peer_pp >= 0), np.minimum(g.pp, peer_pp), -1)
         link_key = np.where(link >= 0, dense(direction, g.microbatch), -1)
-        return cls(Grouping(position), stage_key, link, link_key, Peers.of(g))
+        return cls(Grouping(position), stage_key, link, link_key, Peers.of(g), Owners.of(g))
 
 
 def _peer_medians_excluding(groups: Ints, keys: Ints, values: Floats, mask: npt.NDArray[np.bool_]) -> Floats:
@@ -163,63 +167,74 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     spans = g.span >= 0
     peer_med = np.where(spans, roles.position.spread(roles.position.medians(d0)), d0)
     excess = np.maximum(0.0, d0 - peer_med)
-    rows: list[Floats] = [d0]
     cands: list[Candidate] = []
+    healing: list[tuple[Floats, Mask]] = []  # per candidate: the durations it heals to, and its nodes
 
-    def add(element: str, dimension: str, healed: Floats, contains: tuple[str, ...] = ()) -> None:
-        rows.append(healed)
+    def add(element: str, dimension: str, alt: Floats, nodes: Mask, contains: tuple[str, ...] = ()) -> None:
+        healing.append((alt, nodes))
         cands.append(Candidate(element, dimension, contains))
 
     ranks_in = np.flatnonzero(np.bincount(g.rank[spans]))
     rank_excess = np.bincount(g.rank[spans], excess[spans])
     top_ranks = [int(r) for r in sorted(ranks_in, key=lambda r: (-rank_excess[r], r))[:TOP_RANKS]]
     for r in top_ranks:
-        add(elements.rank(job, r), "rank", np.where(g.rank == r, peer_med, d0))
+        add(elements.rank(job, r), "rank", peer_med, g.rank == r)
     dp_excess = np.bincount(g.dp[spans], excess[spans])
     replicas = sorted(np.flatnonzero(np.bincount(g.dp[spans])).tolist(), key=lambda d: (-dp_excess[d], d))
     for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
         inside = tuple(elements.rank(job, r) for r in top_ranks if (g.dp[g.rank == r] == d).any())
-        add(elements.dp(job, d), "dp", np.where(g.dp == d, peer_med, d0), inside)
+        add(elements.dp(job, d), "dp", peer_med, g.dp == d, inside)
     chain = roles.stage_key >= 0
     by_stage = _peer_medians_excluding(np.where(chain, g.pp, 0), np.maximum(roles.stage_key, 0), d0, chain)
     for s in _top(by_stage, g.pp, d0, chain):
-        healed = np.where(chain & (g.pp == s) & np.isfinite(by_stage[s]), by_stage[s], d0)
         inside = tuple(elements.rank(job, r) for r in top_ranks if (g.pp[g.rank == r] == s).any())
-        add(elements.stage(job, s), "stage", healed, inside)
+        add(elements.stage(job, s), "stage", by_stage[s], chain & (g.pp == s) & np.isfinite(by_stage[s]), inside)
     sends = g.kind == SEND
     links = roles.link >= 0
     by_link = _peer_medians_excluding(np.maximum(roles.link, 0), np.maximum(roles.link_key, 0), d0, links & sends)
     for lk in _top(by_link, roles.link, d0, links & sends):
-        healed = np.where(sends & (roles.link == lk) & np.isfinite(by_link[lk]), by_link[lk], d0)
-        add(elements.stage_link(job, lk), "link", healed)
+        add(elements.stage_link(job, lk), "link", by_link[lk], sends & (roles.link == lk) & np.isfinite(by_link[lk]))
     if baseline is not None:
-        rows.insert(1, baseline)
         op_excess = np.bincount(g.op, np.maximum(0.0, d0 - baseline), minlength=len(ops))
         for o in [int(o) for o in np.argsort(-op_excess, kind="stable")[:TOP_OPS] if op_excess[o] > 0]:
-            add(elements.of_job("op", job, ops[o]), "op", np.where(g.op == o, baseline, d0))
-    drift_rows = len(rows)
+            add(elements.of_job("op", job, ops[o]), "op", baseline, g.op == o)
     ideal = roles.peers.ideal.typical(d0)
-    ends = g.evaluate(np.stack([*rows, ideal]))
+    # every node's end only where it is read (the step as modelled, its ideal, the top rank healed); the other
+    # candidates' step ends without a row of durations each (:class:`decompose.Rows`)
+    top = [np.where(healing[0][1], healing[0][0], d0)] if top_ranks else []
+    ends = g.evaluate(np.stack([d0, ideal, *top]))
     step_ends = ends.max(axis=1)
-    actual_s, ideal_s = float(step_ends[0]), float(step_ends[drift_rows])
+    actual_s, ideal_s = float(step_ends[0]), float(step_ends[1])
     structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)
-    first = 2 if baseline is not None else 1
-    healed_rank_ends = None
-    if top_ranks:
-        healed_rank_ends = _last_end_per_rank(g, ends[first])  # row of the top rank candidate
+    baseline_s = None if baseline is None else float(Rows(d0, baseline, [spans | ~spans]).step_ends(g)[0])
     return StepWhatIf(
-        step_s=float(step_ends[0]),
+        step_s=actual_s,
         observed_s=g.observed_s,
-        baseline_s=float(step_ends[1]) if baseline is not None else None,
+        baseline_s=baseline_s,
         candidates=tuple(cands),
-        counterfactual_s=step_ends[first:drift_rows],
+        counterfactual_s=_healed_step_ends(g, d0, healing),
         ends=ends[0],
         peer_median=peer_med,
-        rank_ends=_last_end_per_rank(g, ends[0]),
-        healed_rank_ends=healed_rank_ends,
+        rank_ends=last_end_per_rank(g, ends[0]),
+        ideal_rank_ends=last_end_per_rank(g, ends[1]),
+        healed_rank_ends=last_end_per_rank(g, ends[2]) if top_ranks else None,  # the top rank candidate healed
         structural=structural,
-        pending=Pending(g, job, ops, d0, ideal, roles.peers.replica.typical),
+        pending=Pending(g, job, ops, d0, ideal, roles.peers.replica.typical, roles.owners),
     )
+
+
+def _healed_step_ends(g: StepGraph, d0: Floats, healing: list[tuple[Floats, Mask]]) -> Floats:
+    """Per candidate, in order: the step end with its nodes healed (candidates healing to the same durations
+    in one evaluation)."""
+    out = np.zeros(len(healing))
+    i = 0
+    while i < len(healing):
+        j = i + 1
+        while j < len(healing) and healing[j][0] is healing[i][0]:
+            j += 1
+        out[i:j] = Rows(d0, healing[i][0], [m for _, m in healing[i:j]]).step_ends(g)
+        i = j
+    return out
 
 
 def _top(healed: Floats, group: Ints, d0: Floats, mask: npt.NDArray[np.bool_]) -> list[int]:
@@ -231,8 +246,3 @@ def _top(healed: Floats, group: Ints, d0: Floats, mask: npt.NDArray[np.bool_]) -
     return sorted(present, key=lambda s: (-over[s], s))[:MAX_ALL]
 
 
-def _last_end_per_rank(g: StepGraph, ends: Floats) -> Floats:
-    spans = g.span >= 0
-    out = np.full(int(g.rank.max(initial=0)) + 1, -np.inf)
-    np.maximum.at(out, g.rank[spans], ends[spans])
-    return out

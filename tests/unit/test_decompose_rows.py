@@ -1,0 +1,53 @@
+"""A decomposition's rows given as masks (streams/engine/decompose.py ``Rows``): the native core's step ends,
+which hold no row of durations, equal the maximum of each row evaluated in full, bit for bit, on simulated
+steps (ideal and realistic), with other floors, more rows than one block, empty masks, NaN and infinite
+durations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streams.engine import dag
+from streams.engine.decompose import Rows
+from streams.engine.stepgraph import Codebook, build
+from streams.sim.scenarios import SCENARIOS
+from tests.unit.test_stepgraph import op_columns
+
+pytestmark = pytest.mark.skipif(not dag.masked_available, reason="native core not built")
+
+CASES = [("training-fabric", 16), ("training-slow-link", 32), ("realistic-slow-rank", 16)]
+
+
+@pytest.mark.parametrize(("name", "ranks"), CASES)
+def test_masked_step_ends_equal_the_full_rows(name: str, ranks: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    g = build(op_columns(SCENARIOS[name](2, ranks, 12), 10), Codebook(), Codebook(), {})
+    rng = np.random.default_rng(5)
+    base, alt = g.intrinsic, g.intrinsic * rng.uniform(0.3, 1.5, g.nodes)
+    masks = [rng.random(g.nodes) < p for p in rng.uniform(0.0, 0.5, 37)]  # 37 rows: over two blocks of 16
+    masks += [np.zeros(g.nodes, bool), np.ones(g.nodes, bool), g.rank == 1]
+    floor = np.where(np.isfinite(g.floor), g.floor - rng.uniform(0.0, 0.01, g.nodes), g.floor)
+    odd = alt.copy()
+    odd[rng.integers(0, g.nodes, 3)] = np.nan
+    odd[rng.integers(0, g.nodes, 2)] = np.inf
+    cases = ((Rows(base, alt, masks), None), (Rows(alt, base, masks), floor), (Rows(base, odd, masks), None))
+    for rows, floors in cases:
+        native = rows.step_ends(g, floors)
+        full = np.array([g.evaluate(np.where(m, rows.alt, rows.base)[None], floors)[0].max() for m in rows.masks])
+        assert np.array_equal(native, full, equal_nan=True)
+        with monkeypatch.context() as m:
+            m.setattr(dag, "masked_available", False)  # the fallback: CHUNK rows at a time
+            assert np.array_equal(rows.step_ends(g, floors), full, equal_nan=True)
+    assert Rows(base, alt, []).step_ends(g).shape == (0,)
+
+
+def test_bad_masks_are_refused() -> None:
+    assert dag.native.core is not None
+    z = np.zeros(1)
+    order, ptr, none = np.array([0]), np.array([0, 0]), np.zeros(0, np.int64)
+    with pytest.raises(ValueError, match="out of range"):
+        dag.native.core.dag_masked_step_ends(order, ptr, none, z, z, z, np.array([0, 1]), np.array([3]), np.zeros(1))
+    with pytest.raises(ValueError, match="not increasing"):
+        dag.native.core.dag_masked_step_ends(order, ptr, none, z, z, z, np.array([0, 2]), np.array([0]), np.zeros(1))
+    with pytest.raises(ValueError, match="one value per row"):
+        dag.native.core.dag_masked_step_ends(order, ptr, none, z, z, z, np.array([0, 0]), none, np.zeros(2))
