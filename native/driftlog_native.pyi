@@ -17,3 +17,6 @@ def classify_values(
 def dag_ends(
     order: Buffer, indptr: Buffer, indices: Buffer, floor: Buffer, durations: Buffer, ends: Buffer
 ) -> None: ...
+def grouped_medians(
+    values: Buffer, order: Buffer, through: Buffer, starts: Buffer, counts: Buffer, how: int, out: Buffer
+) -> bool: ...
