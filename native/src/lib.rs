@@ -16,5 +16,6 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(classify::classify_values, m)?)?;
     m.add_function(wrap_pyfunction!(dag::dag_ends, m)?)?;
     m.add_function(wrap_pyfunction!(median::grouped_medians, m)?)?;
+    m.add_function(wrap_pyfunction!(dag::dag_critical_path, m)?)?;
     Ok(())
 }
