@@ -16,6 +16,7 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(classify::classify_values, m)?)?;
     m.add_function(wrap_pyfunction!(dag::dag_ends, m)?)?;
     m.add_function(wrap_pyfunction!(median::grouped_medians, m)?)?;
+    m.add_function(wrap_pyfunction!(median::medians_excluding_each_row, m)?)?;
     m.add_function(wrap_pyfunction!(dag::dag_critical_path, m)?)?;
     Ok(())
 }

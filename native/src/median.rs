@@ -161,3 +161,60 @@ pub fn grouped_medians(
     dest.copy_from_slice(&picked);
     Ok(true)
 }
+
+/// Fill `out` (rows x columns, C order, as `values`) with, per row g and column k, the median of column k
+/// over the rows other than g, ignoring NaN (NaN where no other row has a value): `medians.py`'s
+/// `nanmedian_excluding_each_row`, bit for bit. Each column is sorted once (stably, as numpy's stable
+/// argsort: 0.0 and -0.0 in row order); leaving out the value at sorted position p shifts the later ones.
+#[pyfunction]
+pub fn medians_excluding_each_row(
+    py: Python<'_>,
+    values: PyBuffer<f64>,
+    rows: usize,
+    out: PyBuffer<f64>,
+) -> PyResult<()> {
+    let v = items(&values, "values")?;
+    if rows == 0
+        || v.len() % rows != 0
+        || out.item_count() != v.len()
+        || out.readonly()
+        || !out.is_c_contiguous()
+    {
+        return Err(PyValueError::new_err(
+            "medians_excluding_each_row: bad arguments",
+        ));
+    }
+    let cols = v.len() / rows;
+    let mut result = vec![f64::NAN; v.len()];
+    py.detach(|| {
+        let mut sorted: Vec<(f64, usize)> = Vec::with_capacity(rows);
+        let mut position = vec![usize::MAX; rows];
+        for k in 0..cols {
+            sorted.clear();
+            sorted.extend(
+                (0..rows)
+                    .map(|g| (v[g * cols + k], g))
+                    .filter(|(x, _)| !x.is_nan()),
+            );
+            sorted.sort_by(|a, b| a.0.partial_cmp(&b.0).expect("no NaN"));
+            position.fill(usize::MAX);
+            for (p, &(_, g)) in sorted.iter().enumerate() {
+                position[g] = p;
+            }
+            for g in 0..rows {
+                let own = position[g] != usize::MAX;
+                let rest = sorted.len() - usize::from(own);
+                if rest == 0 {
+                    continue;
+                }
+                let at = |j: usize| sorted[j + usize::from(own && j >= position[g])].0;
+                result[g * cols + k] = (at((rest - 1) / 2) + at(rest / 2)) / 2.0;
+            }
+        }
+    });
+    // SAFETY: a writable C-contiguous buffer of `item_count` f64 (checked above) held by `out` for this call.
+    let dest =
+        unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, out.item_count()) };
+    dest.copy_from_slice(&result);
+    Ok(())
+}
