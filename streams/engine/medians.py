@@ -27,9 +27,9 @@ def nanmedian_excluding_each_row(values: Floats) -> Floats:
     if rows == 0:
         return np.empty_like(values)
     if native.core is not None and hasattr(native.core, "medians_excluding_each_row"):  # the same values
-        out = np.empty(values.shape)
-        native.core.medians_excluding_each_row(np.ascontiguousarray(values, np.float64), rows, out)
-        return out
+        medians: Floats = np.empty(values.shape)
+        native.core.medians_excluding_each_row(np.ascontiguousarray(values, np.float64), rows, medians)
+        return medians
     order = np.argsort(values, axis=0, kind="stable")  # NaN last
     ordered = np.take_along_axis(values, order, axis=0)
     position = np.empty_like(order)
