@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from streams.engine.stepgraph import Schedule
 
 KEEP = 16  # layouts kept (a job has a few structures; several jobs share a worker)
+KEEP_NODES = 1 << 20  # and span nodes over all kept layouts (~200 bytes each), beyond the most recent one
 
 Mask = npt.NDArray[np.bool_]
 
@@ -113,9 +114,14 @@ def find(identity: Ints, order: Ints, start: Floats, end: Floats) -> tuple[Layou
 
 
 def keep(layout: Layout) -> None:
-    """Keep ``layout`` as the most recently used (the least recently used beyond ``KEEP`` are dropped)."""
-    others = [k for k in _kept if k is not layout]
-    _kept[:] = [*others[len(others) - KEEP + 1 :], layout]
+    """Keep ``layout`` as the most recently used (the least recently used beyond ``KEEP`` layouts or
+    ``KEEP_NODES`` nodes are dropped)."""
+    kept, nodes = [layout], layout.identity.shape[1]
+    for other in reversed(_kept):
+        nodes += other.identity.shape[1]
+        if other is not layout and len(kept) < KEEP and nodes <= KEEP_NODES:
+            kept.append(other)
+    _kept[:] = kept[::-1]
 
 
 def frozen(a: Ints) -> Ints:

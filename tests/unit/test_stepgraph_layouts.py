@@ -104,3 +104,20 @@ def test_times_that_pair_transfers_otherwise_get_their_own_layout(monkeypatch: p
         g = built(transfers(recv_s), kept, monkeypatch)
         assert_same(g, built(transfers(recv_s), [], monkeypatch))
     assert len(kept) == 2  # one layout per pairing
+
+
+def test_kept_layouts_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    kept: list[layouts.Layout] = []
+    monkeypatch.setattr(layouts, "KEEP_NODES", 10)
+    for recv_s in (1.0, 5.5, 1.0):  # two layouts of 5 span nodes each, alternately
+        built(transfers(recv_s), kept, monkeypatch)
+    assert len(kept) == 2
+    monkeypatch.setattr(layouts, "KEEP_NODES", 9)
+    kept = []
+    for recv_s in (1.0, 5.5):
+        built(transfers(recv_s), kept, monkeypatch)
+        assert len(kept) == 1  # the second one drops the first
+    monkeypatch.setattr(layouts, "KEEP", 1)
+    for name in NAMES[:2]:
+        built(sim_steps(name)[0], kept, monkeypatch)
+        assert len(kept) == 1  # the most recent, whatever its size
