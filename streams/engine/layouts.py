@@ -2,12 +2,14 @@
 identity columns, so that the steps of a job (the same spans in the same roles, step after step) are not
 laid out again each time.
 
-A layout is reused for a step whose identity columns, in input order, equal the layout's (rank, microbatch,
-peer, seq, op, group, transfer direction, blocking, op class, dp, pp, tp: everything but times) and whose
-times keep each order the layout was sorted by: each rank's program spans by midpoint, the asynchronous
-transfers by start, each end of a transfer by midpoint (the ties broken by input order, as the stable sorts
-do). The same sorts then give the same permutations, so the same nodes, barriers and partners; a step
-whose times reorder them is laid out anew. Jitter that keeps the orders keeps the layout.
+A step's spans are put in node order first (each rank's program spans by midpoint, then the asynchronous
+transfers by rank, direction, microbatch, peer and start). A layout is reused for a step whose identity
+columns in that order equal the layout's (rank, microbatch, peer, collective sequence number counted from
+the group's first in the step, op, group, role: op class, blocking and transfer direction; dp, pp, tp:
+everything but times), and whose times pair the transfers' ends as the layout's did (each end of a
+transfer in order of midpoint, ties by input row, as the stable sort does): then the same nodes, barriers
+and partners follow. A step whose times reorder its spans or pair its transfers otherwise is laid out
+anew (several layouts of one identity may be kept). Jitter that keeps the orders keeps the layout.
 
 The edges that times decide (an asynchronous send's launch after the span that had ended by then, the
 span that consumes a receive) are found again on every step. When all edges equal those of the graph last

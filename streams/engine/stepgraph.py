@@ -220,9 +220,12 @@ def _build(
     order = np.concatenate([ci, pi])  # span rows in node order
     node_of = np.empty(len(start), np.int64)
     node_of[order] = np.arange(len(order))
-    klass = comm + 2 * sync + 4 * compute
+    role = comm + 2 * sync + 4 * compute + 8 * blocks + 16 * (direction + 1)  # see _edges
     dp, pp, tp = (np.asarray(c[k], np.int64) for k in ("dp", "pp", "tp"))
-    identity = np.stack([rank, mb, peer, _per_group(seq, grp), op, grp, direction, blocks, klass, dp, pp, tp])[:, order]
+    columns = (rank, mb, peer, _per_group(seq, grp), op, grp, role, dp, pp, tp)
+    identity = np.empty((len(columns), len(order)), np.int64)  # in node order
+    for into, column in zip(identity, columns, strict=True):
+        np.take(column, order, out=into)
     found = layouts.find(identity, order, start, end) if pair_blocking else None  # (kept only from paired builds)
     if found is not None:
         layout, partner = found
@@ -301,12 +304,12 @@ def _layout(
     ci = order[:n_chain]
     mi = np.flatnonzero(member[ci] | blocks[ci])  # chain positions of barrier members
     barrier_of = _barriers(ci, mi, grp, seq, partner, blocks, node_of)
-    n = len(order) + (int(barrier_of.max()) + 1 if len(mi) else 0) + int((identity[6][n_chain:] == TO).sum())
+    n = len(order) + (int(barrier_of.max()) + 1 if len(mi) else 0) + int((direction[order[n_chain:]] == TO).sum())
 
     def per_node(values: Ints, pad: int = -1) -> Ints:
         return layouts.frozen(np.concatenate([values, np.full(n - len(order), pad, np.int64)]))
 
-    columns = {"rank": 0, "microbatch": 1, "peer": 2, "op": 4, "dp": 9, "pp": 10, "tp": 11}
+    columns = {"rank": 0, "microbatch": 1, "peer": 2, "op": 4, "dp": 7, "pp": 8, "tp": 9}
     nodes = {name: per_node(identity[i], 0 if name == "op" else -1) for name, i in columns.items()}
     paired = np.flatnonzero(partner[order] >= 0)
     by_midpoint = layouts.Order.of(node_of[ends_in_order], same_end)
@@ -320,7 +323,7 @@ def _edges(
     src: Ints, dst: Ints, n: int, n_chain: int, mi: Ints, identity: Ints, cache: dict[bytes, Schedule], paired: bool
 ) -> layouts.Edges:
     """A graph's node kinds, predecessors in CSR form, signature and schedule, from its edges."""
-    direction, blocks = identity[6], identity[7]
+    direction, blocks = (identity[6] >> 4) - 1, (identity[6] >> 3) & 1  # (the role column)
     kind = np.full(n, BARRIER, np.int64)
     kind[:n_chain] = CHAIN
     kind[mi] = np.where(blocks[mi] > 0, BLOCKING, MEMBER)
