@@ -6,7 +6,7 @@ use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-fn items<'a, T: Element>(buf: &'a PyBuffer<T>, name: &str) -> PyResult<&'a [T]> {
+pub(crate) fn items<'a, T: Element>(buf: &'a PyBuffer<T>, name: &str) -> PyResult<&'a [T]> {
     if !buf.is_c_contiguous() {
         return Err(PyValueError::new_err(format!("{name}: not contiguous")));
     }
@@ -234,4 +234,62 @@ pub fn dag_masked_step_ends(
         }
     });
     Ok(())
+}
+
+/// numpy's `argmax` over `values` at `at`: the first largest, or the first NaN.
+fn argmax(values: &[f64], at: impl Iterator<Item = usize>) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for i in at {
+        let better = match best {
+            None => true,
+            Some(b) => !values[b].is_nan() && (values[i].is_nan() || values[i] > values[b]),
+        };
+        if better {
+            best = Some(i);
+        }
+    }
+    best
+}
+
+/// The chain of nodes that determined the step's end, last first (`StepGraph.critical_path`'s definition):
+/// from the node that ends last, each time the predecessor that ends last, until a node started at its
+/// own floor (later than every predecessor's end) or has no predecessor. `ends`: one row of end times.
+#[pyfunction]
+pub fn dag_critical_path(
+    indptr: PyBuffer<i64>,
+    indices: PyBuffer<i64>,
+    floor: PyBuffer<f64>,
+    ends: PyBuffer<f64>,
+) -> PyResult<Vec<i64>> {
+    let (ptr, idx) = (items(&indptr, "indptr")?, items(&indices, "indices")?);
+    let (floor, ends) = (items(&floor, "floor")?, items(&ends, "ends")?);
+    let n = ends.len();
+    let bad = || PyValueError::new_err("dag_critical_path: a bad graph");
+    if floor.len() != n || ptr.len() != n + 1 {
+        return Err(bad());
+    }
+    let Some(mut node) = argmax(ends, 0..n) else {
+        return Err(bad());
+    };
+    let mut path = vec![node as i64];
+    while ptr[node + 1] > ptr[node] {
+        let (a, b) = (usize::try_from(ptr[node]), usize::try_from(ptr[node + 1]));
+        let preds = match (a, b) {
+            (Ok(a), Ok(b)) if b <= idx.len() && path.len() <= n => &idx[a..b],
+            _ => return Err(bad()),
+        };
+        if preds
+            .iter()
+            .any(|&p| !usize::try_from(p).is_ok_and(|p| p < n))
+        {
+            return Err(bad());
+        }
+        let best = argmax(ends, preds.iter().map(|&p| p as usize)).ok_or_else(bad)?;
+        if floor[node] > ends[best] {
+            break; // it started at its own observed start, not because of a predecessor
+        }
+        path.push(best as i64);
+        node = best;
+    }
+    Ok(path)
 }

@@ -9,6 +9,7 @@ mod classify;
 mod columns;
 mod dag;
 mod decode;
+mod median;
 
 #[pymodule]
 fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -17,5 +18,8 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dag::dag_ends, m)?)?;
     m.add_class::<decode::TelemetryDecoder>()?;
     m.add_function(wrap_pyfunction!(dag::dag_masked_step_ends, m)?)?;
+    m.add_function(wrap_pyfunction!(median::grouped_medians, m)?)?;
+    m.add_function(wrap_pyfunction!(median::medians_excluding_each_row, m)?)?;
+    m.add_function(wrap_pyfunction!(dag::dag_critical_path, m)?)?;
     Ok(())
 }

@@ -1,8 +1,9 @@
-"""The longest-path evaluation of a step's graph in the native core (``native/src/dag.rs``), when it is
-built: one pass over the nodes in topological order per row of durations, instead of numpy calls level by
-level (a step of 1,024 ranks has hundreds of levels). Same ends as :meth:`StepGraph.evaluate`'s vectorised
-definition, bit for bit (``tests/unit/test_dag.py``); without the native core (or ``DRIFTLOG_NATIVE=0``),
-that definition runs."""
+"""The longest-path evaluation of a step's graph, and its critical path, in the native core
+(``native/src/dag.rs``), when it is built: one pass over the nodes in topological order per row of
+durations, instead of numpy calls level by level (a step of 1,024 ranks has hundreds of levels), and a walk
+back from the last end without a numpy call per node. Same ends and path as :class:`StepGraph`'s
+definitions, bit for bit (``tests/unit/test_dag.py``); without the native core (or ``DRIFTLOG_NATIVE=0``),
+those definitions run."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from streams.engine.stepgraph import Floats, Ints, Schedule
 
 available = hasattr(native.core, "dag_ends")  # (an extension built before it has no dag_ends: the definition)
+walks = hasattr(native.core, "dag_critical_path")
 KEEP = 64  # schedules whose topological order is kept (a job has a few structures: MAX_STRUCTURES)
 _orders: dict[int, tuple[Schedule, Ints]] = {}  # id(schedule) -> (schedule, its order): a cache
 
@@ -59,3 +61,11 @@ def masked_step_ends(
     f64 = (np.ascontiguousarray(a, np.float64) for a in (floor, base, alt))
     native.core.dag_masked_step_ends(*i64, *f64, ptr, flat, out)
     return out
+
+
+def critical_path(indptr: Ints, indices: Ints, floor: Floats, ends: Floats) -> Ints:
+    """:meth:`StepGraph.critical_path` (the same nodes, first to last) for one row of end times."""
+    assert native.core is not None
+    i64 = (np.ascontiguousarray(a, np.int64) for a in (indptr, indices))
+    f64 = (np.ascontiguousarray(a, np.float64) for a in (floor, ends))
+    return np.array(native.core.dag_critical_path(*i64, *f64)[::-1], np.int64)

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from streams.engine.medians import LOWER, grouped
 from streams.engine.stepgraph import BARRIER, CHAIN, MEMBER, TRANSFER_KINDS, Floats, Ints, StepGraph, dense
 
 
@@ -67,6 +68,10 @@ class LowMedian:
         """``values`` with each grouped position replaced by its group's lower median."""
         out = values.copy()
         if not len(self.members):
+            return out
+        low = grouped(values, self.order, self.starts, self.counts, LOWER, self.members)
+        if low is not None:  # the same values as below
+            out[self.members[self.order]] = np.repeat(low, self.counts)
             return out
         v = values[self.members][self.order]
         ranked = v[np.lexsort((v, self.group))]

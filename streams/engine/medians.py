@@ -1,16 +1,20 @@
-"""Medians that leave one row out, for every row at once (the what-if's "healed by the other groups").
+"""Medians of the what-if and the ideal step: leaving one row out, for every row at once (the what-if's
+"healed by the other groups"), and per group of a grouping prepared once (:func:`grouped`, native).
 
 ``np.nanmedian`` over all rows but one, once per row, sorts the same column G times (and takes numpy's
 masked-array path for small inputs, which costs far more than the sort). Each column is sorted once
 here instead; leaving out the value at sorted position p shifts the positions at and after p by one, so
-the median of the rest is read off the same sorted column. Same values as the loop: the median of an
-even count is the mean of its two middle values, ``(a + b) / 2``, as numpy computes it.
+the median of the rest is read off the same sorted column (in the native core when it is built, the
+same values). Same values as the loop: the median of an even count is the mean of its two middle values,
+``(a + b) / 2``, as numpy computes it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+
+from audit import native
 
 Floats = npt.NDArray[np.float64]
 
@@ -22,6 +26,10 @@ def nanmedian_excluding_each_row(values: Floats) -> Floats:
     rows = values.shape[0]
     if rows == 0:
         return np.empty_like(values)
+    if native.core is not None and hasattr(native.core, "medians_excluding_each_row"):  # the same values
+        medians: Floats = np.empty(values.shape)
+        native.core.medians_excluding_each_row(np.ascontiguousarray(values, np.float64), rows, medians)
+        return medians
     order = np.argsort(values, axis=0, kind="stable")  # NaN last
     ordered = np.take_along_axis(values, order, axis=0)
     position = np.empty_like(order)
@@ -36,4 +44,26 @@ def nanmedian_excluding_each_row(values: Floats) -> Floats:
 
     out: Floats = (at((rest - 1) // 2) + at(rest // 2)) / 2
     out[rest == 0] = np.nan
+    return out
+
+
+LOWER, MIDDLE, NUMPY = range(3)  # what grouped() computes per group (see native/src/median.rs)
+_NONE = np.zeros(0, np.int64)
+
+
+def grouped(
+    values: Floats, order: npt.NDArray[np.int64], starts: npt.NDArray[np.int64], counts: npt.NDArray[np.int64],
+    how: int, through: npt.NDArray[np.int64] = _NONE,
+) -> Floats | None:  # fmt: skip
+    """Per group (the values at ``order[starts[g]:starts[g] + counts[g]]``, each index mapped through
+    ``through`` when given) its ``LOWER`` median, ``MIDDLE`` (the mean of its two middle values) or ``NUMPY``
+    (``np.median``), from the native core, in the order a stable sort puts NaN last; None when the native
+    core is not built (or ``DRIFTLOG_NATIVE=0``) or cannot give the definition's bits (-0.0, NaNs of
+    different bits): the caller then computes its numpy definition."""
+    if native.core is None or not hasattr(native.core, "grouped_medians"):
+        return None
+    out = np.empty(len(starts))
+    i64 = (np.ascontiguousarray(a, np.int64) for a in (order, through, starts, counts))
+    if not native.core.grouped_medians(np.ascontiguousarray(values, np.float64), *i64, how, out):
+        return None
     return out

@@ -42,6 +42,7 @@ same roles and order, as every step of a job has) and cached, and over many dura
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +50,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from streams.engine import dag, transfers
+from streams.engine import dag, layouts, transfers
 from streams.engine.codes import Codebook, Floats, Ints, dense
 from streams.engine.transfers import FROM, RECV_OPS, SEND_OPS, TO
 from streams.errors import DriftlogError
@@ -129,6 +130,8 @@ class StepGraph:
 
     def critical_path(self, ends: Floats) -> Ints:
         """The chain of nodes that determined the step's end (first to last), for one row of end times."""
+        if dag.walks:  # the same nodes from the native core
+            return dag.critical_path(self.indptr, self.indices, self.floor, ends)
         node = int(np.argmax(ends))
         path = [node]
         ptr, idx = self.indptr, self.indices
@@ -207,7 +210,7 @@ def _build(
     rank, mb, peer, seq = (np.asarray(c[k], np.int64) for k in ("rank", "microbatch", "peer", "seq"))
     op, grp = ops.encode(c["op"]), groups.encode(c["group"])
     op_class = c["op_class"]
-    comm, sync = op_class == "comm", op_class == "sync"
+    comm, sync, compute = op_class == "comm", op_class == "sync", op_class == "compute"
     member = (grp > 0) & (seq >= 0) & (comm | sync)
     direction = transfers.directions(c, op, ops, comm, ~member)
     blocks = transfers.blocking(c, direction)
@@ -216,66 +219,125 @@ def _build(
     ci = ci[np.lexsort((start[ci] + end[ci], rank[ci]))]  # by midpoint: robust to rounding at span boundaries
     pi = np.flatnonzero(asynchronous)
     pi = pi[np.lexsort((start[pi], peer[pi], mb[pi], direction[pi] == FROM, rank[pi]))]
-    partner = transfers.partners(rank, peer, mb, (start + end) / 2, direction)
-    if not pair_blocking:
-        alone = np.flatnonzero(blocks & (partner >= 0))
-        partner[partner[alone]] = -1
-        partner[alone] = -1
+    order = np.concatenate([ci, pi])  # span rows in node order
     node_of = np.empty(len(start), np.int64)
-    node_of[np.concatenate([ci, pi])] = np.arange(len(ci) + len(pi))
-    mi = np.flatnonzero(member[ci] | blocks[ci])  # chain positions of barrier members
-    barrier_of = _barriers(ci, mi, grp, seq, partner, blocks, node_of)
+    node_of[order] = np.arange(len(order))
+    role = comm + 2 * sync + 4 * compute + 8 * blocks + 16 * (direction + 1)  # see _edges
+    dp, pp, tp = (np.asarray(c[k], np.int64) for k in ("dp", "pp", "tp"))
+    columns = (rank, mb, peer, _per_group(seq, grp), op, grp, role, dp, pp, tp)
+    identity = np.empty((len(columns), len(order)), np.int64)  # in node order
+    for into, column in zip(identity, columns, strict=True):
+        np.take(column, order, out=into)
+    found = layouts.find(identity, order, start, end) if pair_blocking else None  # (kept only from paired builds)
+    if found is not None:
+        layout, partner = found
+    else:
+        rows = (rank, mb, peer, direction)
+        layout, partner = _layout(
+            identity, order, len(ci), start, end, rows, blocks, member, grp, seq, node_of, pair_blocking
+        )
+    mi, barrier_of = layout.members, layout.barrier_of
     n_barrier = int(barrier_of.max()) + 1 if len(mi) else 0
     async_sends = np.flatnonzero(direction[pi] == TO)  # p2p positions; each has a launch node after the barriers
     n = len(ci) + len(pi) + n_barrier + len(async_sends)
     tol = tolerance(start, end, rank, ci)
     draft = _Draft(
-        start, end, rank, mb, peer, direction, partner, ci, pi, op_class == "compute", tol, np.full(n, -np.inf),
-        np.zeros(n), node_of,
+        start, end, rank, mb, peer, direction, partner, ci, pi, compute, tol, np.full(n, -np.inf), np.zeros(n),
+        node_of,
     )  # fmt: skip
     draft.launch_of[async_sends] = np.arange(len(ci) + len(pi) + n_barrier, n)
     draft.intrinsic[: len(ci)] = np.where(sync[ci], 0.0, end[ci] - start[ci])  # a sync without a group only waits
     _program_order(draft, mi, barrier_of, n_barrier, _external_arrivals(draft, mi, blocks))
     _transfers(draft)
 
-    kind = np.full(n, BARRIER, np.int64)
-    kind[: len(ci)] = CHAIN
-    kind[mi] = np.where(blocks[ci[mi]], BLOCKING, MEMBER)
-    kind[len(ci) : len(ci) + len(pi)] = np.where(direction[pi] == FROM, RECV, SEND)
     s_all, d_all = np.concatenate(draft.src), np.concatenate(draft.dst)
-    indices = s_all[np.argsort(d_all, kind="stable")]
-    indptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(d_all, minlength=n), out=indptr[1:])
-    # a span with a predecessor starts when that lets it (a barrier keeps its arrivals without one)
-    draft.floor[(np.diff(indptr) > 0) & (kind != BARRIER)] = -np.inf
-    signature = hashlib.blake2b(indptr.tobytes() + indices.tobytes() + kind.tobytes(), digest_size=16).digest()
-    schedule = _schedule(indptr, indices, signature, cache, pair_blocking and bool((blocks & (partner >= 0)).any()))
-    order = np.concatenate([ci, pi])
-
-    def per_node(values: npt.NDArray[Any], pad: int = -1) -> Ints:
-        return np.concatenate([np.asarray(values, np.int64)[order], np.full(n - len(order), pad, np.int64)])
-
+    edges = layout.edges if pair_blocking else None
+    if edges is None or not edges.same(s_all, d_all):
+        paired = pair_blocking and bool((blocks & (partner >= 0)).any())
+        edges = _edges(s_all, d_all, n, len(ci), mi, identity, cache, paired)
+        if pair_blocking:
+            layout.edges = edges
+            layouts.keep(layout)
+    cache.setdefault(edges.signature, edges.schedule)  # (the caller reads a new structure's schedule there)
+    draft.floor[edges.with_predecessor] = -np.inf  # a span with a predecessor starts when that lets it
     return StepGraph(
         t0=t0,
         observed_s=float(end.max()),
-        kind=kind,
-        span=per_node(np.arange(len(start))),
-        rank=per_node(rank),
-        dp=per_node(c["dp"]),
-        pp=per_node(c["pp"]),
-        tp=per_node(c["tp"]),
-        op=per_node(op, 0),
-        microbatch=per_node(mb),
-        peer=per_node(peer),
+        kind=edges.kind,
         n_chain=len(ci),
         intrinsic=draft.intrinsic,
         floor=draft.floor,
-        indptr=indptr,
-        indices=indices,
-        schedule=schedule,
-        signature=signature,
+        indptr=edges.indptr,
+        indices=edges.indices,
+        schedule=edges.schedule,
+        signature=edges.signature,
         tolerance=tol,
+        span=np.concatenate([order, np.full(n - len(order), -1, np.int64)]),
+        **layout.per_node,
     )
+
+
+def _per_group(seq: Ints, grp: Ints) -> Ints:
+    """Collective sequence numbers counted from each group's first in the step (which instances are the
+    same collective, as in the step before, whose numbers were lower); negative ones as they are."""
+    numbered = seq >= 0
+    if not numbered.any():
+        return seq
+    first = np.full(int(grp.max()) + 1, int(seq.max()), np.int64)
+    np.minimum.at(first, grp[numbered], seq[numbered])
+    return np.where(numbered, seq - first[grp], seq)
+
+
+def _layout(
+    identity: Ints, order: Ints, n_chain: int, start: Floats, end: Floats, rows: tuple[Ints, Ints, Ints, Ints],
+    blocks: npt.NDArray[np.bool_], member: npt.NDArray[np.bool_], grp: Ints, seq: Ints, node_of: Ints,
+    pair_blocking: bool,
+) -> tuple[layouts.Layout, Ints]:  # fmt: skip
+    """Lay out a step's spans (``identity``: its identity columns in node order; ``order``: their rows, the
+    first ``n_chain`` program spans; ``rows``: rank, microbatch, peer and direction per row): transfer
+    partners (without ``pair_blocking``, a blocking transfer has none), barriers, node columns; and the
+    partner rows."""
+    rank, mb, peer, direction = rows
+    partner, ends_in_order, same_end = transfers.partners_in_order(rank, peer, mb, (start + end) / 2, direction)
+    if not pair_blocking:
+        alone = np.flatnonzero(blocks & (partner >= 0))
+        partner[partner[alone]] = -1
+        partner[alone] = -1
+    ci = order[:n_chain]
+    mi = np.flatnonzero(member[ci] | blocks[ci])  # chain positions of barrier members
+    barrier_of = _barriers(ci, mi, grp, seq, partner, blocks, node_of)
+    n = len(order) + (int(barrier_of.max()) + 1 if len(mi) else 0) + int((direction[order[n_chain:]] == TO).sum())
+
+    def per_node(values: Ints, pad: int = -1) -> Ints:
+        return layouts.frozen(np.concatenate([values, np.full(n - len(order), pad, np.int64)]))
+
+    columns = {"rank": 0, "microbatch": 1, "peer": 2, "op": 4, "dp": 7, "pp": 8, "tp": 9}
+    nodes = {name: per_node(identity[i], 0 if name == "op" else -1) for name, i in columns.items()}
+    paired = np.flatnonzero(partner[order] >= 0)
+    by_midpoint = layouts.Order.of(node_of[ends_in_order], same_end)
+    paired, partner_node, mi, barrier_of = (
+        layouts.frozen(a) for a in (paired, node_of[partner[order[paired]]], mi, barrier_of)
+    )
+    return layouts.Layout(identity, by_midpoint, paired, partner_node, mi, barrier_of, nodes), partner
+
+
+def _edges(
+    src: Ints, dst: Ints, n: int, n_chain: int, mi: Ints, identity: Ints, cache: dict[bytes, Schedule], paired: bool
+) -> layouts.Edges:
+    """A graph's node kinds, predecessors in CSR form, signature and schedule, from its edges."""
+    direction, blocks = (identity[6] >> 4) - 1, (identity[6] >> 3) & 1  # (the role column)
+    kind = np.full(n, BARRIER, np.int64)
+    kind[:n_chain] = CHAIN
+    kind[mi] = np.where(blocks[mi] > 0, BLOCKING, MEMBER)
+    kind[n_chain : len(direction)] = np.where(direction[n_chain:] == FROM, RECV, SEND)
+    indices = src[np.argsort(dst, kind="stable")]
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(dst, minlength=n), out=indptr[1:])
+    signature = hashlib.blake2b(indptr.tobytes() + indices.tobytes() + kind.tobytes(), digest_size=16).digest()
+    schedule = _schedule(indptr, indices, signature, cache, paired)
+    with_predecessor = np.flatnonzero((np.diff(indptr) > 0) & (kind != BARRIER))
+    frozen = layouts.frozen
+    return layouts.Edges(src, dst, frozen(kind), frozen(indptr), frozen(indices), with_predecessor, signature, schedule)
 
 
 def _schedule(indptr: Ints, indices: Ints, signature: bytes, cache: dict[bytes, Schedule], paired: bool) -> Schedule:
@@ -303,9 +365,21 @@ def tolerance(start: Floats, end: Floats, rank: Ints, chain: Ints) -> float:
     nonzero = np.abs(apart[apart != 0])
     resolution = float(nonzero.min()) if len(nonzero) else 0.0
     overlap = -apart[apart < 0]
-    jitter = float(np.quantile(overlap, 0.9)) if len(overlap) else 0.0
+    jitter = quantile(overlap, 0.9) if len(overlap) else 0.0
     cap = min(MAX_TOLERANCE, MAX_TOLERANCE_SHARE * float(end.max(initial=0.0)))
     return max(EPS, min(2.0 * max(resolution, jitter), cap))
+
+
+def quantile(x: Floats, q: float) -> float:
+    """``float(np.quantile(x, q))`` (numpy's default method, linear; ``x`` not empty, without NaN) without
+    its overhead: the two neighbouring order statistics and numpy's interpolation, bit for bit."""
+    at = (len(x) - 1) * q
+    if at >= len(x) - 1:
+        return float(x.max())
+    lo = math.floor(at)
+    a, b = (float(v) for v in np.partition(x, (lo, lo + 1))[lo : lo + 2])
+    t = at - lo
+    return a + (b - a) * t if t < 0.5 else b - (b - a) * (1 - t)
 
 
 def _barriers(

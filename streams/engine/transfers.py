@@ -57,10 +57,19 @@ def blocking(c: Mapping[str, npt.NDArray[Any]], direction: Ints) -> Mask:
 def partners(rank: Ints, peer: Ints, mb: Ints, midpoint: npt.NDArray[np.float64], direction: Ints) -> Ints:
     """Per span: the row of the other end of its transfer, or -1 (not a transfer, or its peer's end is not
     in the step). One span pairs with at most one other."""
+    return partners_in_order(rank, peer, mb, midpoint, direction)[0]
+
+
+def partners_in_order(
+    rank: Ints, peer: Ints, mb: Ints, midpoint: npt.NDArray[np.float64], direction: Ints
+) -> tuple[Ints, Ints, Mask]:
+    """:func:`partners`, and the order by midpoint that decided them: the transfer rows as sorted, and per
+    row but the last whether the next one is of the same end of the same transfer (the same pairing holds
+    as long as each such pair keeps its order: the earlier row first on a tie)."""
     out = np.full(len(rank), -1, np.int64)
     t = np.flatnonzero((direction >= 0) & (rank != peer))  # a rank does not transfer to itself
     if len(t) < 2:
-        return out
+        return out, t, np.zeros(max(len(t) - 1, 0), bool)
     r, p, m, d = rank[t], peer[t], mb[t], direction[t]
     both = d == BOTH
     src = np.where(both, np.minimum(r, p), np.where(d == FROM, p, r))
@@ -78,4 +87,4 @@ def partners(rank: Ints, peer: Ints, mb: Ints, midpoint: npt.NDArray[np.float64]
     pair = np.flatnonzero((s == 0) & (occurrence < size - ends0))
     a, b = t[order[pair]], t[order[first[group[pair]] + ends0[pair] + occurrence[pair]]]
     out[a], out[b] = b, a
-    return out
+    return out, t[order], (k[1:] == k[:-1]) & (s[1:] == s[:-1])

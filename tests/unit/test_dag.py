@@ -47,3 +47,32 @@ def test_a_graph_out_of_order_is_refused() -> None:
         )
     with pytest.raises(ValueError, match="writable"):
         dag.native.core.dag_ends(np.array([0]), np.array([0, 0]), np.zeros(0, np.int64), one, one, np.zeros(2))
+
+
+def definition_path(g: StepGraph, ends: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    with monkeypatch.context() as m:
+        m.setattr(dag, "walks", False)
+        return g.critical_path(ends).tolist()
+
+
+@pytest.mark.parametrize(("name", "ranks"), CASES)
+def test_native_critical_path_equals_the_definition(name: str, ranks: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    g = build(op_columns(SCENARIOS[name](2, ranks, 12), 10), Codebook(), Codebook(), {})
+    rng = np.random.default_rng(8)
+    rows = [g.intrinsic, g.intrinsic * rng.uniform(0.5, 2.0, g.nodes), np.zeros(g.nodes)]
+    for durations in rows:
+        ends = g.evaluate(durations[None, :])[0]
+        path = g.critical_path(ends)
+        assert path.dtype == np.int64
+        assert path.tolist() == definition_path(g, ends, monkeypatch)
+    assert len(g.critical_path(g.evaluate(g.intrinsic[None, :])[0])) > 1
+    ends = g.evaluate(g.intrinsic[None, :])[0]
+    ends[rng.integers(0, g.nodes, 5)] = np.nan  # numpy's argmax takes the first NaN
+    ends[ends == np.nanmax(ends)] = np.inf
+    assert g.critical_path(ends).tolist() == definition_path(g, ends, monkeypatch)
+
+
+def test_a_bad_graph_has_no_critical_path() -> None:
+    assert dag.native.core is not None
+    with pytest.raises(ValueError, match="bad graph"):
+        dag.native.core.dag_critical_path(np.array([0, 1, 1]), np.array([5]), np.zeros(2), np.zeros(2))

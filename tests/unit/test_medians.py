@@ -1,12 +1,15 @@
 """The leave-one-row-out median gives np.nanmedian's values over the other rows, bit for bit: random and
-tied values, absent cells, one row, a column only one row has."""
+tied values, absent cells, one row, a column only one row has; the native core's gives the numpy
+definition's, zeros' signs and infinities included."""
 
 from __future__ import annotations
 
 import warnings
 
 import numpy as np
+import pytest
 
+from audit import native
 from streams.engine.medians import nanmedian_excluding_each_row
 
 
@@ -34,3 +37,21 @@ def test_a_value_no_other_row_has_is_not_healed() -> None:
     assert got[:, 0].tolist() == [3.0, 2.5, 1.5]
     assert np.isnan(got[0, 1]) and got[1:, 1].tolist() == [5.0, 5.0]
     assert np.isnan(nanmedian_excluding_each_row(np.array([[1.0, 2.0]]))).all()
+
+
+def test_the_native_core_and_the_numpy_definition_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    if native.core is None:
+        pytest.skip("native core not built")
+    rng = np.random.default_rng(4)
+    for trial in range(600):
+        rows, cols = int(rng.integers(1, 9)), int(rng.integers(0, 12))
+        values = (
+            rng.choice([0.0, -0.0, 1.5, np.inf, -np.inf], (rows, cols)) if trial % 2 else rng.normal(1, 1, (rows, cols))
+        )
+        values[rng.random((rows, cols)) < rng.random()] = np.nan
+        fast = nanmedian_excluding_each_row(values)
+        with monkeypatch.context() as m, np.errstate(invalid="ignore"):  # (inf - inf)
+            m.setattr(native, "core", None)
+            slow = nanmedian_excluding_each_row(values)
+        assert np.array_equal(fast, slow, equal_nan=True)
+        assert (np.signbit(fast) == np.signbit(slow)).all()  # the same zeros (and NaNs)

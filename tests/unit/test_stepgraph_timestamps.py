@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.engine.stepgraph import CHAIN, EPS, RECV, Codebook, StepGraph, build
+from streams.engine.stepgraph import CHAIN, EPS, RECV, Codebook, StepGraph, build, quantile
 from streams.formats.timestamps import as_exported, op_steps
 from streams.sim.scenarios import SCENARIOS
 
@@ -105,3 +105,12 @@ def test_a_legitimate_overlap_does_not_widen_the_tolerance_without_bound() -> No
     }  # fmt: skip  (an all-reduce on another stream overlaps both computes by 0.5 s and 1.5 s)
     g = graph({k: np.array(v, dtype=object if isinstance(v[0], str) else None) for k, v in cols.items()})
     assert g.tolerance <= 1e-3
+
+
+def test_the_tolerances_quantile_is_numpys() -> None:
+    rng = np.random.default_rng(9)
+    for trial in range(2000):
+        n = int(rng.integers(1, 60))
+        x = rng.choice([1e-6, 2e-6, 3.5e-6], n) if trial % 2 else rng.exponential(1e-5, n)
+        for q in (0.9, 0.5, 0.1, 0.0, 1.0, float(rng.random())):
+            assert quantile(x, q) == float(np.quantile(x, q)), (x, q)

@@ -1,0 +1,132 @@
+"""The layout of a step's graph kept across steps: what :func:`stepgraph.build` derives from the step's
+identity columns, so that the steps of a job (the same spans in the same roles, step after step) are not
+laid out again each time.
+
+A step's spans are put in node order first (each rank's program spans by midpoint, then the asynchronous
+transfers by rank, direction, microbatch, peer and start). A layout is reused for a step whose identity
+columns in that order equal the layout's (rank, microbatch, peer, collective sequence number counted from
+the group's first in the step, op, group, role: op class, blocking and transfer direction; dp, pp, tp:
+everything but times), and whose times pair the transfers' ends as the layout's did (each end of a
+transfer in order of midpoint, ties by input row, as the stable sort does): then the same nodes, barriers
+and partners follow. A step whose times reorder its spans or pair its transfers otherwise is laid out
+anew (several layouts of one identity may be kept). Jitter that keeps the orders keeps the layout.
+
+The edges that times decide (an asynchronous send's launch after the span that had ended by then, the
+span that consumes a receive) are found again on every step. When all edges equal those of the graph last
+built on the layout, so do its CSR form, node kinds, signature and schedule, which are reused; else that
+step's graph is built from its own edges (and kept as the layout's latest).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from streams.engine.codes import Floats, Ints
+
+if TYPE_CHECKING:
+    from streams.engine.stepgraph import Schedule
+
+KEEP = 16  # layouts kept (a job has a few structures; several jobs share a worker)
+KEEP_NODES = 1 << 20  # and span nodes over all kept layouts (~200 bytes each), beyond the most recent one
+
+Mask = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class Order:
+    """Consecutive nodes of a sorted sequence that must stay in order (``a`` before ``b``)."""
+
+    a: Ints
+    b: Ints
+
+    @classmethod
+    def of(cls, nodes: Ints, same: Mask) -> Order:
+        """``nodes`` as sorted; ``same``: per node but the last, whether the next one was sorted by time
+        against it (the same end of the same transfer) rather than placed by identity columns."""
+        return cls(frozen(nodes[:-1][same]), frozen(nodes[1:][same]))
+
+    def kept(self, order: Ints, values: Floats) -> bool:
+        """Whether ``values`` (per row; ``order``: the rows of the nodes) sort these nodes the same way, a
+        tie by row as a stable sort breaks it (NaN: never)."""
+        a, b = order[self.a], order[self.b]
+        va, vb = values[a], values[b]
+        return bool(((va < vb) | ((va == vb) & (a < b))).all())
+
+
+@dataclass
+class Edges:
+    """A graph built on a layout: its edges, and what they decide (read-only arrays, shared by the step
+    graphs that reuse them)."""
+
+    src: Ints
+    dst: Ints
+    kind: Ints
+    indptr: Ints
+    indices: Ints
+    with_predecessor: Ints  # span nodes with a predecessor (their floor is -inf)
+    signature: bytes
+    schedule: Schedule
+
+    def same(self, src: Ints, dst: Ints) -> bool:
+        return np.array_equal(self.src, src) and np.array_equal(self.dst, dst)
+
+
+@dataclass
+class Layout:
+    """The identity-decided part of a step's graph (see the module's note), by node: spans come first, in
+    node order (each rank's program spans by midpoint, then the asynchronous transfers)."""
+
+    identity: Ints  # identity columns x span nodes
+    by_midpoint: Order  # the span nodes whose order paired the transfers' ends
+    paired: Ints  # span nodes with a transfer partner
+    partner: Ints  # per paired node: its partner's node
+    members: Ints  # chain positions of barrier members
+    barrier_of: Ints  # per member: its barrier
+    per_node: dict[str, Ints]  # node columns (but ``span``, the rows, which are each step's own)
+    edges: Edges | None = None
+
+    def partners(self, order: Ints, start: Floats, end: Floats) -> Ints | None:
+        """Per span row (``order``: the rows in node order), the row of its transfer's other end, or -1: the
+        layout's pairs, when the step's times keep the order that paired them (else None)."""
+        if not self.by_midpoint.kept(order, (start + end) / 2):
+            return None
+        out = np.full(len(start), -1, np.int64)
+        out[order[self.paired]] = order[self.partner]
+        return out
+
+
+_kept: list[Layout] = []  # most recently used last
+
+
+def find(identity: Ints, order: Ints, start: Floats, end: Floats) -> tuple[Layout, Ints] | None:
+    """A kept layout of these identity columns (in node order; ``order``: their rows) whose pairing the
+    step's times keep, and the partner rows it gives (:meth:`Layout.partners`), if any."""
+    for i in range(len(_kept) - 1, -1, -1):
+        layout = _kept[i]
+        if layout.identity.shape == identity.shape and np.array_equal(layout.identity, identity):
+            partner = layout.partners(order, start, end)
+            if partner is not None:
+                _kept.append(_kept.pop(i))
+                return layout, partner
+    return None
+
+
+def keep(layout: Layout) -> None:
+    """Keep ``layout`` as the most recently used (the least recently used beyond ``KEEP`` layouts or
+    ``KEEP_NODES`` nodes are dropped)."""
+    kept, nodes = [layout], layout.identity.shape[1]
+    for other in reversed(_kept):
+        nodes += other.identity.shape[1]
+        if other is not layout and len(kept) < KEEP and nodes <= KEEP_NODES:
+            kept.append(other)
+    _kept[:] = kept[::-1]
+
+
+def frozen(a: Ints) -> Ints:
+    """``a``, read-only (shared between step graphs)."""
+    a.setflags(write=False)
+    return a

@@ -1,0 +1,123 @@
+"""A step graph built on a kept layout (streams/engine/layouts.py) equals the graph built from scratch, field
+for field: on every step of simulated jobs (ideal and realistic, blocking transfers), with jitter small and
+large, when the times reorder a rank's spans, and when they pair transfers otherwise (that step gets its
+own layout)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streams.engine import layouts
+from streams.engine.stepgraph import Codebook, StepGraph, build
+from streams.formats.timestamps import op_steps
+from streams.sim.scenarios import SCENARIOS
+from tests.unit.test_stepgraph_blocking import columns
+
+Columns = dict[str, Any]
+
+
+@functools.cache
+def sim_steps(name: str) -> tuple[Columns, ...]:
+    return tuple(op_steps(value for kind, _, value in SCENARIOS[name](3, 16, 6).run() if kind == "telemetry"))
+
+
+def jittered(c: Columns, jitter_s: float, rng: np.random.Generator) -> Columns:
+    """The same rows in the same order, each start and end moved by up to ``jitter_s``."""
+    n = len(c["start"])
+    start = np.asarray(c["start"], np.float64) + rng.uniform(-jitter_s, jitter_s, n)
+    end = np.asarray(c["start"], np.float64) + c["duration"] + rng.uniform(-jitter_s, jitter_s, n)
+    return {**c, "start": start, "duration": np.maximum(end - start, 0.0)}
+
+
+def built(c: Columns, kept: list[layouts.Layout], monkeypatch: pytest.MonkeyPatch) -> StepGraph:
+    with monkeypatch.context() as m:
+        m.setattr(layouts, "_kept", kept)
+        return build(c, Codebook(), Codebook(), {})
+
+
+def assert_same(a: StepGraph, b: StepGraph) -> None:
+    for f in dataclasses.fields(StepGraph):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), f.name
+        elif f.name != "schedule":
+            assert x == y, f.name
+    assert a.schedule.sources.tolist() == b.schedule.sources.tolist()
+    assert [tuple(map(np.ndarray.tolist, level)) for level in a.schedule.levels] == [
+        tuple(map(np.ndarray.tolist, level)) for level in b.schedule.levels
+    ]
+
+
+NAMES = ["training-fabric", "training-slow-link", "training-cascade", "realistic-slow-rank", "realistic-slow-stage"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_kept_layout_gives_the_graph_built_from_scratch(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(5)
+    kept: list[layouts.Layout] = []
+    reused = 0
+    for c in sim_steps(name):
+        for jitter_s in (0.0, 1e-6, 30e-6, 2e-3):
+            cols = jittered(c, jitter_s, rng)
+            before = [(layout, layout.edges) for layout in kept]
+            g = built(cols, kept, monkeypatch)
+            assert_same(g, built(cols, [], monkeypatch))
+            reused += any(layout.edges is not None and g.indptr is layout.edges.indptr for layout, _ in before)
+    assert reused >= len(sim_steps(name))  # most steps did reuse a layout and its edges
+
+
+def test_times_that_reorder_a_ranks_spans_give_the_graph_built_from_scratch(monkeypatch: pytest.MonkeyPatch) -> None:
+    c = sim_steps("training-fabric")[2]
+    kept: list[layouts.Layout] = []
+    first = built(c, kept, monkeypatch)
+    rank0 = np.flatnonzero(c["rank"] == 0)
+    for i in range(0, 12, 3):
+        a, b = rank0[np.argsort(c["start"][rank0])][[i, i + 1]]  # two consecutive spans of rank 0
+        swapped = {**c, "start": c["start"].copy(), "duration": c["duration"].copy()}
+        for k in ("start", "duration"):
+            swapped[k][[a, b]] = c[k][[b, a]]
+        g = built(swapped, kept, monkeypatch)
+        assert_same(g, built(swapped, [], monkeypatch))
+        assert not np.array_equal(g.span, first.span)
+
+
+def transfers(recv_s: float) -> Columns:
+    """Rank 0 sends to rank 1 twice (no microbatch: paired by order of midpoint); the first receive lasts
+    ``recv_s`` (long enough, it ends after the second, which it then pairs with)."""
+    return columns(
+        (0, 0, "isend", "comm", 0.0, 1.0, -1, 1, "send", False),
+        (0, 0, "isend", "comm", 2.0, 1.0, -1, 1, "send", False),
+        (1, 1, "irecv", "comm", 0.5, recv_s, -1, 0, "recv", False),
+        (1, 1, "irecv", "comm", 2.5, 0.7, -1, 0, "recv", False),
+        (1, 1, "forward", "compute", 3.5, 1.0, -1, -1, "", False),
+    )
+
+
+def test_times_that_pair_transfers_otherwise_get_their_own_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    kept: list[layouts.Layout] = []
+    for recv_s in (1.0, 1.1, 5.5, 1.0, 5.4):
+        g = built(transfers(recv_s), kept, monkeypatch)
+        assert_same(g, built(transfers(recv_s), [], monkeypatch))
+    assert len(kept) == 2  # one layout per pairing
+
+
+def test_kept_layouts_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    kept: list[layouts.Layout] = []
+    monkeypatch.setattr(layouts, "KEEP_NODES", 10)
+    for recv_s in (1.0, 5.5, 1.0):  # two layouts of 5 span nodes each, alternately
+        built(transfers(recv_s), kept, monkeypatch)
+    assert len(kept) == 2
+    monkeypatch.setattr(layouts, "KEEP_NODES", 9)
+    kept = []
+    for recv_s in (1.0, 5.5):
+        built(transfers(recv_s), kept, monkeypatch)
+        assert len(kept) == 1  # the second one drops the first
+    monkeypatch.setattr(layouts, "KEEP", 1)
+    for name in NAMES[:2]:
+        built(sim_steps(name)[0], kept, monkeypatch)
+        assert len(kept) == 1  # the most recent, whatever its size
