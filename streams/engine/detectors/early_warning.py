@@ -57,6 +57,7 @@ import numpy.typing as npt
 from streams.engine.detectors.base import Detector
 from streams.engine.detectors.changepoint import ChangePoint
 from streams.engine.detectors.kendall import autocorrelation_trend, variance_trend
+from streams.engine.detectors.rolling_trend import around_line, rolling_trend
 from streams.engine.findings import Finding
 
 F = npt.NDArray[np.float64]
@@ -73,40 +74,51 @@ def indicators(x: F) -> tuple[float, float]:
 
 
 def detrended(x: F) -> F:
-    t = np.arange(len(x), dtype=np.float64)
-    slope, intercept = np.polyfit(t, x, 1)
-    out: F = x - (intercept + slope * t)
-    return out
+    """``x`` minus its least-squares line (each row, if ``x`` has several)."""
+    return around_line(x)
 
 
 def winsorised(r: F, clip: float = CLIP) -> F:
-    """``r`` (around its line) clipped at ``CLIP`` robust standard deviations: an outlier is one point far
-    off, not memory. The robust spread is the MAD of ``r`` or of its differences over √2, the larger (slow
-    wandering and fast alternation are both kept)."""
-    d = np.diff(r)
-    spread = max(float(np.median(np.abs(r - np.median(r)))), float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2))
-    limit = clip * 1.4826 * spread
-    out: F = np.clip(r, -limit, limit) if limit > 0 else r
+    """``r`` (around its line; each row) clipped at ``CLIP`` robust standard deviations: an outlier is one
+    point far off, not memory. The robust spread is the MAD of ``r`` or of its differences over √2, the
+    larger (slow wandering and fast alternation are both kept)."""
+    d = np.diff(r, axis=-1)
+    level = np.median(np.abs(r - np.median(r, axis=-1, keepdims=True)), axis=-1)
+    step = np.median(np.abs(d - np.median(d, axis=-1, keepdims=True)), axis=-1) / math.sqrt(2)
+    limit = (clip * 1.4826 * np.maximum(level, step))[..., None]
+    out: F = np.where(limit > 0, np.clip(r, -limit, limit), r)
     return out
 
 
-def slowing_down(x: F, clip: float = CLIP) -> tuple[float, float, float]:
-    """(z-score of the trend of the lag-1 autoregression coefficient, the coefficient at the start and at
-    the end) of ``x`` around its least-squares line, outliers winsorised at ``clip`` robust SDs."""
+def ar_trend(x: F, clip: float = CLIP) -> tuple[F, F, F]:
+    """Per row of ``x``: (z-score of the trend of the lag-1 autoregression coefficient, the coefficient
+    at the start, at the end), ``x`` around its least-squares line, outliers winsorised at ``clip``."""
     y = winsorised(detrended(x), clip)
-    n = len(y)
+    n = y.shape[-1]
     s = np.arange(1, n, dtype=np.float64) / n - 0.5
-    lag = y[:-1]
-    design = np.column_stack([np.ones(n - 1), lag, s * lag])
-    beta, *_ = np.linalg.lstsq(design, y[1:], rcond=None)
-    e = y[1:] - design @ beta
-    noise = float(e @ e) / max(n - 4, 1)
-    try:
-        se = math.sqrt(noise * float(np.linalg.inv(design.T @ design)[2, 2]))
-    except np.linalg.LinAlgError:
-        return 0.0, 0.0, 0.0
-    a, b = float(beta[1]), float(beta[2])
-    return (b / se if se > 0 else 0.0), a + b * s[0], a + b * s[-1]
+    lag, out = y[..., :-1], y[..., 1:]
+    columns = (np.ones_like(lag), lag, s * lag)
+    gram = np.empty((*y.shape[:-1], 3, 3))
+    moments = np.empty((*y.shape[:-1], 3))
+    for i, u in enumerate(columns):
+        moments[..., i] = (u * out).sum(-1)
+        for j in range(i, 3):
+            gram[..., i, j] = gram[..., j, i] = (u * columns[j]).sum(-1)
+    singular = np.abs(np.linalg.det(gram)) < 1e-12 * np.abs(gram).max(axis=(-2, -1)) ** 3
+    gram[singular] = np.eye(3)
+    inverse = np.linalg.inv(gram)
+    beta = np.einsum("...ij,...j->...i", inverse, moments)
+    e = out - beta[..., :1] - beta[..., 1:2] * lag - beta[..., 2:] * columns[2]
+    se = np.sqrt((e * e).sum(-1) / max(n - 4, 1) * inverse[..., 2, 2])
+    z = np.divide(beta[..., 2], se, out=np.zeros_like(se), where=(se > 0) & ~singular)
+    a, b = np.where(singular, 0.0, beta[..., 1]), np.where(singular, 0.0, beta[..., 2])
+    return z, a + b * s[0], a + b * s[-1]
+
+
+def slowing_down(x: F, clip: float = CLIP) -> tuple[float, float, float]:
+    """``ar_trend`` of the one series ``x``."""
+    z, then, now = ar_trend(x[None, :], clip)
+    return float(z[0]), float(then[0]), float(now[0])
 
 
 @dataclass
@@ -183,6 +195,7 @@ class EarlyWarning(Detector):
         (var_then, ac_then), (var_now, ac_now) = indicators(x[:third]), indicators(x[-third:])
         r = detrended(x)
         (var_tau, var_p), (ac_tau, ac_p) = variance_trend(r), autocorrelation_trend(r)
+        rolling_tau, rolling_p = rolling_trend(x)
         return Finding(
             kind="early_warning",
             subjects=(self.subject,),
@@ -205,6 +218,10 @@ class EarlyWarning(Detector):
                 "variance_p": float(f"{var_p:.6g}"),
                 "autocorrelation_tau": round(ac_tau, 6),
                 "autocorrelation_p": float(f"{ac_p:.6g}"),
+                "rolling_variance_tau": round(float(rolling_tau[0]), 6),
+                "rolling_variance_p": float(f"{rolling_p[0]:.6g}"),
+                "rolling_autocorrelation_tau": round(float(rolling_tau[1]), 6),
+                "rolling_autocorrelation_p": float(f"{rolling_p[1]:.6g}"),
                 "since_points": len(x),
             },
         )
