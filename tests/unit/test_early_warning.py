@@ -99,7 +99,7 @@ def test_outliers_neither_hide_a_slowing_down_nor_make_one() -> None:
     assert np.mean(np.array(steady) > 3.09) < 0.04  # measured: 0.02 (outliers widen the z-score: not 0.001)
 
 
-def test_a_warning_carries_the_variance_and_autocorrelation_trends() -> None:
+def test_a_warning_carries_the_variance_and_autocorrelation_trends_point_wise_and_rolling() -> None:
     truth = SCENARIOS["serving-saturation"](3, 64, 300).ground_truth(3)
     detector = EarlyWarning("service:api", "latency_p99_s")
     found = [f for w, v in enumerate(np.log(truth["latency_p99_s"])) if (f := detector.update(float(w), float(v)))]
@@ -107,4 +107,6 @@ def test_a_warning_carries_the_variance_and_autocorrelation_trends() -> None:
     evidence = found[0].evidence
     assert -1 <= evidence["variance_tau"] <= 1 and 0 <= evidence["variance_p"] <= 1
     assert -1 <= evidence["autocorrelation_tau"] <= 1 and 0 <= evidence["autocorrelation_p"] <= 1
+    for rolling in ("rolling_variance", "rolling_autocorrelation"):  # against 999 surrogates
+        assert -1 <= evidence[f"{rolling}_tau"] <= 1 and 0.001 <= evidence[f"{rolling}_p"] <= 1
     assert evidence["p_value"] <= evidence["alpha"]
