@@ -51,7 +51,7 @@ def test_critical_slowing_down_is_warned_of_before_the_transition_and_healthy_tw
     assert len(leads) >= 3 and min(leads) > 0  # measured: 4 of 10 (8 of seeds 1-20), leads 1-66
     assert late == 0
     healthy = [w for seed in range(1, 11) for w in warnings("serving-saturation-healthy", seed)[0]]
-    assert healthy == []  # measured: none in seeds 1-40
+    assert healthy == []  # measured: none in seeds 1-40, 1 in seeds 41-80
 
 
 def test_a_step_without_slowing_down_is_not_a_warning() -> None:

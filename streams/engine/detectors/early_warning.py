@@ -46,7 +46,7 @@ the autoregression coefficient at the span's start and end, the variance and lag
 first and last thirds, Kendall's tau and one-sided p-value of the variance's and the lag-1
 autocovariance's trend (``variance_tau``, ``variance_p``, ``autocorrelation_tau``, ``autocorrelation_p``),
 the same of the rolling indicators against surrogates (``rolling_variance_tau``, ``rolling_variance_p``,
-``rolling_autocorrelation_tau``, ``rolling_autocorrelation_p``; about 35 ms per warning) and
+``rolling_autocorrelation_tau``, ``rolling_autocorrelation_p``; 35-200 ms per warning) and
 ``since_points``. The lead time of a warning is how long before the shift it
 came. One warning per rise: the detector re-arms once the z-score has fallen below zero. State: at most
 ``span`` points (and times) and the change detector's window.
