@@ -46,10 +46,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from streams.engine.detectors.early_warning import EarlyWarning, ar_trend, detrended, slowing_down, winsorised
+from streams.engine.detectors.early_warning import EarlyWarning, calibrated, detrended, slowing_down
 from streams.engine.detectors.kendall import autocorrelation_trend, variance_trend
 from streams.engine.detectors.rolling_trend import rolling_trend
-from streams.engine.detectors.surrogates import draw, seeded
 from streams.sim.scenarios import SCENARIOS
 
 Case = tuple[np.ndarray, int | None]  # the series, the transition's index (None: none)
@@ -129,14 +128,6 @@ def family(name: str) -> Callable[[int], Case]:
     return make
 
 
-def calibrated(x: np.ndarray, z: float, surrogates: int = 999) -> float:
-    """One-sided p-value of the AR trend's z-score ``z`` of ``x`` against surrogates drawn from the null
-    fitted to its winsorised residuals (``surrogates.draw``: one AR(1) seen through white noise)."""
-    y = winsorised(detrended(x))
-    null, _, _ = ar_trend(draw(y, surrogates, seeded(x)))
-    return float((1 + np.count_nonzero(null >= z)) / (1 + surrogates))
-
-
 TESTS = ("AR trend", "AR trend, not winsorised", "variance tau", "autocovariance tau", "rolling variance tau",
          "rolling autocorrelation tau", "rolling variance + autocorrelation tau")  # fmt: skip
 COMBINED = ("AR trend or variance tau (Bonferroni)", "AR trend or either tau (Bonferroni)",
@@ -153,7 +144,7 @@ def smallest_p_values(x: np.ndarray, span: int = 150, min_span: int = 60, every:
         z = (slowing_down(part)[0], slowing_down(part, clip=float("inf"))[0])
         p = [0.5 * math.erfc(v / math.sqrt(2)) for v in z] + [variance_trend(r)[1], autocorrelation_trend(r)[1]]
         p += rolling_trend(part)[1].tolist()
-        noise_aware = max(p[0], calibrated(part, z[0])) if p[0] <= 0.01 else p[0]  # (only where it may matter)
+        noise_aware = max(p[0], calibrated(part, z[0], 999)) if p[0] <= 0.01 else p[0]  # (only where it may matter)
         rows.append([*p, 2 * min(p[0], p[2]), 3 * min(p[0], p[2], p[3]), 2 * min(p[0], p[6]), noise_aware])
     smallest: np.ndarray = np.r_[np.array(rows).min(axis=0), rows[-1]]
     return smallest
@@ -188,6 +179,7 @@ def main() -> None:
     parser.add_argument("--indicators", action="store_true", help="compare the tests offline on the AR(1) families")
     parser.add_argument("--every", type=int, default=2, help="test every N points (the detector's every)")
     parser.add_argument("--alpha", type=float, default=0.001, help="its alpha (--indicators: half, double too)")
+    parser.add_argument("--surrogates", type=int, default=0, help="confirm against N noise-aware surrogates")
     parser.add_argument("--span", type=int, default=150, help="its span (the most points it tests at once)")
     args = parser.parse_args()
     if "-" in args.seeds:
@@ -216,7 +208,7 @@ def main() -> None:
           "false alarms (runs without one) |")  # fmt: skip
     print("| --- | --- | --- | --- | --- |")
     same, seconds, updates = True, 0.0, 0
-    settings = {"every": args.every, "alpha": args.alpha, "span": args.span}
+    settings = {"every": args.every, "alpha": args.alpha, "span": args.span, "surrogates": args.surrogates}
     for label, make in cases.items():
         leads, late, false, shifted = [], 0, 0, 0
         for seed in seeds:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from streams.contract.envelope import decode_telemetry
-from streams.engine.detectors.early_warning import EarlyWarning, indicators, slowing_down
+from streams.engine.detectors.early_warning import EarlyWarning, calibrated, indicators, slowing_down
 from streams.sim.scenarios import SCENARIOS
 
 
@@ -110,3 +110,15 @@ def test_a_warning_carries_the_variance_and_autocorrelation_trends_point_wise_an
     for rolling in ("rolling_variance", "rolling_autocorrelation"):  # against 999 surrogates
         assert -1 <= evidence[f"{rolling}_tau"] <= 1 and 0.001 <= evidence[f"{rolling}_p"] <= 1
     assert evidence["p_value"] <= evidence["alpha"]
+
+
+def test_the_noise_aware_surrogates_see_a_ramp_and_give_the_same_p_value_for_the_same_points() -> None:
+    rng = np.random.default_rng(6)
+    p = []
+    for _ in range(10):
+        phi, x = np.linspace(0.2, 0.97, 150), np.zeros(150)
+        for i in range(1, 150):
+            x[i] = phi[i] * x[i - 1] + rng.standard_normal()
+        p.append(calibrated(x, slowing_down(x)[0], 199))
+    assert np.median(p) < 0.05  # measured: median 0.0075 (0.005: the smallest 199 surrogates give)
+    assert calibrated(x, 1.0, 199) == calibrated(x, 1.0, 199)
