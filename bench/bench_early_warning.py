@@ -46,15 +46,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from streams.engine.detectors.early_warning import EarlyWarning, detrended, slowing_down
+from streams.engine.detectors.early_warning import EarlyWarning, calibrated, detrended, slowing_down
 from streams.engine.detectors.kendall import autocorrelation_trend, variance_trend
+from streams.engine.detectors.rolling_trend import rolling_trend
 from streams.sim.scenarios import SCENARIOS
 
 Case = tuple[np.ndarray, int | None]  # the series, the transition's index (None: none)
 
 
-def warned(x: np.ndarray, restarts: int | None = None, every: int = 2, alpha: float = 0.001) -> list[int]:
-    detector = EarlyWarning("service:s", "latency_p99_s", every=every, alpha=alpha)
+def warned(x: np.ndarray, restarts: int | None = None, **settings: float) -> list[int]:
+    detector = EarlyWarning("service:s", "latency_p99_s", **settings)  # type: ignore[arg-type]
     points = set(np.random.default_rng(restarts).choice(len(x), 5, replace=False).tolist()) if restarts else set()
     out = []
     for i, v in enumerate(x):
@@ -127,20 +128,25 @@ def family(name: str) -> Callable[[int], Case]:
     return make
 
 
-TESTS = ("AR trend", "AR trend, not winsorised", "variance tau", "autocovariance tau")
-COMBINED = ("AR trend or variance tau (Bonferroni)", "AR trend or either tau (Bonferroni)")
+TESTS = ("AR trend", "AR trend, not winsorised", "variance tau", "autocovariance tau", "rolling variance tau",
+         "rolling autocorrelation tau", "rolling variance + autocorrelation tau")  # fmt: skip
+COMBINED = ("AR trend or variance tau (Bonferroni)", "AR trend or either tau (Bonferroni)",
+            "AR trend or rolling sum (Bonferroni)", "AR trend and its noise-aware surrogates")  # fmt: skip
 
 
 def smallest_p_values(x: np.ndarray, span: int = 150, min_span: int = 60, every: int = 2) -> np.ndarray:
-    """Per test (``TESTS``, then ``COMBINED``), the smallest p-value over the spans the detector would test."""
+    """Per test (``TESTS``, then ``COMBINED``), the smallest p-value over the spans the detector would test,
+    then the p-values of the last span alone (one look, as in an offline analysis)."""
     rows = []
     for end in range(min_span, len(x) + 1, every):
         part = x[max(0, end - span) : end]
         r = detrended(part)
         z = (slowing_down(part)[0], slowing_down(part, clip=float("inf"))[0])
         p = [0.5 * math.erfc(v / math.sqrt(2)) for v in z] + [variance_trend(r)[1], autocorrelation_trend(r)[1]]
-        rows.append([*p, 2 * min(p[0], p[2]), 3 * min(p[0], p[2], p[3])])
-    smallest: np.ndarray = np.array(rows).min(axis=0)
+        p += rolling_trend(part)[1].tolist()
+        noise_aware = max(p[0], calibrated(part, z[0], 999)) if p[0] <= 0.01 else p[0]  # (only where it may matter)
+        rows.append([*p, 2 * min(p[0], p[2]), 3 * min(p[0], p[2], p[3]), 2 * min(p[0], p[6]), noise_aware])
+    smallest: np.ndarray = np.r_[np.array(rows).min(axis=0), rows[-1]]
     return smallest
 
 
@@ -154,10 +160,16 @@ def compare_indicators(seeds: list[int], every: int, alpha: float) -> None:
     print(f"{len(p_signal)} ramp runs (before the transition), {len(p_null)} runs without one")
     print("| test | level | ramps warned | runs without one warned |")
     print("| --- | --- | --- | --- |")
+    names = TESTS + COMBINED
     for level in (alpha / 2, alpha, 2 * alpha):
-        for j, name in enumerate(TESTS + COMBINED):
+        for j, name in enumerate(names):
             warned_ramps, false = int((p_signal[:, j] <= level).sum()), int((p_null[:, j] <= level).sum())
             print(f"| {name} | {level:g} | {warned_ramps} | {false} |", flush=True)
+    print("one look (the last span: the 150 points before the transition, the last 150 of the others)")
+    for level in (alpha, 10 * alpha, 50 * alpha):
+        for j, name in enumerate(names, start=len(names)):
+            warned_ramps, false = int((p_signal[:, j] <= level).sum()), int((p_null[:, j] <= level).sum())
+            print(f"| {name} (one look) | {level:g} | {warned_ramps} | {false} |", flush=True)
 
 
 def main() -> None:
@@ -167,6 +179,8 @@ def main() -> None:
     parser.add_argument("--indicators", action="store_true", help="compare the tests offline on the AR(1) families")
     parser.add_argument("--every", type=int, default=2, help="test every N points (the detector's every)")
     parser.add_argument("--alpha", type=float, default=0.001, help="its alpha (--indicators: half, double too)")
+    parser.add_argument("--surrogates", type=int, default=0, help="confirm against N noise-aware surrogates")
+    parser.add_argument("--span", type=int, default=150, help="its span (the most points it tests at once)")
     args = parser.parse_args()
     if "-" in args.seeds:
         lo, hi = (int(s) for s in args.seeds.split("-"))
@@ -194,15 +208,16 @@ def main() -> None:
           "false alarms (runs without one) |")  # fmt: skip
     print("| --- | --- | --- | --- | --- |")
     same, seconds, updates = True, 0.0, 0
+    settings = {"every": args.every, "alpha": args.alpha, "span": args.span, "surrogates": args.surrogates}
     for label, make in cases.items():
         leads, late, false, shifted = [], 0, 0, 0
         for seed in seeds:
             x, at = make(seed)
             started = time.perf_counter()
-            raised = warned(x, every=args.every, alpha=args.alpha)
+            raised = warned(x, **settings)
             seconds, updates = seconds + time.perf_counter() - started, updates + len(x)
             if label.endswith("as is"):
-                same &= warned(x, restarts=seed, every=args.every, alpha=args.alpha) == raised
+                same &= warned(x, restarts=seed, **settings) == raised
             if at is None:
                 false += len(raised)
                 continue
