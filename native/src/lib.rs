@@ -8,11 +8,13 @@ mod chain;
 mod classify;
 mod columns;
 mod dag;
+mod sort;
 
 #[pymodule]
 fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(chain::chain_links, m)?)?;
     m.add_function(wrap_pyfunction!(classify::classify_values, m)?)?;
     m.add_function(wrap_pyfunction!(dag::dag_ends, m)?)?;
+    m.add_function(wrap_pyfunction!(sort::canonical_order, m)?)?;
     Ok(())
 }
