@@ -121,19 +121,27 @@ class Timeline:
             times = np.asarray(batch.columns[EVENT_TIME[batch.kind]], np.float64)
             late = times < frontier
             masks.append(late)
-            keep = ~late
-            if not keep.any():
+            if late.all():  # nothing to buffer (also: an empty batch)
                 continue
-            newest = max(newest, float(times[keep].max()))
-            kept = batch if not late.any() else batch.select(keep)  # (batches are never changed in place)
-            epochs = np.floor(times[keep] / self.epoch_s).astype(np.int64)
-            first, last = int(epochs.min()), int(epochs.max())
-            for k in [first] if first == last else np.unique(epochs).tolist():
-                epoch = self._epochs.setdefault(k, _Epoch())
-                epoch.parts.setdefault(batch.kind, []).append(kept if first == last else kept.select(epochs == k))
-                epoch.contributed((channel, offset))
+            kept = batch if not late.any() else batch.select(~late)  # (batches are never changed in place)
+            times = times if kept is batch else times[~late]
+            low, high = float(times.min()), float(times.max())
+            newest = max(newest, high)
+            if math.isfinite(low) and math.isfinite(high) and (
+                math.floor(low / self.epoch_s) == math.floor(high / self.epoch_s)
+            ):  # the usual message: one epoch, buffered without a copy
+                self._buffer(math.floor(low / self.epoch_s), kept, channel, offset)
+                continue
+            epochs = np.floor(times / self.epoch_s).astype(np.int64)
+            for k in np.unique(epochs).tolist():
+                self._buffer(k, kept.select(epochs == k), channel, offset)
         self._newest[channel] = newest
         return masks
+
+    def _buffer(self, k: int, part: SampleBatch, channel: str, offset: int) -> None:
+        epoch = self._epochs.setdefault(k, _Epoch())
+        epoch.parts.setdefault(part.kind, []).append(part)
+        epoch.contributed((channel, offset))
 
     def add_decision(self, channel: str, decision: dict[str, Any], offset: int = -1) -> bool:
         """Buffer a decision; False if it is late (not buffered)."""
