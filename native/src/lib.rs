@@ -1,6 +1,8 @@
 //! driftlog's native core, over Arrow column buffers and without the GIL: the audit hash chain
-//! (`chain`), a fast path for the record classification (`classify`) and the longest-path evaluation of a
-//! step's dependency graph (`dag`).
+//! (`chain`), a fast path for the record classification (`classify`), the longest-path evaluation and
+//! critical path of a step's dependency graph (`dag`), the telemetry decoder (`decode`), grouped medians
+//! (`median`) and the canonical order of an epoch's samples (`sort`). Each has a Python definition it
+//! equals bit for bit, which runs without the extension (or with DRIFTLOG_NATIVE=0).
 
 use pyo3::prelude::*;
 
@@ -10,6 +12,7 @@ mod columns;
 mod dag;
 mod decode;
 mod median;
+mod sort;
 
 #[pymodule]
 fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -21,5 +24,6 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(median::grouped_medians, m)?)?;
     m.add_function(wrap_pyfunction!(median::medians_excluding_each_row, m)?)?;
     m.add_function(wrap_pyfunction!(dag::dag_critical_path, m)?)?;
+    m.add_function(wrap_pyfunction!(sort::canonical_order, m)?)?;
     Ok(())
 }

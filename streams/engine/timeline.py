@@ -24,12 +24,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from audit import native
 from streams.contract.envelope import SampleBatch
 from streams.contract.schema import EVENT_TIME
 
 KIND_ORDER = ("topology", "op", "step", "metric")  # within a chunk: placements first, then what they place
 Origin = tuple[str, int]  # (channel, offset) of an input message
 FEW_TIED = 64  # up to this many rows of equal event times are ordered by all columns in one sort
+_NATIVE_SORT = hasattr(native.core, "canonical_order")  # (an extension built before it: the definition)
+_NATIVE_KINDS = {"<f8": "f", "<i8": "i", "|b1": "b", "O": "s"}  # dtypes the native sort reads, as it names them
 
 
 @dataclass(frozen=True)
@@ -118,19 +121,27 @@ class Timeline:
             times = np.asarray(batch.columns[EVENT_TIME[batch.kind]], np.float64)
             late = times < frontier
             masks.append(late)
-            keep = ~late
-            if not keep.any():
+            if late.all():  # nothing to buffer (also: an empty batch)
                 continue
-            newest = max(newest, float(times[keep].max()))
-            kept = batch if not late.any() else batch.select(keep)  # (batches are never changed in place)
-            epochs = np.floor(times[keep] / self.epoch_s).astype(np.int64)
-            first, last = int(epochs.min()), int(epochs.max())
-            for k in [first] if first == last else np.unique(epochs).tolist():
-                epoch = self._epochs.setdefault(k, _Epoch())
-                epoch.parts.setdefault(batch.kind, []).append(kept if first == last else kept.select(epochs == k))
-                epoch.contributed((channel, offset))
+            kept = batch if not late.any() else batch.select(~late)  # (batches are never changed in place)
+            times = times if kept is batch else times[~late]
+            low, high = float(times.min()), float(times.max())
+            newest = max(newest, high)
+            if math.isfinite(low) and math.isfinite(high) and (
+                math.floor(low / self.epoch_s) == math.floor(high / self.epoch_s)
+            ):  # the usual message: one epoch, buffered without a copy
+                self._buffer(math.floor(low / self.epoch_s), kept, channel, offset)
+                continue
+            epochs = np.floor(times / self.epoch_s).astype(np.int64)
+            for k in np.unique(epochs).tolist():
+                self._buffer(k, kept.select(epochs == k), channel, offset)
         self._newest[channel] = newest
         return masks
+
+    def _buffer(self, k: int, part: SampleBatch, channel: str, offset: int) -> None:
+        epoch = self._epochs.setdefault(k, _Epoch())
+        epoch.parts.setdefault(part.kind, []).append(part)
+        epoch.contributed((channel, offset))
 
     def add_decision(self, channel: str, decision: dict[str, Any], offset: int = -1) -> bool:
         """Buffer a decision; False if it is late (not buffered)."""
@@ -205,12 +216,39 @@ def canonical(kind: str, parts: list[SampleBatch]) -> SampleBatch:
     if n <= 1:  # nothing to order
         return SampleBatch(kind, np.arange(n, dtype=np.int64), dict(cols))
     times = np.asarray(cols[EVENT_TIME[kind]], np.float64)
-    order = np.argsort(times, kind="stable")
-    ordered = times[order]
-    tied = (ordered[1:] == ordered[:-1]) | (np.isnan(ordered[1:]) & np.isnan(ordered[:-1]))
-    if tied.any():
-        _settle_ties(order, tied, cols, names)
+    others = [name for name in names if name != EVENT_TIME[kind]]
+    order = _native_order(times, [cols[name] for name in others])
+    if order is None:
+        order = np.argsort(times, kind="stable")
+        ordered = times[order]
+        tied = (ordered[1:] == ordered[:-1]) | (np.isnan(ordered[1:]) & np.isnan(ordered[:-1]))
+        if tied.any():
+            _settle_ties(order, tied, cols, names)
     return SampleBatch(kind, np.arange(n, dtype=np.int64), {k: v[order] for k, v in cols.items()})
+
+
+def _native_order(times: npt.NDArray[np.float64], others: list[npt.NDArray[Any]]) -> npt.NDArray[np.intp] | None:
+    """The same order from the native core's one sort (``native/src/sort.rs``), which compares strings only
+    between rows that tie on every column before; None where it is not built (``DRIFTLOG_NATIVE=0``) or a
+    column is of a type it does not read (then :func:`_settle_ties`, the definition, orders them)."""
+    if not _NATIVE_SORT:
+        return None
+    columns: list[Any] = []
+    kinds = []
+    for values in others:
+        kind = _NATIVE_KINDS.get(values.dtype.str if values.dtype.kind != "O" else "O")
+        if kind is None:
+            return None
+        kinds.append(kind)
+        if kind == "s":
+            columns.append(values.tolist())
+        else:
+            columns.append(np.ascontiguousarray(values.view(np.uint8) if kind == "b" else values))
+    order = np.empty(len(times), np.int64)
+    assert native.core is not None
+    if not native.core.canonical_order(np.ascontiguousarray(times), columns, "".join(kinds), order):
+        return None  # a string column holds something else than str (ordered by its text: the definition)
+    return order.astype(np.intp, copy=False)
 
 
 def _settle_ties(

@@ -10,6 +10,7 @@ import numpy.typing as npt
 import pytest
 
 from streams.contract.envelope import SampleBatch
+from streams.engine import timeline
 from streams.engine.timeline import canonical
 
 
@@ -60,3 +61,48 @@ def test_the_order_does_not_depend_on_how_rows_were_split() -> None:
     one, two = canonical("op", [whole]).columns, canonical("op", parts).columns
     for name in one:
         assert np.array_equal(one[name].astype(str), two[name].astype(str)), name
+
+
+def every_type(rng: np.random.Generator, n: int) -> SampleBatch:
+    """Columns of every type the engine sorts, with the values a sort can get wrong: NaN (event time: last;
+    elsewhere: as -inf), ±inf, -0.0 beside 0.0, non-ASCII strings (code point order), booleans."""
+    floats = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, 1.5, -2.0])
+    names = np.array(["", "a", "b", "é", "Z", "ab", "\U0001f600", "a\x00"], dtype=object)
+    cols = {
+        "start": rng.choice(floats, n),
+        "blocking": rng.random(n) < 0.5,
+        "device": rng.choice(names, n),
+        "duration": rng.choice(floats, n),
+        "rank": rng.integers(-2, 3, n),
+        "group": np.array([str(s) for s in rng.choice(names, n)], dtype=object),  # equal strings, other objects
+    }
+    return SampleBatch("op", np.arange(n, dtype=np.int64), cols)
+
+
+def by_definition(kind: str, parts: list[SampleBatch], monkeypatch: pytest.MonkeyPatch) -> SampleBatch:
+    with monkeypatch.context() as m:
+        m.setattr(timeline, "_NATIVE_SORT", False)
+        return canonical(kind, parts)
+
+
+@pytest.mark.skipif(not timeline._NATIVE_SORT, reason="native core not built")
+@pytest.mark.parametrize("seed", range(8))
+def test_the_native_sort_gives_the_definitions_order(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(seed)
+    parts = [every_type(rng, int(rng.integers(1, 400))) for _ in range(int(rng.integers(1, 4)))]
+    got, want = canonical("op", parts).columns, by_definition("op", parts, monkeypatch).columns
+    for name, values in want.items():
+        assert got[name].dtype == values.dtype
+        assert np.array_equal(got[name].astype(str), values.astype(str)), name
+        if values.dtype.kind == "f":  # the same bits: -0.0 and 0.0 (equal as keys) keep their input order
+            assert np.array_equal(np.signbit(got[name]), np.signbit(values)), name
+
+
+def test_a_column_the_native_sort_does_not_read_is_ordered_by_the_definition(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(3)
+    part = every_type(rng, 200)
+    part.columns["device"][::7] = None  # not a str: ordered by its text
+    part.columns["rank"] = part.columns["rank"].astype(np.int32)
+    got, want = canonical("op", [part]).columns, by_definition("op", [part], monkeypatch).columns
+    for name, values in want.items():
+        assert np.array_equal(got[name].astype(str), values.astype(str)), name

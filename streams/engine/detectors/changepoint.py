@@ -24,15 +24,17 @@ there are ``warmup`` of them. State per series: two rows of ``window`` floats an
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 F = npt.NDArray[np.float64]
 I = npt.NDArray[np.int64]  # noqa: E741
+T = TypeVar("T", bound=np.generic)
 
 LOG_CHI2_VAR = math.pi**2 / 2  # variance of log(z²), z standard normal
 MAD_TO_SIGMA = 1.4826 / math.sqrt(2)  # a difference of two points has √2 times the noise
@@ -173,7 +175,7 @@ class ChangePoint:
         line, line_at, line_slope = _line_glr(z, valid, k, m)
         y_valid = cols > (w - k)[None, :]  # the first point of a segment has no difference
         floor, top = 2 * np.log(1e-2 * sigma), 2 * np.log(6 * sigma)
-        y = np.clip(np.ascontiguousarray(self._y[rows].T), floor[None, :], top[None, :])
+        y = _clip(np.ascontiguousarray(self._y[rows].T), floor[None, :], top[None, :])
         var, var_at = _mean_glr(np.where(y_valid, y, 0.0), y_valid, m)
         log_n = np.log(n_seg.astype(np.float64))
         line_score = line / (self.line_a + self.line_b * log_n)
@@ -233,13 +235,27 @@ def _winsorise(x: F, valid: npt.NDArray[np.bool_], bound: F) -> F:
     """Each value (time-major: window × series) clipped to ``bound`` around the median of itself and its
     two neighbours (the newest: of itself and the two before it). A lone outlier is cut down; a step is
     not (its neighbours follow it)."""
-    before = np.roll(x, 1, axis=0)
-    after = np.roll(x, -1, axis=0)
+    before, after = _shifted(x, 1), _shifted(x, -1)  # (np.roll, without its per-call overhead)
     after[-1] = x[-3]
-    first = valid & ~np.roll(valid, 1, axis=0)
+    first = valid & ~_shifted(valid, 1)
     before = np.where(first, after, before)  # the oldest value: its two successors
-    med = np.clip(x, np.minimum(before, after), np.maximum(before, after))
-    out: F = np.clip(x, med - bound[None, :], med + bound[None, :])
+    med = _clip(x, np.minimum(before, after), np.maximum(before, after))
+    return _clip(x, med - bound[None, :], med + bound[None, :])
+
+
+def _clip(x: F, low: F, high: F) -> F:
+    """``np.clip`` (the same values: it only picks one of its inputs), without its per-call overhead."""
+    out: F = np.minimum(np.maximum(x, low), high)
+    return out
+
+
+def _shifted(a: npt.NDArray[T], by: int) -> npt.NDArray[T]:
+    """``np.roll(a, by, axis=0)`` for ``by`` of 1 or -1."""
+    out = np.empty_like(a)
+    if by == 1:
+        out[1:], out[:1] = a[:-1], a[-1:]
+    else:
+        out[:-1], out[-1:] = a[1:], a[:1]
     return out
 
 
@@ -293,7 +309,22 @@ def _line_glr(z: F, valid: npt.NDArray[np.bool_], k: I, m: int) -> tuple[F, I, n
 def _grid_sums(w: int, k: I) -> tuple[F, F, F]:
     """For each index j of a window of ``w`` whose last ``k`` are valid (time-major): the count, the sum
     and the sum of squares of the positions ``i / w - 0.5`` of the valid indices up to j (closed form: the
-    prefix sums the tests need, without a pass over the data)."""
+    prefix sums the tests need, without a pass over the data). Kept per ``k`` (every long segment's is ``w``)."""
+    if (k == k[0]).all():  # one column for all (w x 1: the tests broadcast it)
+        return _grid_sums_of(w, int(k[0]))
+    return _closed_form(w, k)
+
+
+@functools.lru_cache(maxsize=1024)
+def _grid_sums_of(w: int, k: int) -> tuple[F, F, F]:
+    """:func:`_grid_sums` of one series (w x 1, read-only: they are shared)."""
+    out = _closed_form(w, np.array([k], np.int64))
+    for a in out:
+        a.flags.writeable = False
+    return out
+
+
+def _closed_form(w: int, k: I) -> tuple[F, F, F]:
     first = (w - k)[None, :].astype(np.float64)
     j = np.maximum(np.arange(w, dtype=np.float64)[:, None], first - 1)
     count = j - first + 1

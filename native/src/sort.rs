@@ -1,0 +1,183 @@
+//! The canonical order of an epoch's samples (streams/engine/timeline.py, `canonical`): rows sorted by
+//! event time (NaN last), then by every other column in the order given (floats with NaN first, integers,
+//! booleans, strings by code point), rows equal in every column in their input order. One stable sort whose
+//! comparisons read a column only when the columns before it tie, so strings are compared (in place, as
+//! Python objects) only between rows that tie on everything before them.
+
+use std::cmp::Ordering;
+
+use pyo3::buffer::{Element, PyBuffer};
+use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyString};
+
+/// One column as passed in: a buffer, or the `str` objects of a list (borrowed: the list holds them for
+/// the call).
+enum Held {
+    Float(PyBuffer<f64>),
+    Int(PyBuffer<i64>),
+    Bool(PyBuffer<u8>),
+    Str(Vec<*mut ffi::PyObject>),
+}
+
+/// One column's values, as the order reads them.
+enum Column<'a> {
+    Float(&'a [f64]),
+    Int(&'a [i64]),
+    Bool(&'a [u8]),
+    Str(&'a [*mut ffi::PyObject]),
+}
+
+/// The objects of a list of `n` strings; None if one is not exactly a `str`.
+fn strings(list: &Bound<'_, PyList>, n: usize) -> PyResult<Option<Vec<*mut ffi::PyObject>>> {
+    if list.len() != n {
+        return Err(PyValueError::new_err(format!("a column has not {n} rows")));
+    }
+    let mut values = Vec::with_capacity(n);
+    for item in list.iter() {
+        if !item.is_exact_instance_of::<PyString>() {
+            return Ok(None);
+        }
+        values.push(item.as_ptr()); // (the list keeps it alive after `item` is dropped)
+    }
+    Ok(Some(values))
+}
+
+fn items<T: Element>(buf: &PyBuffer<T>, n: usize) -> PyResult<&[T]> {
+    if !buf.is_c_contiguous() || buf.item_count() != n {
+        return Err(PyValueError::new_err(format!(
+            "a column is not contiguous or has not {n} rows"
+        )));
+    }
+    // SAFETY: a C-contiguous buffer of `item_count` items of T (its format checked by PyBuffer::get),
+    // held by `buf` for the slice's lifetime.
+    Ok(unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const T, buf.item_count()) })
+}
+
+/// Event times as integers in the same order: NaN after every number (NaNs equal), -0.0 equal to 0.0.
+fn time_key(t: f64) -> u64 {
+    if t.is_nan() {
+        return u64::MAX;
+    }
+    let bits = (t + 0.0).to_bits(); // (-0.0 + 0.0 is 0.0)
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | 1 << 63
+    }
+}
+
+/// Other floats: NaN before every number (the definition's key: NaN as -inf, -inf as the lowest finite
+/// float; it also ties +inf with the largest finite float when a NaN is among the rows, which no valid
+/// sample has: the contract admits finite numbers only).
+fn by_value(a: f64, b: f64) -> Ordering {
+    a.partial_cmp(&b)
+        .unwrap_or_else(|| b.is_nan().cmp(&a.is_nan()))
+}
+
+impl Column<'_> {
+    fn compare(&self, a: usize, b: usize) -> Ordering {
+        match self {
+            Column::Float(v) => by_value(v[a], v[b]),
+            Column::Int(v) => v[a].cmp(&v[b]),
+            Column::Bool(v) => v[a].cmp(&v[b]),
+            Column::Str(v) => {
+                let (x, y) = (v[a], v[b]);
+                if x == y {
+                    return Ordering::Equal;
+                }
+                // SAFETY: both are live `str` objects (checked when the column was read) and the GIL is
+                // held; comparing two str cannot fail.
+                unsafe { ffi::PyUnicode_Compare(x, y) }.cmp(&0)
+            }
+        }
+    }
+}
+
+/// Fill `order` (int64, n rows) with the canonical order of the rows. `times`: float64 event times;
+/// `columns`/`kinds`: the other columns in the order they break ties, each a contiguous array of its kind
+/// (`f` float64, `i` int64, `b` booleans as uint8) or, for kind `s`, a list. False (and `order` untouched)
+/// when a string column holds something other than `str`: the caller then orders by its definition.
+#[pyfunction]
+pub fn canonical_order(
+    times: PyBuffer<f64>,
+    columns: &Bound<'_, PyList>,
+    kinds: &str,
+    order: PyBuffer<i64>,
+) -> PyResult<bool> {
+    let n = times.item_count();
+    let times = items(&times, n)?;
+    if kinds.len() != columns.len() {
+        return Err(PyValueError::new_err("one kind per column"));
+    }
+    let mut held = Vec::with_capacity(kinds.len());
+    for (column, kind) in columns.iter().zip(kinds.bytes()) {
+        held.push(match kind {
+            b'f' => Held::Float(PyBuffer::get(&column)?),
+            b'i' => Held::Int(PyBuffer::get(&column)?),
+            b'b' => Held::Bool(PyBuffer::get(&column)?),
+            b's' => match strings(column.cast::<PyList>()?, n)? {
+                Some(values) => Held::Str(values),
+                None => return Ok(false),
+            },
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown column kind {:?}",
+                    kind as char
+                )))
+            }
+        });
+    }
+    let cols = held
+        .iter()
+        .map(|h| {
+            Ok(match h {
+                Held::Float(b) => Column::Float(items(b, n)?),
+                Held::Int(b) => Column::Int(items(b, n)?),
+                Held::Bool(b) => Column::Bool(items(b, n)?),
+                Held::Str(v) => Column::Str(v),
+            })
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    if order.readonly() || !order.is_c_contiguous() || order.item_count() != n {
+        return Err(PyValueError::new_err(
+            "order: must be a writable contiguous int64 array of n rows",
+        ));
+    }
+    // by event time first, as integer keys (ties by position: the stable order), then each run of equal
+    // times by the columns
+    let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(n);
+    for (i, &t) in times.iter().enumerate() {
+        keyed.push((
+            time_key(t),
+            u32::try_from(i).map_err(|_| PyValueError::new_err("too many rows"))?,
+        ));
+    }
+    keyed.sort_unstable();
+    let mut rows: Vec<usize> = keyed.iter().map(|&(_, i)| i as usize).collect();
+    let mut start = 0;
+    while start < n {
+        let end = start
+            + keyed[start..]
+                .iter()
+                .take_while(|k| k.0 == keyed[start].0)
+                .count();
+        if end - start > 1 && !cols.is_empty() {
+            rows[start..end].sort_by(|&a, &b| {
+                cols.iter()
+                    .map(|c| c.compare(a, b))
+                    .find(|o| o.is_ne())
+                    .unwrap_or(Ordering::Equal)
+            });
+        }
+        start = end;
+    }
+    // SAFETY: a writable C-contiguous buffer of `n` int64 held by `order` for this call; no other slice
+    // of it exists (the caller passes a fresh output array).
+    let out = unsafe { std::slice::from_raw_parts_mut(order.buf_ptr() as *mut i64, n) };
+    for (o, r) in out.iter_mut().zip(rows) {
+        *o = r as i64;
+    }
+    Ok(true)
+}

@@ -1,0 +1,49 @@
+"""Buffering by event time: a message's samples go to the epochs of their times, late ones are reported and
+not buffered, and what drains is every buffered sample once, whatever the messages spanned."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streams.contract.envelope import SampleBatch
+from streams.engine.timeline import Timeline
+
+
+def metrics(times: list[float]) -> SampleBatch:
+    n = len(times)
+    cols = {
+        "entity": np.array([f"device:d{i}" for i in range(n)], dtype=object),
+        "name": np.array(["util"] * n, dtype=object),
+        "value": np.arange(n, dtype=np.float64),
+        "time": np.array(times, dtype=np.float64),
+    }
+    return SampleBatch("metric", np.arange(n, dtype=np.int64), cols)
+
+
+def buffered(timeline: Timeline) -> dict[int, list[float]]:
+    return {
+        k: sorted(t for part in e.parts.get("metric", []) for t in part.columns["time"].tolist())
+        for k, e in timeline._epochs.items()
+    }
+
+
+def test_a_message_goes_to_the_epochs_of_its_samples() -> None:
+    timeline = Timeline(lateness=100.0, epoch_s=1.0)
+    one = metrics([5.25, 5.5, 5.0])
+    timeline.add_samples("t/0", [one, metrics([6.5, 4.75, 6.0, 8.0])], offset=3)
+    assert buffered(timeline) == {5: [5.0, 5.25, 5.5], 6: [6.0, 6.5], 4: [4.75], 8: [8.0]}
+    assert timeline._epochs[5].parts["metric"][0] is one  # one epoch: the batch as it came
+    assert timeline.newest("t/0") == 8.0
+    assert timeline.pending() == {"t/0": 3}
+
+
+def test_late_samples_are_reported_and_not_buffered() -> None:
+    timeline = Timeline(lateness=0.0, epoch_s=1.0)
+    timeline.add_samples("t/0", [metrics([10.5])])
+    list(timeline.release())  # releases epochs below 10
+    assert timeline.frontier == 10.0
+    masks = timeline.add_samples("t/0", [metrics([9.5, 10.25, 3.0]), metrics([1.0, 2.0]), metrics([])])
+    assert [m.tolist() for m in masks] == [[True, False, True], [True, True], []]
+    assert buffered(timeline) == {10: [10.25, 10.5]}
+    drained = [b for _, chunks in timeline.drain() for c in chunks for b in c.batches]
+    assert sorted(t for b in drained for t in b.columns["time"].tolist()) == [10.25, 10.5]
