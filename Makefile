@@ -29,14 +29,17 @@ $(NATIVE): $(VENV) native/Cargo.toml native/Cargo.lock native/pyproject.toml nat
 		test "$$DRIFTLOG_REQUIRE_NATIVE" != 1; \
 	fi
 
-# The engine's native paths each have a Python definition they equal bit for bit; the second run tests
-# those definitions (what runs without cargo) on the same records.
+# The engine's native paths each have a Python definition they equal bit for bit
+# (tests/unit/test_native_records.py: the same records); the second run tests those definitions, what runs
+# without cargo, on their own.
 NATIVE_DEFINITIONS := test_stepgraph.py test_stepgraph_layouts.py test_medians.py test_grouped_medians.py \
-	test_timeline_order.py test_decompose_rows.py test_analyze_parquet.py test_same_records.py
+	test_timeline_order.py test_decompose_rows.py test_analyze_parquet.py
+SAME_RECORDS := tests/unit/test_same_records.py::test_records_depend_on_the_input_only
 
 test: $(NATIVE)
 	$(BIN)/pytest -q tests
-	DRIFTLOG_NATIVE=0 DRIFTLOG_REQUIRE_NATIVE=0 $(BIN)/pytest -q $(addprefix tests/unit/,$(NATIVE_DEFINITIONS))
+	DRIFTLOG_NATIVE=0 DRIFTLOG_REQUIRE_NATIVE=0 $(BIN)/pytest -q $(addprefix tests/unit/,$(NATIVE_DEFINITIONS)) \
+		'$(SAME_RECORDS)[several-jobs]' '$(SAME_RECORDS)[realistic-slow-rank-and-link]'
 
 unit: $(NATIVE)
 	$(BIN)/pytest -q tests/unit
