@@ -101,7 +101,8 @@ def parquet_columns(path: Path) -> Iterator[Message]:
     for seq, rows in enumerate(_slices(pq.ParquetFile(path).iter_batches(batch_size=65_536), ROWS_PER_MESSAGE)):
         position += rows.num_rows
         where = SourcePosition(str(path), 0, position)
-        decoded = decode_tables(_by_kind(rows, narrow=True), source, seq)
+        parts = _by_kind(rows, narrow=True)
+        decoded = None if parts is None else decode_tables(parts, source, seq)
         if decoded is not None:
             yield Message("telemetry", partial(_encoded, rows, source, seq), where, decoded[1], decoded[0])
         else:
@@ -112,7 +113,7 @@ def parquet_columns(path: Path) -> Iterator[Message]:
 def _envelope(rows: pa.Table, source: str, seq: int) -> dict[str, Any]:
     """The columnar envelope of ``rows``: a batch per kind, each column's values as one list (no dict per row)."""
     columns = []
-    for kind, part in _by_kind(rows, narrow=False):
+    for kind, part in _by_kind(rows, narrow=False) or ():
         data = {name: part.column(name).to_pylist() for name in part.column_names if name != "kind"}
         columns.append({"kind": kind, "n": part.num_rows, "data": data})
     return {"schema": TELEMETRY_SCHEMA, "source": source, "seq": seq, "columns": columns}
@@ -122,13 +123,18 @@ def _encoded(rows: pa.Table, source: str, seq: int) -> bytes:
     return orjson.dumps(_envelope(rows, source, seq))
 
 
-def _by_kind(rows: pa.Table, narrow: bool) -> list[tuple[str, pa.Table]]:
+def _by_kind(rows: pa.Table, narrow: bool) -> list[tuple[str, pa.Table]] | None:
     """The rows of each sample kind present (in ``SAMPLE_KINDS`` order), without copying when there is one;
-    ``narrow``: only the columns of the kind's fields (the envelope carries every column)."""
-    encoded = rows.column("kind").combine_chunks().dictionary_encode()
-    present, codes = encoded.dictionary.to_pylist(), encoded.indices.to_numpy()
+    ``narrow``: only the columns of the kind's fields (the envelope carries every column). Rows whose kind
+    is null or not a sample kind come last, a batch per value, for the decoder to dead-letter
+    (``unknown_kind``); with ``narrow`` there are none such: None (the envelope's path decides)."""
+    encoded = rows.column("kind").combine_chunks().dictionary_encode(null_encoding="encode")
+    present, codes = encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False)
+    unknown = [k for k in present if k not in SAMPLE_KINDS]
+    if narrow and unknown:
+        return None
     parts = []
-    for kind in (k for k in SAMPLE_KINDS if k in present):
+    for kind in [k for k in SAMPLE_KINDS if k in present] + unknown:
         table = rows.select([n for n in rows.column_names if n in _fields(kind)]) if narrow else rows
         if len(present) > 1:
             table = table.take(np.flatnonzero(codes == present.index(kind)))

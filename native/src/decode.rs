@@ -25,9 +25,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-/// A multiply-rotate hash (as in rustc's FxHash) of a string's length and its first and last 8 bytes: the
-/// keys are a message's strings, mostly short names that differ at one end (`dp-3`, `device:node7/gpu2`).
-/// Strings that share both ends only collide (then they are compared whole).
+/// A multiply-rotate hash (as in rustc's FxHash) of a string's length and every 8-byte word of it: the keys
+/// are a message's strings, mostly short names (`dp-3`, `device:node7/gpu2`), so a few words each.
 #[derive(Default)]
 struct Fx(u64);
 
@@ -39,17 +38,18 @@ impl Fx {
 
 impl Hasher for Fx {
     fn write(&mut self, bytes: &[u8]) {
-        let n = bytes.len();
-        let word = |at: usize| {
+        // every byte counts: a hash of a string's ends alone let strings that differ only in the middle
+        // all collide, so one crafted message could make interning quadratic
+        self.add(bytes.len() as u64);
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            self.add(u64::from_le_bytes(word.try_into().expect("8 bytes")));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
             let mut w = [0u8; 8];
-            let end = (at + 8).min(n);
-            w[..end - at].copy_from_slice(&bytes[at..end]);
-            u64::from_le_bytes(w)
-        };
-        self.add(n as u64);
-        self.add(word(0));
-        if n > 8 {
-            self.add(word(n - 8));
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w));
         }
     }
 
@@ -715,7 +715,9 @@ impl<'de> Visitor<'de> for Data<'_, 'de> {
                 None => {
                     let mut values = rule.empty(1);
                     let value = rule.default.clone().ok_or_else(defer)?;
-                    rule.push(value, &mut values, self.strings);
+                    if !rule.push(value, &mut values, self.strings) {
+                        return Err(defer()); // a default outside its own rule: the Python decoder decides
+                    }
                     Ok(Column {
                         values,
                         repeat: true,

@@ -114,7 +114,7 @@ class StepGraph:
 
     def evaluate(self, durations: Floats, floor: Floats | None = None) -> Floats:
         """End times of every node for each row of ``durations`` (rows × nodes of intrinsic durations);
-        ``floor``: other floors than the observed ones (the what-if's carried starts, :mod:`timeline_whatif`)."""
+        ``floor``: other floors than the observed ones (the what-if's carried starts, :mod:`streams.engine.carry`)."""
         floors = self.floor if floor is None else floor
         if dag.available:  # the same ends from the native core (streams/engine/dag.py)
             return dag.ends(self.schedule, self.indptr, self.indices, floors, durations)

@@ -13,6 +13,7 @@ import pytest
 
 from streams import analyze
 from streams.contract.envelope import Decoded, decode_telemetry
+from streams.errors import ConfigError
 from streams.sim.scenarios import SCENARIOS
 from tests.unit.test_contract_fuzz import assert_same
 
@@ -174,3 +175,20 @@ def test_parquet_and_jsonl_of_the_same_samples_give_the_same_records(scenario: s
     by_parquet = records(parquet)
     assert len(by_parquet) > 5
     assert by_parquet == records(jsonl)
+
+
+def test_rows_of_a_null_or_unknown_kind_are_refused_or_dead_lettered_never_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = sample_rows("training-fabric")
+    clean, dirty = tmp_path / "clean.parquet", tmp_path / "dirty.parquet"
+    pq.write_table(table(rows), clean)
+    bad = [{**rows[0], "kind": None}, {**rows[1], "kind": "bogus"}, {**rows[2], "kind": None}]
+    pq.write_table(table(rows[:500] + bad + rows[500:]), dirty)
+    with pytest.raises(ConfigError, match="3 unreadable lines"):  # analyze names them and stops
+        encoded(dirty)
+    monkeypatch.setattr(analyze, "samples_only", lambda _: True)  # the columnar reader given them anyway
+    kept, dead = encoded(dirty)
+    assert dead == [("unknown_kind", 3)]
+    ids = [orjson.loads(r)["id"] for r in kept]  # (the bodies' provenance names messages cut otherwise)
+    assert len(ids) > 5 and ids == [orjson.loads(r)["id"] for r in encoded(clean)[0]]

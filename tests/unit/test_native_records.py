@@ -19,6 +19,8 @@ from streams.sim.scenarios import SCENARIOS
 from streams.testing import run_stream
 name, seed, ranks, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 out = run_stream([(k, v) for k, _, v in SCENARIOS[name](seed, ranks, steps).run()])
+keys = [f"{r.type} {r.id}" for r in out.audit]
+assert len(set(keys)) == len(keys), "a record emitted twice"
 print(json.dumps({f"{r.type} {r.id}": hashlib.sha256(orjson.dumps(r.body, option=orjson.OPT_SORT_KEYS)).hexdigest()
                   for r in out.audit}))
 """

@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from streams.analyze import analyze_files
+from streams.engine import layouts
 from streams.engine.engine import Engine
 from streams.pipeline import Output, Processor
 from streams.sim.scenarios import SCENARIOS
@@ -77,6 +78,7 @@ def restored(items: list[Item], seed: int) -> Output:
     for i, (kind, raw) in enumerate(items):
         if i in points:
             processor = pickle.loads(pickle.dumps(processor))
+            layouts._kept.clear()  # a restart: the process-wide step-graph layouts are gone too
         source = SourcePosition(kind, 0, offsets[kind])
         offsets[kind] += 1
         out.extend(processor.telemetry(raw, source) if kind == "telemetry" else processor.decision(raw, source))
