@@ -12,9 +12,10 @@ in every repeat, so that their ratio is measured side by side):
   (samples/s, and per worker), and to every audit row committed (includes the worker's idle flush);
 - **replay** of the topics' whole range and **analyze** of the same messages as a JSONL file;
 - **sink**: audit records drained from Kafka into DuckDB (``bench_sink_kafka``), beside aiokafka alone;
-- **finding latency** p50/p99 at 10 k and 100 k samples/s offered: the workload produced at that pace to
-  fresh topics while a worker and the sink run; from sending the message a finding names as its source to
-  the finding visible to a query through the sink's SQL endpoint (polled every 0.2 s);
+- **finding latency** p50/p99 of a job whose exporters send ~10 k and ~100 k samples/s **in real time** (each
+  message sent once the wall clock has reached its newest event time), to fresh topics while a worker and the
+  sink run, under the default settings and a low-latency profile (``PROFILES``); from sending the message a
+  finding names as its source to the finding visible to a query through the sink's SQL endpoint;
 - **RSS** of the engine (a child process per point) against ranks and the allowed lateness (the event-time
   window that is buffered), with its samples/s and CPU µs per sample.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import platform
 import statistics
@@ -226,78 +228,104 @@ def _until(done: Callable[[], bool], children: list[Child], timeout_s: float) ->
     return time.perf_counter()
 
 
-def latency(cfg: Settings, w: Workload, rate: float, figures: Figures, logs: Path) -> None:
-    """The workload produced at ``rate`` samples/s (paced per message) to fresh topics while a worker and
-    the sink run; each finding's latency: from sending the message it names as its source to the finding
-    being visible to a query through the sink's SQL endpoint (polled every 0.2 s)."""
+def latency(cfg: Settings, job: tuple[str, int, int], profile: str, figures: Figures, logs: Path) -> None:
+    """One job produced **in real time** (each message sent once the wall clock has reached its newest event
+    time, as an exporter sends what has happened) to fresh topics while a worker and the sink run with the
+    settings of ``profile``; each finding's latency: from sending the message it names as its source to the
+    finding being visible to a query through the sink's SQL endpoint (polled every 50 ms)."""
     from audit.query import Endpoint, run_query
     from streams.contract.envelope import decode_telemetry
+    from streams.pipeline import build_processor
 
-    tag = f"lat{rate:.0f}-{time.monotonic_ns()}"
+    tag = f"lat-{time.monotonic_ns()}"
     names = ("telemetry_topic", "decisions_topic", "worker_group", "sink_group", "audit_topic", "state_topic",
              "checkpoint_topic", "dead_letter_topic", "shared_topic")  # fmt: skip
     update: dict[str, Any] = {n: f"{getattr(cfg, n)}-{tag}" for n in names}
-    run = cfg.model_copy(update={**update, "db_path": logs / f"audit-{tag}.duckdb"})
+    run = cfg.model_copy(update={**update, **PROFILES[profile], "db_path": logs / f"audit-{tag}.duckdb"})
+    items = [(k, key, v) for k, key, v in SCENARIOS[job[0]](1, job[1], job[2]).run()]
+    expected = sum(1 for r in run_stream([(k, v) for k, _, v in items], build_processor(run)).audit
+                   if r.type == "finding")  # fmt: skip
+    samples = sum(decode_telemetry(v).total for k, _, v in items if k == "telemetry")
+    ends = list(itertools.accumulate((message_end(k, v) for k, _, v in items), max))
+    offered = samples / max(ends[-1] - ends[0], 1e-9)
     asyncio.run(ensure_topics(run.kafka_bootstrap_servers, run.all_topics, run.topic_partitions))
     children = [Child(["sink"], to_env(run), logs / f"sink-{tag}.log"),
                 Child(["worker"], to_env(run), logs / f"worker-{tag}.log")]  # fmt: skip
-    sizes = [decode_telemetry(v).total if k == "telemetry" else 0 for k, _, v in w.items]
     sent: dict[tuple[str, int, int], float] = {}
-    seen: dict[str, float] = {}
+    seen: dict[str, tuple[float, float, float, dict[str, Any]]] = {}  # visible, produced, stored, source
     endpoint = Endpoint(f"http://127.0.0.1:{run.sink_http_port}/sql")
-    sql = "SELECT record_id, decode(value) FROM audit_log WHERE record_type = 'finding'"
+    sql = ("SELECT record_id, decode(value), kafka_ts_ms / 1e3, epoch_ms(written_at) / 1e3 FROM audit_log "
+           "WHERE record_type = 'finding'")
 
     def poll() -> None:
-        for rid, value in run_query(run.db_path, sql, endpoint=endpoint).rows:
-            seen.setdefault(rid, time.perf_counter())
-            seen.setdefault(f"src:{rid}", orjson.loads(value)["source"])  # type: ignore[arg-type]
+        for rid, value, produced, stored in run_query(run.db_path, sql, endpoint=endpoint).rows:
+            if rid not in seen:
+                source = orjson.loads(value)["source"]
+                seen[rid] = (time.time(), float(produced), float(stored), source)
 
     try:
         children[0].wait_healthy(run.sink_http_port)
         children[1].wait_healthy(run.worker_http_port, timeout=180)
-        asyncio.run(paced(run, w, sizes, rate, sent))
-        deadline = time.monotonic() + 300
-        while len([k for k in seen if not k.startswith("src:")]) < w.findings and time.monotonic() < deadline:
+        asyncio.run(in_real_time(run, items, ends, sent))
+        deadline = time.monotonic() + 120 + run.allowed_lateness_s + run.idle_flush_s
+        while len(seen) < expected and time.monotonic() < deadline:
             poll()
-            time.sleep(0.2)
+            time.sleep(0.05)
     finally:
         for child in children:
             child.stop()
-    delays = []
-    for rid, at in seen.items():
-        if not rid.startswith("src:"):
-            src = seen[f"src:{rid}"]
-            key = (src["topic"], src["partition"], src["offset"])  # type: ignore[index]
-            if key in sent:
-                delays.append(at - sent[key])
-    if delays:
-        delays.sort()
-        name = f"finding latency at {rate:,.0f} samples/s offered"
-        figures.add(f"{name}, p50", delays[len(delays) // 2], "s", f"{len(delays)} of {w.findings} findings")
-        figures.add(f"{name}, p99", delays[min(len(delays) - 1, int(len(delays) * 0.99))], "s",
-                    f"allowed lateness {run.allowed_lateness_s:g} s of event time")
+    stages = [(visible - sent[key], produced - sent[key], stored - produced, visible - stored)
+              for visible, produced, stored, src in seen.values()
+              if (key := (src["topic"], src["partition"], src["offset"])) in sent]  # fmt: skip
+    name = f"finding latency, {profile}, {job[1]} ranks in real time"
+    figures.add(f"{name}: offered", offered, "samples/s", f"{job[0]}, {samples:,} samples")
+    if stages:
+        delays = sorted(s[0] for s in stages)
+        settings = ", ".join(f"{k}={getattr(run, k):g}" for k in PROFILE_KEYS)
+        figures.add(f"{name}: p50", delays[len(delays) // 2], "s", f"{len(delays)} of {expected} findings")
+        figures.add(f"{name}: p99", delays[min(len(delays) - 1, int(len(delays) * 0.99))], "s", settings)
+        for i, part in enumerate(("source sent -> worker produced", "-> sink stored", "-> visible to SQL"), 1):
+            figures.add(f"{name}: {part}, median", statistics.median(s[i] for s in stages), "s")
 
 
-async def paced(
-    run: Settings, w: Workload, sizes: list[int], rate: float, sent: dict[tuple[str, int, int], float]
+def message_end(kind: str, value: bytes) -> float:
+    """The newest event time in a message: when its exporter can send it (a span's end, a sample's time)."""
+    doc = orjson.loads(value)
+    if kind == "decisions":
+        return float(doc["time"])
+    ends = [float(s["start"]) + float(s.get("duration", 0.0)) if "start" in s else float(s["time"])
+            for s in doc.get("samples", [])]  # fmt: skip
+    for batch in doc.get("columns", []):
+        data = batch["data"]
+        starts = data.get("start", data.get("time"))
+        durations = data.get("duration", 0.0)
+        n = max((len(v) for v in data.values() if isinstance(v, list)), default=1)
+        starts = starts if isinstance(starts, list) else [starts] * n
+        durations = durations if isinstance(durations, list) else [durations] * n
+        ends.extend(float(t) + float(d) for t, d in zip(starts, durations, strict=True))
+    return max(ends, default=-float("inf"))
+
+
+async def in_real_time(
+    run: Settings, items: list[Item], ends: list[float], sent: dict[tuple[str, int, int], float]
 ) -> None:
-    """Produce the workload at ``rate`` samples/s; ``sent``: when each (topic, partition, offset) was sent."""
+    """Produce ``items`` keyed by job, each once the wall clock has come as far past the first as its event
+    time (``ends``: the newest event time so far); ``sent``: when each (topic, partition, offset) was sent."""
     from aiokafka import AIOKafkaProducer
 
     topics = {"telemetry": run.telemetry_topic, "decisions": run.decisions_topic}
-    producer = AIOKafkaProducer(bootstrap_servers=run.kafka_bootstrap_servers, acks="all", linger_ms=2,
+    producer = AIOKafkaProducer(bootstrap_servers=run.kafka_bootstrap_servers, acks="all", linger_ms=1,
                                 max_request_size=8 << 20)  # fmt: skip
     await producer.start()
     try:
-        started, offered = time.perf_counter(), 0
-        for (kind, key, value), size in zip(w.items, sizes, strict=True):
-            ahead = started + offered / rate - time.perf_counter()
+        started = time.perf_counter()
+        for (kind, key, value), end in zip(items, ends, strict=True):
+            ahead = started + (end - ends[0]) - time.perf_counter()
             if ahead > 0:
                 await asyncio.sleep(ahead)
-            at = time.perf_counter()
+            at = time.time()  # the wall clock: the audit rows' Kafka and sink times are on it too
             meta = await (await producer.send(topics[kind], value, key=key.encode()))
             sent[(meta.topic, meta.partition, meta.offset)] = at
-            offered += size
     finally:
         await producer.stop()
 
@@ -370,7 +398,22 @@ def rss_child(ranks: int, steps: int, lateness: float) -> None:
 
 
 SECTIONS = ("inprocess", "ceiling", "live", "replay", "analyze", "sink", "rss", "latency")
-RATES = (10_000.0, 100_000.0)  # offered samples/s for the latency figures
+# finding latency: jobs whose exporters send about 10 k and 100 k samples/s in real time (training-fabric: ~135
+# samples/s per rank), each under the default settings and under a low-latency profile
+LATENCY_JOBS = (("training-fabric", 64, 100), ("training-fabric", 768, 60))
+SMOKE_LATENCY_JOBS = (("training-fabric", 16, 30),)  # low latency only (the defaults wait out 30 s)
+PROFILE_KEYS = ("allowed_lateness_s", "epoch_s", "state_interval_s", "sink_batch_wait_ms", "sql_snapshot_interval_s")
+PROFILES: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    # the lateness still covers a step's spread inside one message (an exporter sends a step's spans at its end)
+    "low latency": {
+        "allowed_lateness_s": 0.5,
+        "epoch_s": 0.25,
+        "state_interval_s": 0.25,
+        "sink_batch_wait_ms": 20,
+        "sql_snapshot_interval_s": 0.1,
+    },
+}
 
 
 def main() -> int:
@@ -389,7 +432,7 @@ def main() -> int:
     repeats = 1 if args.smoke else args.repeats
     jobs = SMOKE_JOBS if args.smoke else FULL_JOBS
     began = time.monotonic()
-    w = Workload.of(jobs) if only - {"rss"} else Workload([], 0, 0, 0)
+    w = Workload.of(jobs) if only - {"rss", "latency"} else Workload([], 0, 0, 0)
     print(f"workload: {', '.join(f'{n} {r} ranks x {s} steps' for n, r, s in jobs)}: {w.samples:,} samples in "
           f"{len(w.items):,} messages, {w.records:,} records; {repeats} run(s) each", flush=True)  # fmt: skip
     figures = Figures()
@@ -403,7 +446,7 @@ def main() -> int:
             asyncio.run(produce_keyed(cfg.kafka_bootstrap_servers, topics, w.items))
         for r in range(repeats):  # interleaved: every figure once per repeat
             print(f"repeat {r + 1}/{repeats} ...", flush=True)
-            one_repeat(cfg, w, figures, only, [int(n) for n in args.workers.split(",")], work)
+            one_repeat(cfg, w, figures, only, [int(n) for n in args.workers.split(",")], work, args.smoke)
         if "sink" in only:
             records = 50_000 if args.smoke else 500_000
             _fill_audit(cfg, records)
@@ -429,7 +472,9 @@ def main() -> int:
     return 0
 
 
-def one_repeat(cfg: Settings, w: Workload, figures: Figures, only: set[str], workers: list[int], work: Path) -> None:
+def one_repeat(
+    cfg: Settings, w: Workload, figures: Figures, only: set[str], workers: list[int], work: Path, smoke: bool
+) -> None:
     if "inprocess" in only:
         in_process(w, figures)
     if "ceiling" in only:
@@ -442,8 +487,9 @@ def one_repeat(cfg: Settings, w: Workload, figures: Figures, only: set[str], wor
     if "analyze" in only:
         analyze_rate(w, figures, work)
     if "latency" in only:
-        for rate in RATES:
-            latency(cfg, w, rate, figures, work)
+        for job in SMOKE_LATENCY_JOBS if smoke else LATENCY_JOBS:
+            for profile in ["low latency"] if smoke else PROFILES:
+                latency(cfg, job, profile, figures, work)
 
 
 def _fill_audit(cfg: Settings, n: int) -> None:

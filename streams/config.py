@@ -112,6 +112,13 @@ class Settings(BaseSettings):
         description="Event-time lateness allowed (s): the watermark trails the input furthest behind by this "
         "much; older samples (behind their source's newest, or behind the watermark) are dead-lettered as late.",
     )
+    epoch_s: float = Field(
+        1.0,
+        gt=0,
+        le=3600,
+        description="Event-time epoch (s): input is handed to the engine in epochs of this much event time, each "
+        "once the watermark has passed its end; shorter epochs release findings sooner, at more cost per sample.",
+    )
     metrics_topic: str = Field(
         "",
         description="Topic an OpenTelemetry Collector's Kafka exporter writes metrics to (read as metric "

@@ -346,7 +346,7 @@ class Resumable:
 
 def build_processor(settings: Settings, **engine: Any) -> Processor:
     """The processor the settings describe (the worker, replay and analyze all build it here)."""
-    return Processor(Engine(engine_config(settings), **engine), admission_of(settings))
+    return Processor(Engine(engine_config(settings), **engine), admission_of(settings), epoch_s=settings.epoch_s)
 
 
 def engine_config(settings: Settings) -> EngineConfig:

@@ -28,7 +28,7 @@ def test_bench_smoke_prints_every_figure(fresh_settings: Settings, tmp_path: Pat
     for name in ("in-process engine", "raw ceiling (aiokafka + orjson)", "live, 1 worker: to lag 0",
                  "live, 2 workers: to lag 0", "replay (whole range)", "analyze (JSONL of envelopes)",
                  "sink, Kafka -> DuckDB", "RSS, 1,024 ranks, lateness 30 s",
-                 "finding latency at 100,000 samples/s offered, p99"):  # fmt: skip
+                 "finding latency, low latency, 16 ranks in real time: p99"):  # fmt: skip
         assert figures[name]["median"] > 0, name
     for workers in ("1 worker", "2 workers"):  # the live runs wrote what the in-process run writes
         assert figures[f"live, {workers}: records stored / expected"]["median"] == 1.0
