@@ -107,9 +107,12 @@ class Timeline:
     def watermark(self, caught_up: Iterable[str] = ()) -> float:
         idle = set(caught_up)
         waiting = [t for c, t in self._newest.items() if c not in idle]
-        if not waiting:  # every channel is caught up: they hold nothing back beyond what they delivered
-            waiting = [t for t in self._newest.values() if t > -math.inf]
-        return min(waiting, default=-math.inf) - self.lateness
+        if waiting:
+            return min(waiting) - self.lateness
+        # every channel is caught up: none holds the others back (as when some are not), so the input is as far
+        # as the newest delivered; the oldest would let a channel that has been quiet for long (decisions)
+        # hold back every release while the worker keeps up in real time
+        return max(self._newest.values(), default=-math.inf) - self.lateness
 
     def add_samples(self, channel: str, batches: list[SampleBatch], offset: int = -1) -> list[npt.NDArray[np.bool_]]:
         """Buffer a message's sample batches (``offset``: the message's, in its channel); per batch, which

@@ -47,3 +47,18 @@ def test_late_samples_are_reported_and_not_buffered() -> None:
     assert buffered(timeline) == {10: [10.25, 10.5]}
     drained = [b for _, chunks in timeline.drain() for c in chunks for b in c.batches]
     assert sorted(t for b in drained for t in b.columns["time"].tolist()) == [10.25, 10.5]
+
+
+def test_caught_up_channels_hold_nothing_back_a_quiet_one_included() -> None:
+    """A channel that is behind holds the watermark at its newest; once every channel is caught up (a live
+    worker keeping up in real time), the watermark follows the newest delivered, not a channel that has been
+    quiet for long (a decision an hour ago must not hold back every release)."""
+    timeline = Timeline(lateness=2.0, epoch_s=1.0)
+    timeline.declare(["telemetry/0", "decisions/0"])
+    timeline.add_samples("decisions/0", [metrics([10.0])])
+    timeline.add_samples("telemetry/0", [metrics([float(t) for t in range(10, 41)])])
+    assert timeline.watermark() == 8.0  # both may still deliver: the quiet one holds
+    assert timeline.watermark(["decisions/0"]) == 38.0  # it is caught up: the other decides
+    assert timeline.watermark(["decisions/0", "telemetry/0"]) == 38.0  # both: as far as the newest
+    released = [end for end, _ in timeline.release(["decisions/0", "telemetry/0"])]
+    assert released == [float(k) for k in range(11, 39)]
