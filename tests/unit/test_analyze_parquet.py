@@ -14,6 +14,7 @@ import pytest
 from streams import analyze
 from streams.contract.envelope import Decoded, decode_telemetry
 from streams.errors import ConfigError
+from streams.formats.parquet import decode_tables
 from streams.sim.scenarios import SCENARIOS
 from tests.unit.test_contract_fuzz import assert_same
 
@@ -100,6 +101,30 @@ def test_arrow_types_other_than_the_json_paths_decode_alike(tmp_path: Path) -> N
     (message,) = parquet_messages(path)
     assert message.decoded is not None and callable(message.value)
     assert_same_batches(message.decoded, decode_telemetry(message.value()))
+
+
+def test_dictionary_encoded_strings_decode_alike(tmp_path: Path) -> None:
+    """String columns a file stores as dictionaries (pandas categoricals), and dictionary entries no row
+    uses (not a sample's, so not judged): the same batches as the JSON path."""
+    rows = [r for r in sample_rows("training-fabric") if r["kind"] == "op"][:3000]
+    columns = table(rows)
+    for name in ("job", "op", "group"):
+        columns = columns.set_column(columns.schema.get_field_index(name), name, columns[name].dictionary_encode())
+    path = tmp_path / "dictionaries.parquet"
+    pq.write_table(columns, path)
+    (message,) = parquet_messages(path)
+    assert message.decoded is not None and callable(message.value)
+    assert_same_batches(message.decoded, decode_telemetry(message.value()))
+    values = columns["op_class"].to_pylist()
+    used = sorted(set(values))
+    classes = pa.DictionaryArray.from_arrays(
+        pa.array([used.index(c) for c in values], pa.int32()), pa.array([*used, "magic", "x" * 300])
+    )  # the last two: used by no row
+    unused = columns.set_column(columns.schema.get_field_index("op_class"), "op_class", classes)
+    assert unused["op_class"].to_pylist() == columns["op_class"].to_pylist()
+    decoded = decode_tables([("op", unused.drop_columns(["kind"]))], message.decoded.source, 0)
+    assert decoded is not None
+    assert_same_batches(decoded[0], message.decoded)
 
 
 OP = {"kind": "op", "job": "j", "step": 1, "rank": 0, "op": "forward", "op_class": "compute", "start": 10.0,

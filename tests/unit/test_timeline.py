@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from streams.contract.envelope import SampleBatch
-from streams.engine.timeline import Timeline
+from streams.engine.timeline import Timeline, canonical
 
 
 def metrics(times: list[float]) -> SampleBatch:
@@ -47,3 +47,26 @@ def test_late_samples_are_reported_and_not_buffered() -> None:
     assert buffered(timeline) == {10: [10.25, 10.5]}
     drained = [b for _, chunks in timeline.drain() for c in chunks for b in c.batches]
     assert sorted(t for b in drained for t in b.columns["time"].tolist()) == [10.25, 10.5]
+
+
+def test_a_consumed_epoch_gives_the_same_batch_and_lets_go_of_its_parts() -> None:
+    """Released epochs are made canonical part by part as they are let go of: the same batch as from parts
+    kept, none of the buffered arrays still referenced by the timeline, and the caller's batches unchanged."""
+    parts = [metrics([3.5, 3.25, 3.75]), metrics([3.0, 3.5]), metrics([3.125])]
+    kept = [SampleBatch(p.kind, p.index, dict(p.columns)) for p in parts]
+    want = canonical("metric", kept)
+    given = list(parts)
+    got = canonical("metric", given, consume=True)
+    assert given == []
+    assert all(p.columns.keys() == want.columns.keys() for p in parts)  # (the batches themselves not changed)
+    for name, values in want.columns.items():
+        assert got.columns[name].tolist() == values.tolist()
+    assert list(got.columns) == list(want.columns)
+    one = [metrics([2.5, 2.0])]
+    alone = canonical("metric", one, consume=True)
+    assert one == [] and alone.columns["time"].tolist() == [2.0, 2.5]
+    timeline = Timeline(lateness=0.0, epoch_s=1.0)
+    timeline.add_samples("t/0", [metrics([3.5, 3.25]), metrics([3.0])])
+    ((end, chunks),) = list(timeline.drain())
+    assert end == 4.0 and not timeline._epochs
+    assert [b.columns["time"].tolist() for c in chunks for b in c.batches] == [[3.0, 3.25, 3.5]]
