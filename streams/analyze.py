@@ -31,7 +31,7 @@ from streams.contract.envelope import Decoded
 from streams.contract.schema import DECISION_SCHEMA, EVENT_TIME, SAMPLE_KINDS, TELEMETRY_SCHEMA, sample_rules
 from streams.errors import ConfigError
 from streams.formats.kineto import is_trace_file, read_trace_files
-from streams.formats.parquet import decode_tables, kinds_of, read_batches
+from streams.formats.parquet import decode_tables, kinds_of, read_batches, rows_at
 from streams.pipeline import Output, Processor, channel
 from streams.produce import Report, rows_of
 
@@ -136,7 +136,7 @@ def _by_kind(rows: pa.Table, narrow: bool) -> list[tuple[str, pa.Table]] | None:
     for kind in [k for k in SAMPLE_KINDS if k in present] + unknown:
         table = rows.select([n for n in rows.column_names if n in _fields(kind)]) if narrow else rows
         if len(present) > 1:
-            table = table.take(np.flatnonzero(codes == present.index(kind)))
+            table = rows_at(table, np.flatnonzero(codes == present.index(kind)))
         parts.append((kind, table))
     return parts
 

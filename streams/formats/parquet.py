@@ -54,6 +54,20 @@ def kinds_of(column: pa.ChunkedArray) -> tuple[list[Any], npt.NDArray[np.intp]]:
     return [values[i] for i in present.tolist()], position[codes]
 
 
+def rows_at(table: pa.Table, rows: npt.NDArray[np.intp], runs: int = 64) -> pa.Table:
+    """The rows of ``table`` at ``rows`` (increasing): as slices without a copy when they make up at most
+    ``runs`` contiguous runs (a file written batch by batch, each of one kind), else gathered."""
+    if not len(rows):
+        return table.slice(0, 0)
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    if len(breaks) >= runs:
+        return table.take(rows)
+    starts = np.concatenate(([0], breaks)).tolist()
+    ends = np.concatenate((breaks, [len(rows)])).tolist()
+    firsts = rows[starts].tolist()
+    return pa.concat_tables([table.slice(f, e - s) for f, s, e in zip(firsts, starts, ends, strict=True)])
+
+
 def _unified(column: pa.ChunkedArray) -> pa.DictionaryArray:
     """A dictionary column as one array over one dictionary (its chunks may each have their own)."""
     if column.num_chunks == 1:

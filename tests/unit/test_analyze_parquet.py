@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,7 +15,7 @@ import pytest
 from streams import analyze
 from streams.contract.envelope import Decoded, decode_telemetry
 from streams.errors import ConfigError
-from streams.formats.parquet import decode_tables
+from streams.formats.parquet import decode_tables, rows_at
 from streams.sim.scenarios import SCENARIOS
 from tests.unit.test_contract_fuzz import assert_same
 
@@ -217,3 +218,12 @@ def test_rows_of_a_null_or_unknown_kind_are_refused_or_dead_lettered_never_a_cra
     assert dead == [("unknown_kind", 3)]
     ids = [orjson.loads(r)["id"] for r in kept]  # (the bodies' provenance names messages cut otherwise)
     assert len(ids) > 5 and ids == [orjson.loads(r)["id"] for r in encoded(clean)[0]]
+
+
+def test_rows_picked_by_slices_or_gathered_are_the_rows_take_picks() -> None:
+    rng = np.random.default_rng(5)
+    values = pa.table({"x": np.arange(1000), "s": pa.array([f"v{i % 7}" for i in range(1000)]).dictionary_encode()})
+    cases = [np.arange(0), np.arange(10, 400), np.r_[0:5, 7:9, 500:1000], np.flatnonzero(rng.random(1000) < 0.3)]
+    for rows in cases:
+        for runs in (1, 64, 10_000):
+            assert rows_at(values, rows, runs).to_pylist() == values.take(rows).to_pylist()
