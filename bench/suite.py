@@ -375,7 +375,8 @@ def rss_point(ranks: int, steps: int, lateness: float, figures: Figures) -> None
     cmd = [sys.executable, __file__, "--rss-child", str(ranks), str(steps), str(lateness)]
     out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
     name = f"{ranks:,} ranks, lateness {lateness:g} s"
-    figures.add(f"RSS, {name}", out["rss_mb"], "MB", f"{out['samples']:,} samples, engine after the sim")
+    phases = ", ".join(f"{k} {v:,.0f}" for k, v in out["phases_mb"].items())
+    figures.add(f"RSS, {name}", out["rss_mb"], "MB", f"{out['samples']:,} samples; peak MB {phases}")
     figures.add(f"engine, {name}", out["rate"], "samples/s")
     figures.add(f"engine CPU, {name}", out["cpu_us"], "CPU µs/sample")
 
@@ -396,12 +397,18 @@ def rss_child(ranks: int, steps: int, lateness: float) -> None:
         out = processor.telemetry(value, source) if kind == "telemetry" else processor.decision(value, source)
         samples += sum(n for k, n in out.samples_by_kind.items() if k != "decision")
         cpu += time.process_time() - c
+    phases = {"reading": peak_rss_mb()}  # peak RSS per phase (the peak is reset between them)
     c = time.process_time()
-    processor.flush(SourcePosition("telemetry", 0, 0))
+    reset_peak_rss()
+    processor.drain()
+    phases["epochs released"] = peak_rss_mb()
+    reset_peak_rss()
+    processor.flush(SourcePosition("telemetry", 0, 0))  # (nothing left to release: the jobs' ends)
+    phases["jobs closed"] = peak_rss_mb()
     cpu += time.process_time() - c
-    rss = peak_rss_mb()
-    print(json.dumps({"rss_mb": rss, "samples": samples, "rate": samples / cpu, "cpu_us": cpu / samples * 1e6,
-                      "wall": time.perf_counter() - started}))  # fmt: skip
+    print(json.dumps({"rss_mb": max(phases.values()), "samples": samples, "rate": samples / cpu,
+                      "cpu_us": cpu / samples * 1e6, "wall": time.perf_counter() - started,
+                      "phases_mb": phases}))  # fmt: skip
 
 
 SECTIONS = ("inprocess", "ceiling", "live", "replay", "analyze", "sink", "rss", "latency")
@@ -513,6 +520,11 @@ def peak_rss_mb() -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def reset_peak_rss() -> None:
+    """Start this process's peak RSS (VmHWM) afresh from its current RSS (Linux: ``/proc/self/clear_refs``)."""
+    Path("/proc/self/clear_refs").write_text("5")
 
 
 def cpu_seconds(pid: int) -> float:

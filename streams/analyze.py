@@ -31,7 +31,7 @@ from streams.contract.envelope import Decoded
 from streams.contract.schema import DECISION_SCHEMA, EVENT_TIME, SAMPLE_KINDS, TELEMETRY_SCHEMA, sample_rules
 from streams.errors import ConfigError
 from streams.formats.kineto import is_trace_file, read_trace_files
-from streams.formats.parquet import decode_tables
+from streams.formats.parquet import decode_tables, kinds_of, read_batches, rows_at
 from streams.pipeline import Output, Processor, channel
 from streams.produce import Report, rows_of
 
@@ -98,7 +98,7 @@ def parquet_columns(path: Path) -> Iterator[Message]:
     made only for a message the decoder must judge, or for a dead letter's original bytes."""
     source = f"file:{path.name}"
     position = 0
-    for seq, rows in enumerate(_slices(pq.ParquetFile(path).iter_batches(batch_size=65_536), ROWS_PER_MESSAGE)):
+    for seq, rows in enumerate(_slices(read_batches(path), ROWS_PER_MESSAGE)):
         position += rows.num_rows
         where = SourcePosition(str(path), 0, position)
         parts = _by_kind(rows, narrow=True)
@@ -128,8 +128,7 @@ def _by_kind(rows: pa.Table, narrow: bool) -> list[tuple[str, pa.Table]] | None:
     ``narrow``: only the columns of the kind's fields (the envelope carries every column). Rows whose kind
     is null or not a sample kind come last, a batch per value, for the decoder to dead-letter
     (``unknown_kind``); with ``narrow`` there are none such: None (the envelope's path decides)."""
-    encoded = rows.column("kind").combine_chunks().dictionary_encode(null_encoding="encode")
-    present, codes = encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False)
+    present, codes = kinds_of(rows.column("kind"))
     unknown = [k for k in present if k not in SAMPLE_KINDS]
     if narrow and unknown:
         return None
@@ -137,7 +136,7 @@ def _by_kind(rows: pa.Table, narrow: bool) -> list[tuple[str, pa.Table]] | None:
     for kind in [k for k in SAMPLE_KINDS if k in present] + unknown:
         table = rows.select([n for n in rows.column_names if n in _fields(kind)]) if narrow else rows
         if len(present) > 1:
-            table = table.take(np.flatnonzero(codes == present.index(kind)))
+            table = rows_at(table, np.flatnonzero(codes == present.index(kind)))
         parts.append((kind, table))
     return parts
 

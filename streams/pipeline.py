@@ -309,10 +309,16 @@ class Processor:
     def flush(self, source: SourcePosition) -> Output:
         """The end of the input (a file, a replayed range): release every epoch, close every job.
         ``source`` is the provenance of what the jobs' ends emit when no epoch was released."""
+        out = self.drain()
+        _records(self.engine.close(), self._origin() or source, out)
+        return out
+
+    def drain(self) -> Output:
+        """Release every buffered epoch through the engine (the first half of :meth:`flush`; the jobs stay
+        open)."""
         out = Output()
         for end, chunks in self.timeline.drain():
             self._epoch(end, chunks, out)
-        _records(self.engine.close(), self._origin() or source, out)
         return out
 
     def _release(self, out: Output, caught_up: Iterable[str]) -> None:

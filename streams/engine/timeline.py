@@ -179,7 +179,10 @@ class Timeline:
 
 
 def _chunks(epoch: _Epoch) -> list[Chunk]:
-    batches = {kind: canonical(kind, parts) for kind, parts in epoch.parts.items()}
+    batches = {}
+    while epoch.parts:  # each kind's buffered parts are let go of as its canonical batch is made
+        kind, parts = epoch.parts.popitem()
+        batches[kind] = canonical(kind, parts, consume=True)
     times = {kind: np.asarray(b.columns[EVENT_TIME[kind]], np.float64) for kind, b in batches.items()}
     cut = dict.fromkeys(batches, 0)
     chunks = []
@@ -207,14 +210,21 @@ def _slices(
     return tuple(out)
 
 
-def canonical(kind: str, parts: list[SampleBatch]) -> SampleBatch:
+def canonical(kind: str, parts: list[SampleBatch], consume: bool = False) -> SampleBatch:
     """One batch of ``parts``, its rows sorted by event time, then by every other column: the same rows in
     the same order however they were split into messages. ``index`` (a position in a message) is dropped.
+    ``consume``: ``parts`` is emptied once read, and each column let go of once gathered, so that an epoch's
+    rows are held about once at a time, not three times (parts, joined, ordered).
 
     Sorting by event time alone settles most rows; only the runs of rows with equal event times are then
     ordered by the other columns (:func:`_settle_ties`), which gives the order a sort by every column gives."""
     names = sorted(parts[0].columns)
-    cols = {n: np.concatenate([p.columns[n] for p in parts]) for n in names} if len(parts) > 1 else parts[0].columns
+    if len(parts) > 1:
+        cols = {n: np.concatenate([p.columns[n] for p in parts]) for n in names}
+    else:
+        cols = dict(parts[0].columns)
+    if consume:
+        parts.clear()
     n = len(cols[names[0]])
     if n <= 1:  # nothing to order
         return SampleBatch(kind, np.arange(n, dtype=np.int64), dict(cols))
@@ -227,7 +237,7 @@ def canonical(kind: str, parts: list[SampleBatch]) -> SampleBatch:
         tied = (ordered[1:] == ordered[:-1]) | (np.isnan(ordered[1:]) & np.isnan(ordered[:-1]))
         if tied.any():
             _settle_ties(order, tied, cols, names)
-    return SampleBatch(kind, np.arange(n, dtype=np.int64), {k: v[order] for k, v in cols.items()})
+    return SampleBatch(kind, np.arange(n, dtype=np.int64), {k: cols.pop(k)[order] for k in list(cols)})
 
 
 def _native_order(times: npt.NDArray[np.float64], others: list[npt.NDArray[Any]]) -> npt.NDArray[np.intp] | None:

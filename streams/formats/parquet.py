@@ -9,18 +9,71 @@ that the telemetry decoder refuses what it refuses, with its reasons (``tests/un
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from streams.contract.columns import check_column
 from streams.contract.envelope import MAX_SAMPLES, Decoded, SampleBatch
 from streams.contract.schema import EVENT_TIME, FieldRule, sample_rules
 
 LIMIT = 2**62  # integers beyond it are out of range for the telemetry decoder
+
+
+def read_batches(path: Path, rows: int = 65_536) -> Iterator[pa.RecordBatch]:
+    """The file's rows, its string columns read as dictionaries: each distinct string of a column chunk is
+    decoded once (Parquet stores them so), and :func:`kinds_of` and :func:`_strings` read the codes."""
+    schema = pq.ParquetFile(path).schema_arrow
+    strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    batches: Iterator[pa.RecordBatch] = pq.ParquetFile(path, read_dictionary=strings).iter_batches(batch_size=rows)
+    return batches
+
+
+def kinds_of(column: pa.ChunkedArray) -> tuple[list[Any], npt.NDArray[np.intp]]:
+    """The distinct values of a (string or dictionary) column in the order they first appear, None for a
+    null, and each row's position among them."""
+    if pa.types.is_dictionary(column.type):
+        encoded = _unified(column)
+        values = [*encoded.dictionary.to_pylist(), None]
+        codes = encoded.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False)
+    else:
+        encoded = column.combine_chunks().dictionary_encode(null_encoding="encode")
+        values, codes = encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False)
+    if not len(codes):
+        return [], np.zeros(0, np.intp)
+    present, first = np.unique(codes, return_index=True)
+    present = present[np.argsort(first, kind="stable")]
+    position = np.zeros(len(values), np.intp)
+    position[present] = np.arange(len(present))
+    return [values[i] for i in present.tolist()], position[codes]
+
+
+def rows_at(table: pa.Table, rows: npt.NDArray[np.intp], runs: int = 64) -> pa.Table:
+    """The rows of ``table`` at ``rows`` (increasing): as slices without a copy when they make up at most
+    ``runs`` contiguous runs (a file written batch by batch, each of one kind), else gathered."""
+    if not len(rows):
+        return table.slice(0, 0)
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    if len(breaks) >= runs:
+        return table.take(rows)
+    starts = np.concatenate(([0], breaks)).tolist()
+    ends = np.concatenate((breaks, [len(rows)])).tolist()
+    firsts = rows[starts].tolist()
+    return pa.concat_tables([table.slice(f, e - s) for f, s, e in zip(firsts, starts, ends, strict=True)])
+
+
+def _unified(column: pa.ChunkedArray) -> pa.DictionaryArray:
+    """A dictionary column as one array over one dictionary (its chunks may each have their own)."""
+    if column.num_chunks == 1:
+        return column.chunk(0)
+    combined: pa.DictionaryArray = column.unify_dictionaries().combine_chunks()
+    return combined
 
 
 def decode_tables(parts: list[tuple[str, pa.Table]], source: str, seq: int) -> tuple[Decoded, float] | None:
@@ -62,9 +115,16 @@ def _column(rule: FieldRule, array: pa.ChunkedArray | None, n: int) -> npt.NDArr
         return values if in_range and _within(rule, values) else None
     if kind == "boolean" and pa.types.is_boolean(t):
         return np.asarray(array.to_numpy(), dtype=bool)
-    if kind == "string" and (pa.types.is_string(t) or pa.types.is_large_string(t)):
+    if kind == "string" and _is_text(t):
         return _strings(rule, array)
     return None
+
+
+def _is_text(t: pa.DataType) -> bool:
+    """Strings, also dictionary-encoded (as :func:`read_batches` reads them, or as a file stores them)."""
+    if pa.types.is_dictionary(t):
+        return _is_text(t.value_type) and bool(pa.types.is_integer(t.index_type))
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
 
 
 def _small_integer(t: pa.DataType) -> bool:
@@ -88,18 +148,25 @@ def _within(rule: FieldRule, values: npt.NDArray[Any]) -> bool:
 
 
 def _strings(rule: FieldRule, array: pa.ChunkedArray) -> npt.NDArray[Any] | None:
-    """Each distinct string checked once and made a Python string once."""
-    encoded = pc.dictionary_encode(array.combine_chunks())
+    """Each distinct string checked once and made a Python string once (a dictionary's entries no row uses
+    are not checked: they are no sample's)."""
+    given = pa.types.is_dictionary(array.type)
+    encoded = _unified(array) if given else pc.dictionary_encode(array.combine_chunks())
     distinct = encoded.dictionary.to_pylist()
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    used = distinct
+    if given and len(distinct):
+        counts = np.bincount(codes, minlength=len(distinct))
+        used = [s for s, c in zip(distinct, counts.tolist(), strict=True) if c]
     if rule.enum is not None:
-        if not set(distinct) <= rule.enum:
+        if not set(used) <= rule.enum:
             return None
     else:
         lo = rule.min_length or 0
         hi = rule.max_length if rule.max_length is not None else np.inf
-        if any(not lo <= len(s) <= hi for s in distinct):
+        if any(not lo <= len(s) <= hi for s in used):
             return None
     texts = np.empty(len(distinct), dtype=object)
     texts[:] = distinct
-    values: npt.NDArray[Any] = texts[encoded.indices.to_numpy()]
+    values: npt.NDArray[Any] = texts[codes]
     return values

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,6 +15,7 @@ import pytest
 from streams import analyze
 from streams.contract.envelope import Decoded, decode_telemetry
 from streams.errors import ConfigError
+from streams.formats.parquet import decode_tables, rows_at
 from streams.sim.scenarios import SCENARIOS
 from tests.unit.test_contract_fuzz import assert_same
 
@@ -100,6 +102,30 @@ def test_arrow_types_other_than_the_json_paths_decode_alike(tmp_path: Path) -> N
     (message,) = parquet_messages(path)
     assert message.decoded is not None and callable(message.value)
     assert_same_batches(message.decoded, decode_telemetry(message.value()))
+
+
+def test_dictionary_encoded_strings_decode_alike(tmp_path: Path) -> None:
+    """String columns a file stores as dictionaries (pandas categoricals), and dictionary entries no row
+    uses (not a sample's, so not judged): the same batches as the JSON path."""
+    rows = [r for r in sample_rows("training-fabric") if r["kind"] == "op"][:3000]
+    columns = table(rows)
+    for name in ("job", "op", "group"):
+        columns = columns.set_column(columns.schema.get_field_index(name), name, columns[name].dictionary_encode())
+    path = tmp_path / "dictionaries.parquet"
+    pq.write_table(columns, path)
+    (message,) = parquet_messages(path)
+    assert message.decoded is not None and callable(message.value)
+    assert_same_batches(message.decoded, decode_telemetry(message.value()))
+    values = columns["op_class"].to_pylist()
+    used = sorted(set(values))
+    classes = pa.DictionaryArray.from_arrays(
+        pa.array([used.index(c) for c in values], pa.int32()), pa.array([*used, "magic", "x" * 300])
+    )  # the last two: used by no row
+    unused = columns.set_column(columns.schema.get_field_index("op_class"), "op_class", classes)
+    assert unused["op_class"].to_pylist() == columns["op_class"].to_pylist()
+    decoded = decode_tables([("op", unused.drop_columns(["kind"]))], message.decoded.source, 0)
+    assert decoded is not None
+    assert_same_batches(decoded[0], message.decoded)
 
 
 OP = {"kind": "op", "job": "j", "step": 1, "rank": 0, "op": "forward", "op_class": "compute", "start": 10.0,
@@ -192,3 +218,12 @@ def test_rows_of_a_null_or_unknown_kind_are_refused_or_dead_lettered_never_a_cra
     assert dead == [("unknown_kind", 3)]
     ids = [orjson.loads(r)["id"] for r in kept]  # (the bodies' provenance names messages cut otherwise)
     assert len(ids) > 5 and ids == [orjson.loads(r)["id"] for r in encoded(clean)[0]]
+
+
+def test_rows_picked_by_slices_or_gathered_are_the_rows_take_picks() -> None:
+    rng = np.random.default_rng(5)
+    values = pa.table({"x": np.arange(1000), "s": pa.array([f"v{i % 7}" for i in range(1000)]).dictionary_encode()})
+    cases = [np.arange(0), np.arange(10, 400), np.r_[0:5, 7:9, 500:1000], np.flatnonzero(rng.random(1000) < 0.3)]
+    for rows in cases:
+        for runs in (1, 64, 10_000):
+            assert rows_at(values, rows, runs).to_pylist() == values.take(rows).to_pylist()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from streams.contract.envelope import SampleBatch
-from streams.engine.timeline import Timeline
+from streams.engine.timeline import Timeline, canonical
 
 
 def metrics(times: list[float]) -> SampleBatch:
@@ -62,3 +62,26 @@ def test_caught_up_channels_hold_nothing_back_a_quiet_one_included() -> None:
     assert timeline.watermark(["decisions/0", "telemetry/0"]) == 38.0  # both: as far as the newest
     released = [end for end, _ in timeline.release(["decisions/0", "telemetry/0"])]
     assert released == [float(k) for k in range(11, 39)]
+
+
+def test_a_consumed_epoch_gives_the_same_batch_and_lets_go_of_its_parts() -> None:
+    """Released epochs are made canonical part by part as they are let go of: the same batch as from parts
+    kept, none of the buffered arrays still referenced by the timeline, and the caller's batches unchanged."""
+    parts = [metrics([3.5, 3.25, 3.75]), metrics([3.0, 3.5]), metrics([3.125])]
+    kept = [SampleBatch(p.kind, p.index, dict(p.columns)) for p in parts]
+    want = canonical("metric", kept)
+    given = list(parts)
+    got = canonical("metric", given, consume=True)
+    assert given == []
+    assert all(p.columns.keys() == want.columns.keys() for p in parts)  # (the batches themselves not changed)
+    for name, values in want.columns.items():
+        assert got.columns[name].tolist() == values.tolist()
+    assert list(got.columns) == list(want.columns)
+    one = [metrics([2.5, 2.0])]
+    alone = canonical("metric", one, consume=True)
+    assert one == [] and alone.columns["time"].tolist() == [2.0, 2.5]
+    timeline = Timeline(lateness=0.0, epoch_s=1.0)
+    timeline.add_samples("t/0", [metrics([3.5, 3.25]), metrics([3.0])])
+    ((end, chunks),) = list(timeline.drain())
+    assert end == 4.0 and not timeline._epochs
+    assert [b.columns["time"].tolist() for c in chunks for b in c.batches] == [[3.0, 3.25, 3.5]]
