@@ -33,7 +33,24 @@ struct Graph<'a> {
     floor: &'a [f64],
 }
 
-impl Graph<'_> {
+impl<'a> Graph<'a> {
+    /// The graph of these buffers, checked.
+    fn checked(
+        order: &'a PyBuffer<i64>,
+        indptr: &'a PyBuffer<i64>,
+        indices: &'a PyBuffer<i64>,
+        floor: &'a PyBuffer<f64>,
+    ) -> PyResult<Self> {
+        let graph = Graph {
+            order: items(order, "order")?,
+            indptr: items(indptr, "indptr")?,
+            indices: items(indices, "indices")?,
+            floor: items(floor, "floor")?,
+        };
+        graph.check().map_err(PyValueError::new_err)?;
+        Ok(graph)
+    }
+
     fn check(&self) -> Result<(), String> {
         let n = self.floor.len();
         if self.indptr.len() != n + 1 || self.order.len() != n {
@@ -111,13 +128,7 @@ pub fn dag_ends(
     durations: PyBuffer<f64>,
     ends: PyBuffer<f64>,
 ) -> PyResult<()> {
-    let graph = Graph {
-        order: items(&order, "order")?,
-        indptr: items(&indptr, "indptr")?,
-        indices: items(&indices, "indices")?,
-        floor: items(&floor, "floor")?,
-    };
-    graph.check().map_err(PyValueError::new_err)?;
+    let graph = Graph::checked(&order, &indptr, &indices, &floor)?;
     let d = items(&durations, "durations")?;
     let n = graph.floor.len();
     if ends.readonly()
@@ -159,25 +170,71 @@ pub fn dag_masked_step_ends(
     masks: PyBuffer<i64>,
     out: PyBuffer<f64>,
 ) -> PyResult<()> {
-    const BLOCK: usize = 16;
-    let (o, p, i) = (
-        items(&order, "order")?,
-        items(&indptr, "indptr")?,
-        items(&indices, "indices")?,
-    );
-    let graph = Graph {
-        order: o,
-        indptr: p,
-        indices: i,
-        floor: items(&floor, "floor")?,
-    };
-    graph.check().map_err(PyValueError::new_err)?;
+    let graph = Graph::checked(&order, &indptr, &indices, &floor)?;
     let n = graph.floor.len();
     let (base, alt) = (items(&base, "base")?, items(&alt, "alt")?);
     let (mask_ptr, masks) = (items(&mask_ptr, "mask_ptr")?, items(&masks, "masks")?);
     if base.len() != n || alt.len() != n {
         return Err(PyValueError::new_err("base, alt: one value per node"));
     }
+    let rows = rows_of(mask_ptr, masks, n, &out)?;
+    // SAFETY: a writable C-contiguous buffer of `rows` f64 held by `out` for this call; no other slice of it.
+    let result = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, rows) };
+    py.detach(|| graph.step_ends(base, result, |_, node| alt[node], mask_ptr, masks));
+    Ok(())
+}
+
+impl Graph<'_> {
+    /// Each row's step end (see `dag_masked_step_ends`): row `k` has every node at `base`, except the nodes
+    /// `masks[mask_ptr[k]..mask_ptr[k + 1]]`, each at `value(at, node)` (`at`: its position in `masks`). Rows `BLOCK` at a time over a scratch of nodes x `BLOCK` (after `check`, with masks
+    /// and pointers checked by the caller).
+    fn step_ends(
+        &self,
+        base: &[f64],
+        result: &mut [f64],
+        value: impl Fn(usize, usize) -> f64,
+        mask_ptr: &[i64],
+        masks: &[i64],
+    ) {
+        const BLOCK: usize = 16;
+        let n = self.floor.len();
+        let rows = result.len();
+        if n == 0 {
+            result.fill(f64::NAN);
+            return;
+        }
+        let mut durations = vec![0.0; n * BLOCK];
+        let mut ends = vec![0.0; n * BLOCK];
+        for first in (0..rows).step_by(BLOCK) {
+            let width = BLOCK.min(rows - first);
+            for (i, &b) in base.iter().enumerate() {
+                durations[i * width..(i + 1) * width].fill(b);
+            }
+            for j in 0..width {
+                let (a, b) = (
+                    mask_ptr[first + j] as usize,
+                    mask_ptr[first + j + 1] as usize,
+                );
+                for (at, &node) in masks.iter().enumerate().take(b).skip(a) {
+                    let i = node as usize;
+                    durations[i * width + j] = value(at, i);
+                }
+            }
+            self.evaluate(width, &durations[..n * width], &mut ends[..n * width]);
+            for (j, r) in result[first..first + width].iter_mut().enumerate() {
+                let mut top = ends[j];
+                for i in 1..n {
+                    top = maximum(top, ends[i * width + j]);
+                }
+                *r = top;
+            }
+        }
+    }
+}
+
+/// Checks of a row set given as masks (`mask_ptr` into `masks`, node indices): the pointers increase within
+/// `masks`, every node is in range, and `out` holds one writable value per row; the number of rows.
+fn rows_of(mask_ptr: &[i64], masks: &[i64], n: usize, out: &PyBuffer<f64>) -> PyResult<usize> {
     let rows = mask_ptr.len().saturating_sub(1);
     if out.readonly() || !out.is_c_contiguous() || out.item_count() != rows {
         return Err(PyValueError::new_err(
@@ -199,40 +256,44 @@ pub fn dag_masked_step_ends(
     {
         return Err(PyValueError::new_err("masks: a node out of range"));
     }
+    Ok(rows)
+}
+
+/// `dag_masked_step_ends` with a value per masked node instead of one `alt` for all rows: row `k` has every
+/// node at `base`, except the nodes `masks[mask_ptr[k]..mask_ptr[k + 1]]`, each at its `values` entry (the
+/// same positions). Rows healing to different durations (the what-if's candidates) in one call; each row's
+/// end equals the maximum of its `dag_ends` row bit for bit.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn dag_valued_step_ends(
+    py: Python<'_>,
+    order: PyBuffer<i64>,
+    indptr: PyBuffer<i64>,
+    indices: PyBuffer<i64>,
+    floor: PyBuffer<f64>,
+    base: PyBuffer<f64>,
+    mask_ptr: PyBuffer<i64>,
+    masks: PyBuffer<i64>,
+    values: PyBuffer<f64>,
+    out: PyBuffer<f64>,
+) -> PyResult<()> {
+    let graph = Graph::checked(&order, &indptr, &indices, &floor)?;
+    let n = graph.floor.len();
+    let base = items(&base, "base")?;
+    let (mask_ptr, masks, values) = (
+        items(&mask_ptr, "mask_ptr")?,
+        items(&masks, "masks")?,
+        items(&values, "values")?,
+    );
+    if base.len() != n || values.len() != masks.len() {
+        return Err(PyValueError::new_err(
+            "base: one value per node; values: one per masked node",
+        ));
+    }
+    let rows = rows_of(mask_ptr, masks, n, &out)?;
     // SAFETY: a writable C-contiguous buffer of `rows` f64 held by `out` for this call; no other slice of it.
     let result = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, rows) };
-    if n == 0 {
-        result.fill(f64::NAN);
-        return Ok(());
-    }
-    py.detach(|| {
-        let mut durations = vec![0.0; n * BLOCK];
-        let mut ends = vec![0.0; n * BLOCK];
-        for first in (0..rows).step_by(BLOCK) {
-            let width = BLOCK.min(rows - first);
-            for (i, &b) in base.iter().enumerate() {
-                durations[i * width..(i + 1) * width].fill(b);
-            }
-            for j in 0..width {
-                let (a, b) = (
-                    mask_ptr[first + j] as usize,
-                    mask_ptr[first + j + 1] as usize,
-                );
-                for &node in &masks[a..b] {
-                    let i = node as usize;
-                    durations[i * width + j] = alt[i];
-                }
-            }
-            graph.evaluate(width, &durations[..n * width], &mut ends[..n * width]);
-            for (j, r) in result[first..first + width].iter_mut().enumerate() {
-                let mut top = ends[j];
-                for i in 1..n {
-                    top = maximum(top, ends[i * width + j]);
-                }
-                *r = top;
-            }
-        }
-    });
+    py.detach(|| graph.step_ends(base, result, |at, _| values[at], mask_ptr, masks));
     Ok(())
 }
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from streams.engine import elements
+from streams.engine import dag, elements
 from streams.engine.carry import Owners, last_end_per_rank
 from streams.engine.decompose import Mask, Pending, Rows, Structural
 from streams.engine.ideal import Peers, occurrences, peer_stage
@@ -209,13 +209,15 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     step_ends = ends.max(axis=1)
     actual_s, ideal_s = float(step_ends[0]), float(step_ends[1])
     structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)
-    baseline_s = None if baseline is None else float(Rows(d0, baseline, [spans | ~spans]).step_ends(g)[0])
+    at_baseline = [] if baseline is None else [(baseline, spans | ~spans)]  # every node at the baseline
+    healed = _healed_step_ends(g, d0, healing + at_baseline)
+    baseline_s = float(healed[-1]) if at_baseline else None
     return StepWhatIf(
         step_s=actual_s,
         observed_s=g.observed_s,
         baseline_s=baseline_s,
         candidates=tuple(cands),
-        counterfactual_s=_healed_step_ends(g, d0, healing),
+        counterfactual_s=healed[: len(healing)],
         ends=ends[0],
         peer_median=peer_med,
         rank_ends=last_end_per_rank(g, ends[0]),
@@ -228,7 +230,11 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
 
 def _healed_step_ends(g: StepGraph, d0: Floats, healing: list[tuple[Floats, Mask]]) -> Floats:
     """Per candidate, in order: the step end with its nodes healed (candidates healing to the same durations
-    in one evaluation)."""
+    in one evaluation; with the native core, all of them in one call)."""
+    if dag.valued_available:
+        nodes = [np.flatnonzero(m) for _, m in healing]
+        values = [alt[at] for (alt, _), at in zip(healing, nodes, strict=True)]
+        return dag.valued_step_ends(g.schedule, g.indptr, g.indices, g.floor, d0, nodes, values)
     out = np.zeros(len(healing))
     i = 0
     while i < len(healing):
@@ -247,5 +253,3 @@ def _top(healed: Floats, group: Ints, d0: Floats, mask: npt.NDArray[np.bool_]) -
         return present
     over = {s: float(np.nansum(np.where(mask & (group == s), d0 - healed[s], 0.0))) for s in present}
     return sorted(present, key=lambda s: (-over[s], s))[:MAX_ALL]
-
-
