@@ -84,16 +84,34 @@ impl<'a> Graph<'a> {
     /// side by side, so that a node's maximum over its predecessors runs over contiguous memory for every
     /// row at once and the graph is read once, whatever the number of rows.
     fn evaluate(&self, rows: usize, durations: &[f64], ends: &mut [f64]) {
+        self.evaluate_with(rows, ends, |i, floor, ready, out| {
+            let own = &durations[i * rows..(i + 1) * rows];
+            match ready {
+                None => out.iter_mut().zip(own).for_each(|(e, d)| *e = floor + d),
+                Some(ready) => {
+                    for ((e, r), d) in out.iter_mut().zip(ready).zip(own) {
+                        *e = maximum(*r, floor) + d;
+                    }
+                }
+            }
+        });
+    }
+
+    /// The walk of `evaluate`: per node in order, the row-wise maximum of its predecessors' ends (None for a
+    /// node without predecessors), from which `finish(node, floor, ready, ends of the node)` sets its ends.
+    fn evaluate_with(
+        &self,
+        rows: usize,
+        ends: &mut [f64],
+        mut finish: impl FnMut(usize, f64, Option<&[f64]>, &mut [f64]),
+    ) {
         let mut ready = vec![0.0; rows];
         for &node in self.order {
             let i = node as usize;
             let (a, b) = (self.indptr[i] as usize, self.indptr[i + 1] as usize);
             let floor = self.floor[i];
-            let own = &durations[i * rows..(i + 1) * rows];
             if a == b {
-                for (e, d) in ends[i * rows..(i + 1) * rows].iter_mut().zip(own) {
-                    *e = floor + d;
-                }
+                finish(i, floor, None, &mut ends[i * rows..(i + 1) * rows]);
                 continue;
             }
             let first = self.indices[a] as usize;
@@ -104,13 +122,7 @@ impl<'a> Graph<'a> {
                     *r = maximum(*r, *e);
                 }
             }
-            for ((e, r), d) in ends[i * rows..(i + 1) * rows]
-                .iter_mut()
-                .zip(&ready)
-                .zip(own)
-            {
-                *e = maximum(*r, floor) + d;
-            }
+            finish(i, floor, Some(&ready), &mut ends[i * rows..(i + 1) * rows]);
         }
     }
 }
@@ -203,13 +215,24 @@ impl Graph<'_> {
             result.fill(f64::NAN);
             return;
         }
-        let mut durations = vec![0.0; n * BLOCK];
         let mut ends = vec![0.0; n * BLOCK];
+        let mut ptr = vec![0usize; n + 1]; // per node: where its rows' values begin in `changed`
+        let mut changed: Vec<(usize, f64)> = Vec::new(); // (row in the block, duration), by node
+        let mut top = [0.0; BLOCK];
         for first in (0..rows).step_by(BLOCK) {
             let width = BLOCK.min(rows - first);
-            for (i, &b) in base.iter().enumerate() {
-                durations[i * width..(i + 1) * width].fill(b);
+            let block = mask_ptr[first] as usize..mask_ptr[first + width] as usize;
+            // the block's masked values by node (a counting sort: a node listed twice in a row, the later)
+            ptr.fill(0);
+            for &node in &masks[block.clone()] {
+                ptr[node as usize + 1] += 1;
             }
+            for i in 0..n {
+                ptr[i + 1] += ptr[i];
+            }
+            changed.clear();
+            changed.resize(block.len(), (0, 0.0));
+            let mut next = ptr.clone();
             for j in 0..width {
                 let (a, b) = (
                     mask_ptr[first + j] as usize,
@@ -217,17 +240,37 @@ impl Graph<'_> {
                 );
                 for (at, &node) in masks.iter().enumerate().take(b).skip(a) {
                     let i = node as usize;
-                    durations[i * width + j] = value(at, i);
+                    changed[next[i]] = (j, value(at, i));
+                    next[i] += 1;
                 }
             }
-            self.evaluate(width, &durations[..n * width], &mut ends[..n * width]);
-            for (j, r) in result[first..first + width].iter_mut().enumerate() {
-                let mut top = ends[j];
-                for i in 1..n {
-                    top = maximum(top, ends[i * width + j]);
+            let ends = &mut ends[..n * width];
+            self.evaluate_with(width, ends, |i, floor, ready, out| {
+                let d = base[i];
+                match ready {
+                    None => out.fill(floor + d),
+                    Some(ready) => {
+                        for (e, r) in out.iter_mut().zip(ready) {
+                            *e = maximum(*r, floor) + d;
+                        }
+                    }
                 }
-                *r = top;
+                for &(j, v) in &changed[ptr[i]..ptr[i + 1]] {
+                    out[j] = match ready {
+                        None => floor + v,
+                        Some(ready) => maximum(ready[j], floor) + v,
+                    };
+                }
+            });
+            // each row's latest end, over the nodes in index order (numpy's max: the first NaN)
+            let top = &mut top[..width];
+            top.copy_from_slice(&ends[..width]);
+            for node in ends.chunks_exact(width).skip(1) {
+                for (t, e) in top.iter_mut().zip(node) {
+                    *t = maximum(*t, *e);
+                }
             }
+            result[first..first + width].copy_from_slice(top);
         }
     }
 }
