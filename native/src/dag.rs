@@ -110,20 +110,44 @@ impl<'a> Graph<'a> {
             let i = node as usize;
             let (a, b) = (self.indptr[i] as usize, self.indptr[i + 1] as usize);
             let floor = self.floor[i];
-            if a == b {
-                finish(i, floor, None, &mut ends[i * rows..(i + 1) * rows]);
-                continue;
-            }
-            let first = self.indices[a] as usize;
-            ready.copy_from_slice(&ends[first * rows..(first + 1) * rows]);
-            for &p in &self.indices[a + 1..b] {
-                let p = p as usize;
-                for (r, e) in ready.iter_mut().zip(&ends[p * rows..(p + 1) * rows]) {
-                    *r = maximum(*r, *e);
+            let preds = &self.indices[a..b];
+            match *preds {
+                [] => finish(i, floor, None, &mut ends[i * rows..(i + 1) * rows]),
+                [p] => {
+                    // one predecessor (most nodes): its ends are the maximum, read in place
+                    let (ready, out) = apart(ends, rows, p as usize, i);
+                    finish(i, floor, Some(ready), out);
+                }
+                [p, q, ref rest @ ..] => {
+                    let (p, q) = (p as usize, q as usize);
+                    let (ep, eq) = (
+                        &ends[p * rows..(p + 1) * rows],
+                        &ends[q * rows..(q + 1) * rows],
+                    );
+                    for ((r, x), y) in ready.iter_mut().zip(ep).zip(eq) {
+                        *r = maximum(*x, *y);
+                    }
+                    for &p in rest {
+                        let p = p as usize;
+                        for (r, e) in ready.iter_mut().zip(&ends[p * rows..(p + 1) * rows]) {
+                            *r = maximum(*r, *e);
+                        }
+                    }
+                    finish(i, floor, Some(&ready), &mut ends[i * rows..(i + 1) * rows]);
                 }
             }
-            finish(i, floor, Some(&ready), &mut ends[i * rows..(i + 1) * rows]);
         }
+    }
+}
+
+/// The ends of node `p` (read) and of node `i` (written), `rows` values each, of one node-major array.
+fn apart(ends: &mut [f64], rows: usize, p: usize, i: usize) -> (&[f64], &mut [f64]) {
+    if p < i {
+        let (before, from) = ends.split_at_mut(i * rows);
+        (&before[p * rows..(p + 1) * rows], &mut from[..rows])
+    } else {
+        let (before, from) = ends.split_at_mut(p * rows);
+        (&from[..rows], &mut before[i * rows..(i + 1) * rows])
     }
 }
 
@@ -216,23 +240,16 @@ impl Graph<'_> {
             return;
         }
         let mut ends = vec![0.0; n * BLOCK];
-        let mut ptr = vec![0usize; n + 1]; // per node: where its rows' values begin in `changed`
-        let mut changed: Vec<(usize, f64)> = Vec::new(); // (row in the block, duration), by node
+        let mut position = vec![0usize; n]; // per node: its place in the order of evaluation
+        for (at, &node) in self.order.iter().enumerate() {
+            position[node as usize] = at;
+        }
+        // the block's masked values (place of the node, row in the block, duration), in order of evaluation
+        let mut changed: Vec<(usize, usize, f64)> = Vec::new();
         let mut top = [0.0; BLOCK];
         for first in (0..rows).step_by(BLOCK) {
             let width = BLOCK.min(rows - first);
-            let block = mask_ptr[first] as usize..mask_ptr[first + width] as usize;
-            // the block's masked values by node (a counting sort: a node listed twice in a row, the later)
-            ptr.fill(0);
-            for &node in &masks[block.clone()] {
-                ptr[node as usize + 1] += 1;
-            }
-            for i in 0..n {
-                ptr[i + 1] += ptr[i];
-            }
             changed.clear();
-            changed.resize(block.len(), (0, 0.0));
-            let mut next = ptr.clone();
             for j in 0..width {
                 let (a, b) = (
                     mask_ptr[first + j] as usize,
@@ -240,10 +257,11 @@ impl Graph<'_> {
                 );
                 for (at, &node) in masks.iter().enumerate().take(b).skip(a) {
                     let i = node as usize;
-                    changed[next[i]] = (j, value(at, i));
-                    next[i] += 1;
+                    changed.push((position[i], j, value(at, i)));
                 }
             }
+            changed.sort_by_key(|c| c.0); // stable: a node listed twice in a row, the later value last
+            let mut next = 0;
             let ends = &mut ends[..n * width];
             self.evaluate_with(width, ends, |i, floor, ready, out| {
                 let d = base[i];
@@ -255,11 +273,13 @@ impl Graph<'_> {
                         }
                     }
                 }
-                for &(j, v) in &changed[ptr[i]..ptr[i + 1]] {
+                while next < changed.len() && changed[next].0 == position[i] {
+                    let (_, j, v) = changed[next];
                     out[j] = match ready {
                         None => floor + v,
                         Some(ready) => maximum(ready[j], floor) + v,
                     };
+                    next += 1;
                 }
             });
             // each row's latest end, over the nodes in index order (numpy's max: the first NaN)
