@@ -84,7 +84,9 @@ impl<'a> Graph<'a> {
     /// side by side, so that a node's maximum over its predecessors runs over contiguous memory for every
     /// row at once and the graph is read once, whatever the number of rows.
     fn evaluate(&self, rows: usize, durations: &[f64], ends: &mut [f64]) {
-        self.evaluate_with(rows, ends, |i, floor, ready, out| {
+        let walk = self.walk();
+        let mut by_place = vec![0.0; ends.len()];
+        walk.evaluate_with(rows, &mut by_place, |i, floor, ready, out| {
             let own = &durations[i * rows..(i + 1) * rows];
             match ready {
                 None => out.iter_mut().zip(own).for_each(|(e, d)| *e = floor + d),
@@ -95,10 +97,52 @@ impl<'a> Graph<'a> {
                 }
             }
         });
+        for (k, &i) in walk.nodes.iter().enumerate() {
+            ends[i * rows..(i + 1) * rows].copy_from_slice(&by_place[k * rows..(k + 1) * rows]);
+        }
     }
 
-    /// The walk of `evaluate`: per node in order, the row-wise maximum of its predecessors' ends (None for a
-    /// node without predecessors), from which `finish(node, floor, ready, ends of the node)` sets its ends.
+    /// The graph in its order of evaluation (after `check`).
+    fn walk(&self) -> Walk<'_> {
+        let n = self.floor.len();
+        let nodes: Vec<usize> = self.order.iter().map(|&i| i as usize).collect();
+        let mut place = vec![0usize; n];
+        for (k, &i) in nodes.iter().enumerate() {
+            place[i] = k;
+        }
+        let mut ptr = Vec::with_capacity(n + 1);
+        let mut preds = Vec::with_capacity(self.indices.len());
+        ptr.push(0);
+        for &i in &nodes {
+            let (a, b) = (self.indptr[i] as usize, self.indptr[i + 1] as usize);
+            preds.extend(self.indices[a..b].iter().map(|&p| place[p as usize]));
+            ptr.push(preds.len());
+        }
+        Walk {
+            floor: self.floor,
+            nodes,
+            place,
+            ptr,
+            preds,
+        }
+    }
+}
+
+/// A graph laid out in its order of evaluation: the ends of the node evaluated `k`-th are kept at place
+/// `k`, so that a walk writes them one after another and reads its predecessors from the places just
+/// before (the previous levels), not from all over the nodes' array.
+struct Walk<'a> {
+    floor: &'a [f64],
+    nodes: Vec<usize>, // per place: its node
+    place: Vec<usize>, // per node: its place
+    ptr: Vec<usize>,   // per place: where its predecessors (their places) begin in `preds`
+    preds: Vec<usize>,
+}
+
+impl Walk<'_> {
+    /// Per place in order, the row-wise maximum of its predecessors' ends (None for a node without
+    /// predecessors), from which `finish(node, floor, ready, ends at the place)` sets its ends; `ends`:
+    /// `rows` values per place.
     fn evaluate_with(
         &self,
         rows: usize,
@@ -106,48 +150,27 @@ impl<'a> Graph<'a> {
         mut finish: impl FnMut(usize, f64, Option<&[f64]>, &mut [f64]),
     ) {
         let mut ready = vec![0.0; rows];
-        for &node in self.order {
-            let i = node as usize;
-            let (a, b) = (self.indptr[i] as usize, self.indptr[i + 1] as usize);
+        for (k, &i) in self.nodes.iter().enumerate() {
             let floor = self.floor[i];
-            let preds = &self.indices[a..b];
-            match *preds {
-                [] => finish(i, floor, None, &mut ends[i * rows..(i + 1) * rows]),
-                [p] => {
-                    // one predecessor (most nodes): its ends are the maximum, read in place
-                    let (ready, out) = apart(ends, rows, p as usize, i);
-                    finish(i, floor, Some(ready), out);
-                }
+            let (before, from) = ends.split_at_mut(k * rows);
+            let out = &mut from[..rows];
+            let at = |p: usize| &before[p * rows..(p + 1) * rows]; // a predecessor's place is before k
+            match self.preds[self.ptr[k]..self.ptr[k + 1]] {
+                [] => finish(i, floor, None, out),
+                [p] => finish(i, floor, Some(at(p)), out), // most nodes: read in place
                 [p, q, ref rest @ ..] => {
-                    let (p, q) = (p as usize, q as usize);
-                    let (ep, eq) = (
-                        &ends[p * rows..(p + 1) * rows],
-                        &ends[q * rows..(q + 1) * rows],
-                    );
-                    for ((r, x), y) in ready.iter_mut().zip(ep).zip(eq) {
+                    for ((r, x), y) in ready.iter_mut().zip(at(p)).zip(at(q)) {
                         *r = maximum(*x, *y);
                     }
                     for &p in rest {
-                        let p = p as usize;
-                        for (r, e) in ready.iter_mut().zip(&ends[p * rows..(p + 1) * rows]) {
+                        for (r, e) in ready.iter_mut().zip(at(p)) {
                             *r = maximum(*r, *e);
                         }
                     }
-                    finish(i, floor, Some(&ready), &mut ends[i * rows..(i + 1) * rows]);
+                    finish(i, floor, Some(&ready), out);
                 }
             }
         }
-    }
-}
-
-/// The ends of node `p` (read) and of node `i` (written), `rows` values each, of one node-major array.
-fn apart(ends: &mut [f64], rows: usize, p: usize, i: usize) -> (&[f64], &mut [f64]) {
-    if p < i {
-        let (before, from) = ends.split_at_mut(i * rows);
-        (&before[p * rows..(p + 1) * rows], &mut from[..rows])
-    } else {
-        let (before, from) = ends.split_at_mut(p * rows);
-        (&from[..rows], &mut before[i * rows..(i + 1) * rows])
     }
 }
 
@@ -239,11 +262,8 @@ impl Graph<'_> {
             result.fill(f64::NAN);
             return;
         }
+        let walk = self.walk();
         let mut ends = vec![0.0; n * BLOCK];
-        let mut position = vec![0usize; n]; // per node: its place in the order of evaluation
-        for (at, &node) in self.order.iter().enumerate() {
-            position[node as usize] = at;
-        }
         // the block's masked values (place of the node, row in the block, duration), in order of evaluation
         let mut changed: Vec<(usize, usize, f64)> = Vec::new();
         let mut top = [0.0; BLOCK];
@@ -257,13 +277,13 @@ impl Graph<'_> {
                 );
                 for (at, &node) in masks.iter().enumerate().take(b).skip(a) {
                     let i = node as usize;
-                    changed.push((position[i], j, value(at, i)));
+                    changed.push((walk.place[i], j, value(at, i)));
                 }
             }
             changed.sort_by_key(|c| c.0); // stable: a node listed twice in a row, the later value last
             let mut next = 0;
             let ends = &mut ends[..n * width];
-            self.evaluate_with(width, ends, |i, floor, ready, out| {
+            walk.evaluate_with(width, ends, |i, floor, ready, out| {
                 let d = base[i];
                 match ready {
                     None => out.fill(floor + d),
@@ -273,7 +293,7 @@ impl Graph<'_> {
                         }
                     }
                 }
-                while next < changed.len() && changed[next].0 == position[i] {
+                while next < changed.len() && changed[next].0 == walk.place[i] {
                     let (_, j, v) = changed[next];
                     out[j] = match ready {
                         None => floor + v,
@@ -284,9 +304,10 @@ impl Graph<'_> {
             });
             // each row's latest end, over the nodes in index order (numpy's max: the first NaN)
             let top = &mut top[..width];
-            top.copy_from_slice(&ends[..width]);
-            for node in ends.chunks_exact(width).skip(1) {
-                for (t, e) in top.iter_mut().zip(node) {
+            let at = |i: usize| &ends[walk.place[i] * width..(walk.place[i] + 1) * width];
+            top.copy_from_slice(at(0));
+            for i in 1..n {
+                for (t, e) in top.iter_mut().zip(at(i)) {
                     *t = maximum(*t, *e);
                 }
             }
