@@ -86,7 +86,7 @@ impl<'a> Graph<'a> {
     fn evaluate(&self, rows: usize, durations: &[f64], ends: &mut [f64]) {
         let walk = self.walk();
         let mut by_place = vec![0.0; ends.len()];
-        walk.evaluate_with(rows, &mut by_place, |i, floor, ready, out| {
+        walk.evaluate_with(rows, &mut by_place, |_, i, floor, ready, out| {
             let own = &durations[i * rows..(i + 1) * rows];
             match ready {
                 None => out.iter_mut().zip(own).for_each(|(e, d)| *e = floor + d),
@@ -141,13 +141,13 @@ struct Walk<'a> {
 
 impl Walk<'_> {
     /// Per place in order, the row-wise maximum of its predecessors' ends (None for a node without
-    /// predecessors), from which `finish(node, floor, ready, ends at the place)` sets its ends; `ends`:
+    /// predecessors), from which `finish(place, node, floor, ready, ends at the place)` sets its ends; `ends`:
     /// `rows` values per place.
     fn evaluate_with(
         &self,
         rows: usize,
         ends: &mut [f64],
-        mut finish: impl FnMut(usize, f64, Option<&[f64]>, &mut [f64]),
+        mut finish: impl FnMut(usize, usize, f64, Option<&[f64]>, &mut [f64]),
     ) {
         let mut ready = vec![0.0; rows];
         for (k, &i) in self.nodes.iter().enumerate() {
@@ -156,8 +156,8 @@ impl Walk<'_> {
             let out = &mut from[..rows];
             let at = |p: usize| &before[p * rows..(p + 1) * rows]; // a predecessor's place is before k
             match self.preds[self.ptr[k]..self.ptr[k + 1]] {
-                [] => finish(i, floor, None, out),
-                [p] => finish(i, floor, Some(at(p)), out), // most nodes: read in place
+                [] => finish(k, i, floor, None, out),
+                [p] => finish(k, i, floor, Some(at(p)), out), // most nodes: read in place
                 [p, q, ref rest @ ..] => {
                     for ((r, x), y) in ready.iter_mut().zip(at(p)).zip(at(q)) {
                         *r = maximum(*x, *y);
@@ -167,7 +167,7 @@ impl Walk<'_> {
                             *r = maximum(*r, *e);
                         }
                     }
-                    finish(i, floor, Some(&ready), out);
+                    finish(k, i, floor, Some(&ready), out);
                 }
             }
         }
@@ -264,26 +264,44 @@ impl Graph<'_> {
         }
         let walk = self.walk();
         let mut ends = vec![0.0; n * BLOCK];
-        // the block's masked values (place of the node, row in the block, duration), in order of evaluation
-        let mut changed: Vec<(usize, usize, f64)> = Vec::new();
+        // the block's masked values (row in the block, duration) by place of their node, in order of
+        // evaluation (a counting sort, stable: a node listed twice in a row, its later value last); `end`:
+        // per place, where its values end
+        let mut changed: Vec<(usize, f64)> = Vec::new();
+        let mut end = vec![0usize; n];
         let mut top = [0.0; BLOCK];
         for first in (0..rows).step_by(BLOCK) {
             let width = BLOCK.min(rows - first);
-            changed.clear();
+            let block = |j: usize| mask_ptr[first + j] as usize..mask_ptr[first + j + 1] as usize;
+            end.fill(0);
             for j in 0..width {
-                let (a, b) = (
-                    mask_ptr[first + j] as usize,
-                    mask_ptr[first + j + 1] as usize,
-                );
-                for (at, &node) in masks.iter().enumerate().take(b).skip(a) {
-                    let i = node as usize;
-                    changed.push((walk.place[i], j, value(at, i)));
+                for &node in &masks[block(j)] {
+                    end[walk.place[node as usize]] += 1;
                 }
             }
-            changed.sort_by_key(|c| c.0); // stable: a node listed twice in a row, the later value last
+            let mut total = 0;
+            for e in end.iter_mut() {
+                total += *e;
+                *e = total - *e; // where the place's values begin, moved to their end as they are placed
+            }
+            changed.clear();
+            changed.resize(total, (0, 0.0));
+            for j in 0..width {
+                for (at, &node) in masks
+                    .iter()
+                    .enumerate()
+                    .take(block(j).end)
+                    .skip(block(j).start)
+                {
+                    let i = node as usize;
+                    let k = walk.place[i];
+                    changed[end[k]] = (j, value(at, i));
+                    end[k] += 1;
+                }
+            }
             let mut next = 0;
             let ends = &mut ends[..n * width];
-            walk.evaluate_with(width, ends, |i, floor, ready, out| {
+            walk.evaluate_with(width, ends, |k, i, floor, ready, out| {
                 let d = base[i];
                 match ready {
                     None => out.fill(floor + d),
@@ -293,14 +311,13 @@ impl Graph<'_> {
                         }
                     }
                 }
-                while next < changed.len() && changed[next].0 == walk.place[i] {
-                    let (_, j, v) = changed[next];
+                for &(j, v) in &changed[next..end[k]] {
                     out[j] = match ready {
                         None => floor + v,
                         Some(ready) => maximum(ready[j], floor) + v,
                     };
-                    next += 1;
                 }
+                next = end[k];
             });
             // each row's latest end, over the nodes in index order (numpy's max: the first NaN)
             let top = &mut top[..width];
