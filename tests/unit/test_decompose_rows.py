@@ -78,5 +78,10 @@ def test_valued_step_ends_equal_the_rows_of_each_alternative(name: str, ranks: i
     each = np.array([Rows(g.intrinsic, a, [m]).step_ends(g)[0] for a, m in rows])
     assert np.array_equal(got, each, equal_nan=True)
     assert dag.valued_step_ends(g.schedule, g.indptr, g.indices, g.floor, g.intrinsic, [], []).shape == (0,)
+    twice = np.r_[nodes[5], nodes[5]]  # a node listed twice in a row: its later value
+    again = dag.valued_step_ends(
+        g.schedule, g.indptr, g.indices, g.floor, g.intrinsic, [twice], [np.r_[alts[1][nodes[5]], alts[0][nodes[5]]]]
+    )
+    assert np.array_equal(again, [Rows(g.intrinsic, alts[0], [rows[5][1]]).step_ends(g)[0]], equal_nan=True)
     with pytest.raises(ValueError, match="one per masked node"):
         dag.valued_step_ends(g.schedule, g.indptr, g.indices, g.floor, g.intrinsic, [nodes[-1]], [np.zeros(0)])
