@@ -184,13 +184,14 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         add(elements.rank(job, r), "rank", peer_med, g.rank == r)
     dp_excess = np.bincount(g.dp[spans], excess[spans])
     replicas = sorted(np.flatnonzero(np.bincount(g.dp[spans])).tolist(), key=lambda d: (-dp_excess[d], d))
+    where = {r: (set(g.dp[g.rank == r].tolist()), set(g.pp[g.rank == r].tolist())) for r in top_ranks}
     for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
-        inside = tuple(elements.rank(job, r) for r in top_ranks if (g.dp[g.rank == r] == d).any())
+        inside = tuple(elements.rank(job, r) for r in top_ranks if d in where[r][0])
         add(elements.dp(job, d), "dp", peer_med, g.dp == d, inside)
     chain = roles.stage_key >= 0
     by_stage = _peer_medians_excluding(np.where(chain, g.pp, 0), np.maximum(roles.stage_key, 0), d0, chain)
     for s in _top(by_stage, g.pp, d0, chain):
-        inside = tuple(elements.rank(job, r) for r in top_ranks if (g.pp[g.rank == r] == s).any())
+        inside = tuple(elements.rank(job, r) for r in top_ranks if s in where[r][1])
         add(elements.stage(job, s), "stage", by_stage[s], chain & (g.pp == s) & np.isfinite(by_stage[s]), inside)
     sends = g.kind == SEND
     links = roles.link >= 0
