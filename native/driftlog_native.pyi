@@ -41,6 +41,17 @@ def dag_masked_step_ends(
     masks: Buffer,
     out: Buffer,
 ) -> None: ...
+def dag_valued_step_ends(
+    order: Buffer,
+    indptr: Buffer,
+    indices: Buffer,
+    floor: Buffer,
+    base: Buffer,
+    mask_ptr: Buffer,
+    masks: Buffer,
+    values: Buffer,
+    out: Buffer,
+) -> None: ...
 def grouped_medians(
     values: Buffer, order: Buffer, through: Buffer, starts: Buffer, counts: Buffer, how: int, out: Buffer
 ) -> bool: ...

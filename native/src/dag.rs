@@ -33,7 +33,24 @@ struct Graph<'a> {
     floor: &'a [f64],
 }
 
-impl Graph<'_> {
+impl<'a> Graph<'a> {
+    /// The graph of these buffers, checked.
+    fn checked(
+        order: &'a PyBuffer<i64>,
+        indptr: &'a PyBuffer<i64>,
+        indices: &'a PyBuffer<i64>,
+        floor: &'a PyBuffer<f64>,
+    ) -> PyResult<Self> {
+        let graph = Graph {
+            order: items(order, "order")?,
+            indptr: items(indptr, "indptr")?,
+            indices: items(indices, "indices")?,
+            floor: items(floor, "floor")?,
+        };
+        graph.check().map_err(PyValueError::new_err)?;
+        Ok(graph)
+    }
+
     fn check(&self) -> Result<(), String> {
         let n = self.floor.len();
         if self.indptr.len() != n + 1 || self.order.len() != n {
@@ -67,32 +84,91 @@ impl Graph<'_> {
     /// side by side, so that a node's maximum over its predecessors runs over contiguous memory for every
     /// row at once and the graph is read once, whatever the number of rows.
     fn evaluate(&self, rows: usize, durations: &[f64], ends: &mut [f64]) {
-        let mut ready = vec![0.0; rows];
-        for &node in self.order {
-            let i = node as usize;
-            let (a, b) = (self.indptr[i] as usize, self.indptr[i + 1] as usize);
-            let floor = self.floor[i];
+        let walk = self.walk();
+        let mut by_place = vec![0.0; ends.len()];
+        walk.evaluate_with(rows, &mut by_place, |_, i, floor, ready, out| {
             let own = &durations[i * rows..(i + 1) * rows];
-            if a == b {
-                for (e, d) in ends[i * rows..(i + 1) * rows].iter_mut().zip(own) {
-                    *e = floor + d;
-                }
-                continue;
-            }
-            let first = self.indices[a] as usize;
-            ready.copy_from_slice(&ends[first * rows..(first + 1) * rows]);
-            for &p in &self.indices[a + 1..b] {
-                let p = p as usize;
-                for (r, e) in ready.iter_mut().zip(&ends[p * rows..(p + 1) * rows]) {
-                    *r = maximum(*r, *e);
+            match ready {
+                None => out.iter_mut().zip(own).for_each(|(e, d)| *e = floor + d),
+                Some(ready) => {
+                    for ((e, r), d) in out.iter_mut().zip(ready).zip(own) {
+                        *e = maximum(*r, floor) + d;
+                    }
                 }
             }
-            for ((e, r), d) in ends[i * rows..(i + 1) * rows]
-                .iter_mut()
-                .zip(&ready)
-                .zip(own)
-            {
-                *e = maximum(*r, floor) + d;
+        });
+        for (k, &i) in walk.nodes.iter().enumerate() {
+            ends[i * rows..(i + 1) * rows].copy_from_slice(&by_place[k * rows..(k + 1) * rows]);
+        }
+    }
+
+    /// The graph in its order of evaluation (after `check`).
+    fn walk(&self) -> Walk<'_> {
+        let n = self.floor.len();
+        let nodes: Vec<usize> = self.order.iter().map(|&i| i as usize).collect();
+        let mut place = vec![0usize; n];
+        for (k, &i) in nodes.iter().enumerate() {
+            place[i] = k;
+        }
+        let mut ptr = Vec::with_capacity(n + 1);
+        let mut preds = Vec::with_capacity(self.indices.len());
+        ptr.push(0);
+        for &i in &nodes {
+            let (a, b) = (self.indptr[i] as usize, self.indptr[i + 1] as usize);
+            preds.extend(self.indices[a..b].iter().map(|&p| place[p as usize]));
+            ptr.push(preds.len());
+        }
+        Walk {
+            floor: self.floor,
+            nodes,
+            place,
+            ptr,
+            preds,
+        }
+    }
+}
+
+/// A graph laid out in its order of evaluation: the ends of the node evaluated `k`-th are kept at place
+/// `k`, so that a walk writes them one after another and reads its predecessors from the places just
+/// before (the previous levels), not from all over the nodes' array.
+struct Walk<'a> {
+    floor: &'a [f64],
+    nodes: Vec<usize>, // per place: its node
+    place: Vec<usize>, // per node: its place
+    ptr: Vec<usize>,   // per place: where its predecessors (their places) begin in `preds`
+    preds: Vec<usize>,
+}
+
+impl Walk<'_> {
+    /// Per place in order, the row-wise maximum of its predecessors' ends (None for a node without
+    /// predecessors), from which `finish(place, node, floor, ready, ends at the place)` sets its ends; `ends`:
+    /// `rows` values per place.
+    fn evaluate_with(
+        &self,
+        rows: usize,
+        ends: &mut [f64],
+        mut finish: impl FnMut(usize, usize, f64, Option<&[f64]>, &mut [f64]),
+    ) {
+        let mut ready = vec![0.0; rows];
+        for (k, &i) in self.nodes.iter().enumerate() {
+            let floor = self.floor[i];
+            let (before, from) = ends.split_at_mut(k * rows);
+            let out = &mut from[..rows];
+            let at = |p: usize| &before[p * rows..(p + 1) * rows]; // a predecessor's place is before k
+            match self.preds[self.ptr[k]..self.ptr[k + 1]] {
+                [] => finish(k, i, floor, None, out),
+                [p] => finish(k, i, floor, Some(at(p)), out), // most nodes: read in place
+                [p, q, ref rest @ ..] => {
+                    for ((r, x), y) in ready.iter_mut().zip(at(p)).zip(at(q)) {
+                        *r = maximum(*x, *y);
+                    }
+                    for &p in rest {
+                        for (r, e) in ready.iter_mut().zip(at(p)) {
+                            *r = maximum(*r, *e);
+                        }
+                    }
+                    finish(k, i, floor, Some(&ready), out);
+                }
             }
         }
     }
@@ -111,13 +187,7 @@ pub fn dag_ends(
     durations: PyBuffer<f64>,
     ends: PyBuffer<f64>,
 ) -> PyResult<()> {
-    let graph = Graph {
-        order: items(&order, "order")?,
-        indptr: items(&indptr, "indptr")?,
-        indices: items(&indices, "indices")?,
-        floor: items(&floor, "floor")?,
-    };
-    graph.check().map_err(PyValueError::new_err)?;
+    let graph = Graph::checked(&order, &indptr, &indices, &floor)?;
     let d = items(&durations, "durations")?;
     let n = graph.floor.len();
     if ends.readonly()
@@ -159,25 +229,113 @@ pub fn dag_masked_step_ends(
     masks: PyBuffer<i64>,
     out: PyBuffer<f64>,
 ) -> PyResult<()> {
-    const BLOCK: usize = 16;
-    let (o, p, i) = (
-        items(&order, "order")?,
-        items(&indptr, "indptr")?,
-        items(&indices, "indices")?,
-    );
-    let graph = Graph {
-        order: o,
-        indptr: p,
-        indices: i,
-        floor: items(&floor, "floor")?,
-    };
-    graph.check().map_err(PyValueError::new_err)?;
+    let graph = Graph::checked(&order, &indptr, &indices, &floor)?;
     let n = graph.floor.len();
     let (base, alt) = (items(&base, "base")?, items(&alt, "alt")?);
     let (mask_ptr, masks) = (items(&mask_ptr, "mask_ptr")?, items(&masks, "masks")?);
     if base.len() != n || alt.len() != n {
         return Err(PyValueError::new_err("base, alt: one value per node"));
     }
+    let rows = rows_of(mask_ptr, masks, n, &out)?;
+    // SAFETY: a writable C-contiguous buffer of `rows` f64 held by `out` for this call; no other slice of it.
+    let result = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, rows) };
+    py.detach(|| graph.step_ends(base, result, |_, node| alt[node], mask_ptr, masks));
+    Ok(())
+}
+
+impl Graph<'_> {
+    /// Each row's step end (see `dag_masked_step_ends`): row `k` has every node at `base`, except the nodes
+    /// `masks[mask_ptr[k]..mask_ptr[k + 1]]`, each at `value(at, node)` (`at`: its position in `masks`). Rows `BLOCK` at a time over a scratch of nodes x `BLOCK` (after `check`, with masks
+    /// and pointers checked by the caller).
+    fn step_ends(
+        &self,
+        base: &[f64],
+        result: &mut [f64],
+        value: impl Fn(usize, usize) -> f64,
+        mask_ptr: &[i64],
+        masks: &[i64],
+    ) {
+        const BLOCK: usize = 16;
+        let n = self.floor.len();
+        let rows = result.len();
+        if n == 0 {
+            result.fill(f64::NAN);
+            return;
+        }
+        let walk = self.walk();
+        let mut ends = vec![0.0; n * BLOCK];
+        // the block's masked values (row in the block, duration) by place of their node, in order of
+        // evaluation (a counting sort, stable: a node listed twice in a row, its later value last); `end`:
+        // per place, where its values end
+        let mut changed: Vec<(usize, f64)> = Vec::new();
+        let mut end = vec![0usize; n];
+        let mut top = [0.0; BLOCK];
+        for first in (0..rows).step_by(BLOCK) {
+            let width = BLOCK.min(rows - first);
+            let block = |j: usize| mask_ptr[first + j] as usize..mask_ptr[first + j + 1] as usize;
+            end.fill(0);
+            for j in 0..width {
+                for &node in &masks[block(j)] {
+                    end[walk.place[node as usize]] += 1;
+                }
+            }
+            let mut total = 0;
+            for e in end.iter_mut() {
+                total += *e;
+                *e = total - *e; // where the place's values begin, moved to their end as they are placed
+            }
+            changed.clear();
+            changed.resize(total, (0, 0.0));
+            for j in 0..width {
+                for (at, &node) in masks
+                    .iter()
+                    .enumerate()
+                    .take(block(j).end)
+                    .skip(block(j).start)
+                {
+                    let i = node as usize;
+                    let k = walk.place[i];
+                    changed[end[k]] = (j, value(at, i));
+                    end[k] += 1;
+                }
+            }
+            let mut next = 0;
+            let ends = &mut ends[..n * width];
+            walk.evaluate_with(width, ends, |k, i, floor, ready, out| {
+                let d = base[i];
+                match ready {
+                    None => out.fill(floor + d),
+                    Some(ready) => {
+                        for (e, r) in out.iter_mut().zip(ready) {
+                            *e = maximum(*r, floor) + d;
+                        }
+                    }
+                }
+                for &(j, v) in &changed[next..end[k]] {
+                    out[j] = match ready {
+                        None => floor + v,
+                        Some(ready) => maximum(ready[j], floor) + v,
+                    };
+                }
+                next = end[k];
+            });
+            // each row's latest end, over the nodes in index order (numpy's max: the first NaN)
+            let top = &mut top[..width];
+            let at = |i: usize| &ends[walk.place[i] * width..(walk.place[i] + 1) * width];
+            top.copy_from_slice(at(0));
+            for i in 1..n {
+                for (t, e) in top.iter_mut().zip(at(i)) {
+                    *t = maximum(*t, *e);
+                }
+            }
+            result[first..first + width].copy_from_slice(top);
+        }
+    }
+}
+
+/// Checks of a row set given as masks (`mask_ptr` into `masks`, node indices): the pointers increase within
+/// `masks`, every node is in range, and `out` holds one writable value per row; the number of rows.
+fn rows_of(mask_ptr: &[i64], masks: &[i64], n: usize, out: &PyBuffer<f64>) -> PyResult<usize> {
     let rows = mask_ptr.len().saturating_sub(1);
     if out.readonly() || !out.is_c_contiguous() || out.item_count() != rows {
         return Err(PyValueError::new_err(
@@ -199,40 +357,44 @@ pub fn dag_masked_step_ends(
     {
         return Err(PyValueError::new_err("masks: a node out of range"));
     }
+    Ok(rows)
+}
+
+/// `dag_masked_step_ends` with a value per masked node instead of one `alt` for all rows: row `k` has every
+/// node at `base`, except the nodes `masks[mask_ptr[k]..mask_ptr[k + 1]]`, each at its `values` entry (the
+/// same positions). Rows healing to different durations (the what-if's candidates) in one call; each row's
+/// end equals the maximum of its `dag_ends` row bit for bit.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn dag_valued_step_ends(
+    py: Python<'_>,
+    order: PyBuffer<i64>,
+    indptr: PyBuffer<i64>,
+    indices: PyBuffer<i64>,
+    floor: PyBuffer<f64>,
+    base: PyBuffer<f64>,
+    mask_ptr: PyBuffer<i64>,
+    masks: PyBuffer<i64>,
+    values: PyBuffer<f64>,
+    out: PyBuffer<f64>,
+) -> PyResult<()> {
+    let graph = Graph::checked(&order, &indptr, &indices, &floor)?;
+    let n = graph.floor.len();
+    let base = items(&base, "base")?;
+    let (mask_ptr, masks, values) = (
+        items(&mask_ptr, "mask_ptr")?,
+        items(&masks, "masks")?,
+        items(&values, "values")?,
+    );
+    if base.len() != n || values.len() != masks.len() {
+        return Err(PyValueError::new_err(
+            "base: one value per node; values: one per masked node",
+        ));
+    }
+    let rows = rows_of(mask_ptr, masks, n, &out)?;
     // SAFETY: a writable C-contiguous buffer of `rows` f64 held by `out` for this call; no other slice of it.
     let result = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, rows) };
-    if n == 0 {
-        result.fill(f64::NAN);
-        return Ok(());
-    }
-    py.detach(|| {
-        let mut durations = vec![0.0; n * BLOCK];
-        let mut ends = vec![0.0; n * BLOCK];
-        for first in (0..rows).step_by(BLOCK) {
-            let width = BLOCK.min(rows - first);
-            for (i, &b) in base.iter().enumerate() {
-                durations[i * width..(i + 1) * width].fill(b);
-            }
-            for j in 0..width {
-                let (a, b) = (
-                    mask_ptr[first + j] as usize,
-                    mask_ptr[first + j + 1] as usize,
-                );
-                for &node in &masks[a..b] {
-                    let i = node as usize;
-                    durations[i * width + j] = alt[i];
-                }
-            }
-            graph.evaluate(width, &durations[..n * width], &mut ends[..n * width]);
-            for (j, r) in result[first..first + width].iter_mut().enumerate() {
-                let mut top = ends[j];
-                for i in 1..n {
-                    top = maximum(top, ends[i * width + j]);
-                }
-                *r = top;
-            }
-        }
-    });
+    py.detach(|| graph.step_ends(base, result, |at, _| values[at], mask_ptr, masks));
     Ok(())
 }
 

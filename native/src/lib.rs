@@ -21,6 +21,7 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dag::dag_ends, m)?)?;
     m.add_class::<decode::TelemetryDecoder>()?;
     m.add_function(wrap_pyfunction!(dag::dag_masked_step_ends, m)?)?;
+    m.add_function(wrap_pyfunction!(dag::dag_valued_step_ends, m)?)?;
     m.add_function(wrap_pyfunction!(median::grouped_medians, m)?)?;
     m.add_function(wrap_pyfunction!(median::medians_excluding_each_row, m)?)?;
     m.add_function(wrap_pyfunction!(dag::dag_critical_path, m)?)?;

@@ -54,12 +54,34 @@ def masked_step_ends(
     ``base``, without a row of durations per mask (``native/src/dag.rs``, ``dag_masked_step_ends``)."""
     assert native.core is not None
     out = np.empty(len(masks))
-    ptr = np.zeros(len(masks) + 1, np.int64)
-    np.cumsum([len(m) for m in masks], out=ptr[1:])
-    flat = np.concatenate(masks).astype(np.int64) if masks else np.zeros(0, np.int64)
     i64 = (np.ascontiguousarray(a, np.int64) for a in (topological(schedule), indptr, indices))
     f64 = (np.ascontiguousarray(a, np.float64) for a in (floor, base, alt))
-    native.core.dag_masked_step_ends(*i64, *f64, ptr, flat, out)
+    native.core.dag_masked_step_ends(*i64, *f64, *_flat(masks), out)
+    return out
+
+
+def _flat(masks: list[Ints]) -> tuple[Ints, Ints]:
+    """Masks (node indices) as one array and where each begins (CSR)."""
+    ptr = np.zeros(len(masks) + 1, np.int64)
+    np.cumsum([len(m) for m in masks], out=ptr[1:])
+    return ptr, np.concatenate(masks).astype(np.int64) if masks else np.zeros(0, np.int64)
+
+
+valued_available = hasattr(native.core, "dag_valued_step_ends")
+
+
+def valued_step_ends(
+    schedule: Schedule, indptr: Ints, indices: Ints, floor: Floats, base: Floats, masks: list[Ints],
+    values: list[Floats],
+) -> Floats:  # fmt: skip
+    """Per mask: the step end with the mask's nodes at its ``values`` (one per node of the mask) and every
+    other node at ``base``: rows healing to different durations in one call (``dag_valued_step_ends``)."""
+    assert native.core is not None
+    out = np.empty(len(masks))
+    flat_values = np.concatenate(values).astype(np.float64) if values else np.zeros(0)
+    i64 = (np.ascontiguousarray(a, np.int64) for a in (topological(schedule), indptr, indices))
+    f64 = (np.ascontiguousarray(a, np.float64) for a in (floor, base))
+    native.core.dag_valued_step_ends(*i64, *f64, *_flat(masks), flat_values, out)
     return out
 
 

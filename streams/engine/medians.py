@@ -47,6 +47,18 @@ def nanmedian_excluding_each_row(values: Floats) -> Floats:
     return out
 
 
+def nanmedian(values: Floats) -> np.float64:
+    """``np.nanmedian`` of a 1-D array (the same value and type), without numpy's masked-array path for small
+    inputs (~15 times its cost); a zero among the middle values (whose sign numpy's order decides) and an
+    array of NaN only go to numpy."""
+    v = np.sort(values[~np.isnan(values)])
+    n = len(v)
+    if not n or v[(n - 1) // 2] == 0 or v[n // 2] == 0:
+        return np.float64(np.nanmedian(values))
+    middle: np.float64 = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+    return middle
+
+
 LOWER, MIDDLE, NUMPY = range(3)  # what grouped() computes per group (see native/src/median.rs)
 _NONE = np.zeros(0, np.int64)
 

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine.economics import StepCost, step_cost
+from streams.engine.medians import nanmedian
 from streams.engine.stepgraph import (
     BLOCKING,
     CHAIN,
@@ -168,5 +169,5 @@ def phases(columns: dict[str, npt.NDArray[Any]]) -> Floats:
     first = np.full(int(dp.max(initial=0)) + 1, np.inf)
     np.minimum.at(first, dp, np.asarray(columns["start"], np.float64))
     first[~np.isfinite(first)] = np.nan
-    out: Floats = first - np.nanmedian(first)
+    out: Floats = first - nanmedian(first)
     return out

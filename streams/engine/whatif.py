@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from streams.engine import elements
+from streams.engine import dag, elements
 from streams.engine.carry import Owners, last_end_per_rank
 from streams.engine.decompose import Mask, Pending, Rows, Structural
 from streams.engine.ideal import Peers, occurrences, peer_stage
@@ -184,13 +184,14 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         add(elements.rank(job, r), "rank", peer_med, g.rank == r)
     dp_excess = np.bincount(g.dp[spans], excess[spans])
     replicas = sorted(np.flatnonzero(np.bincount(g.dp[spans])).tolist(), key=lambda d: (-dp_excess[d], d))
+    where = {r: (set(g.dp[g.rank == r].tolist()), set(g.pp[g.rank == r].tolist())) for r in top_ranks}
     for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
-        inside = tuple(elements.rank(job, r) for r in top_ranks if (g.dp[g.rank == r] == d).any())
+        inside = tuple(elements.rank(job, r) for r in top_ranks if d in where[r][0])
         add(elements.dp(job, d), "dp", peer_med, g.dp == d, inside)
     chain = roles.stage_key >= 0
     by_stage = _peer_medians_excluding(np.where(chain, g.pp, 0), np.maximum(roles.stage_key, 0), d0, chain)
     for s in _top(by_stage, g.pp, d0, chain):
-        inside = tuple(elements.rank(job, r) for r in top_ranks if (g.pp[g.rank == r] == s).any())
+        inside = tuple(elements.rank(job, r) for r in top_ranks if s in where[r][1])
         add(elements.stage(job, s), "stage", by_stage[s], chain & (g.pp == s) & np.isfinite(by_stage[s]), inside)
     sends = g.kind == SEND
     links = roles.link >= 0
@@ -209,13 +210,15 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     step_ends = ends.max(axis=1)
     actual_s, ideal_s = float(step_ends[0]), float(step_ends[1])
     structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)
-    baseline_s = None if baseline is None else float(Rows(d0, baseline, [spans | ~spans]).step_ends(g)[0])
+    at_baseline = [] if baseline is None else [(baseline, spans | ~spans)]  # every node at the baseline
+    healed = _healed_step_ends(g, d0, healing + at_baseline)
+    baseline_s = float(healed[-1]) if at_baseline else None
     return StepWhatIf(
         step_s=actual_s,
         observed_s=g.observed_s,
         baseline_s=baseline_s,
         candidates=tuple(cands),
-        counterfactual_s=_healed_step_ends(g, d0, healing),
+        counterfactual_s=healed[: len(healing)],
         ends=ends[0],
         peer_median=peer_med,
         rank_ends=last_end_per_rank(g, ends[0]),
@@ -228,7 +231,11 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
 
 def _healed_step_ends(g: StepGraph, d0: Floats, healing: list[tuple[Floats, Mask]]) -> Floats:
     """Per candidate, in order: the step end with its nodes healed (candidates healing to the same durations
-    in one evaluation)."""
+    in one evaluation; with the native core, all of them in one call)."""
+    if dag.valued_available:
+        nodes = [np.flatnonzero(m) for _, m in healing]
+        values = [alt[at] for (alt, _), at in zip(healing, nodes, strict=True)]
+        return dag.valued_step_ends(g.schedule, g.indptr, g.indices, g.floor, d0, nodes, values)
     out = np.zeros(len(healing))
     i = 0
     while i < len(healing):
@@ -247,5 +254,3 @@ def _top(healed: Floats, group: Ints, d0: Floats, mask: npt.NDArray[np.bool_]) -
         return present
     over = {s: float(np.nansum(np.where(mask & (group == s), d0 - healed[s], 0.0))) for s in present}
     return sorted(present, key=lambda s: (-over[s], s))[:MAX_ALL]
-
-

@@ -51,3 +51,37 @@ def test_bad_masks_are_refused() -> None:
         dag.native.core.dag_masked_step_ends(order, ptr, none, z, z, z, np.array([0, 2]), np.array([0]), np.zeros(1))
     with pytest.raises(ValueError, match="one value per row"):
         dag.native.core.dag_masked_step_ends(order, ptr, none, z, z, z, np.array([0, 0]), none, np.zeros(2))
+
+
+@pytest.mark.skipif(not dag.valued_available, reason="native core without dag_valued_step_ends")
+@pytest.mark.parametrize(("name", "ranks"), CASES)
+def test_valued_step_ends_equal_the_rows_of_each_alternative(name: str, ranks: int) -> None:
+    """Rows healing to different durations in one call (the what-if's candidates) give each row's masked
+    step end, bit for bit, with NaN and infinite values among them."""
+    g = build(op_columns(SCENARIOS[name](3, ranks, 12), 10), Codebook(), Codebook(), {})
+    rng = np.random.default_rng(7)
+    alts = [g.intrinsic * rng.uniform(0.3, 1.5, g.nodes) for _ in range(5)]
+    alts[2][rng.integers(0, g.nodes, 3)] = np.nan
+    alts[3][rng.integers(0, g.nodes, 2)] = np.inf
+    rows = [(alts[i % 5], rng.random(g.nodes) < p) for i, p in enumerate(rng.uniform(0.0, 0.5, 35))]
+    rows += [(alts[0], np.zeros(g.nodes, bool)), (alts[1], np.ones(g.nodes, bool))]
+    nodes = [np.flatnonzero(m) for _, m in rows]
+    got = dag.valued_step_ends(
+        g.schedule,
+        g.indptr,
+        g.indices,
+        g.floor,
+        g.intrinsic,
+        nodes,
+        [a[n] for (a, _), n in zip(rows, nodes, strict=True)],
+    )
+    each = np.array([Rows(g.intrinsic, a, [m]).step_ends(g)[0] for a, m in rows])
+    assert np.array_equal(got, each, equal_nan=True)
+    assert dag.valued_step_ends(g.schedule, g.indptr, g.indices, g.floor, g.intrinsic, [], []).shape == (0,)
+    twice = np.r_[nodes[5], nodes[5]]  # a node listed twice in a row: its later value
+    again = dag.valued_step_ends(
+        g.schedule, g.indptr, g.indices, g.floor, g.intrinsic, [twice], [np.r_[alts[1][nodes[5]], alts[0][nodes[5]]]]
+    )
+    assert np.array_equal(again, [Rows(g.intrinsic, alts[0], [rows[5][1]]).step_ends(g)[0]], equal_nan=True)
+    with pytest.raises(ValueError, match="one per masked node"):
+        dag.valued_step_ends(g.schedule, g.indptr, g.indices, g.floor, g.intrinsic, [nodes[-1]], [np.zeros(0)])

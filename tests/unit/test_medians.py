@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from audit import native
-from streams.engine.medians import nanmedian_excluding_each_row
+from streams.engine.medians import nanmedian, nanmedian_excluding_each_row
 
 
 def definition(values: np.ndarray) -> np.ndarray:
@@ -55,3 +55,21 @@ def test_the_native_core_and_the_numpy_definition_agree(monkeypatch: pytest.Monk
             slow = nanmedian_excluding_each_row(values)
         assert np.array_equal(fast, slow, equal_nan=True)
         assert (np.signbit(fast) == np.signbit(slow)).all()  # the same zeros (and NaNs)
+
+
+def test_nanmedian_is_numpys_bit_for_bit() -> None:
+    """The 1-D ``nanmedian`` gives np.nanmedian's value and type, with NaN, ties, zeros of either sign,
+    infinities and all-NaN arrays."""
+    rng = np.random.default_rng(11)
+    for _ in range(3000):
+        n = int(rng.integers(1, 30))
+        pick = int(rng.integers(0, 4))
+        x = [rng.normal(size=n), rng.integers(-2, 3, n).astype(float), np.round(rng.normal(size=n), 1),
+             rng.choice([0.0, -0.0, 1.0, -np.inf, np.inf], n)][pick]  # fmt: skip
+        x[rng.random(n) < 0.25] = np.nan
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            want, got = np.nanmedian(x), nanmedian(x)
+        assert type(got) is type(want)
+        assert np.array_equal(np.array([got]), np.array([want]), equal_nan=True)
+        assert np.signbit(got) == np.signbit(want) or np.isnan(want)
