@@ -30,7 +30,6 @@ decompositions stop with its finding.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from functools import reduce
 from typing import Any
@@ -40,8 +39,9 @@ import numpy.typing as npt
 
 from streams.engine import dag, elements
 from streams.engine.carry import Chained, Owners, last_end_per_rank
-from streams.engine.ideal import peer_stage
+from streams.engine.ideal import Peers, peer_stage
 from streams.engine.stepgraph import TRANSFER_KINDS, Floats, Ints, StepGraph
+from streams.engine.systematic import NONE, Slow
 
 MAX_ALL = 64  # stages, links, replicas: all of them up to this many, else the ones most above their ideal
 MAX_RANKS = 8
@@ -148,13 +148,20 @@ class Pending:
     ops: list[str]
     d0: Floats  # intrinsic durations as observed
     ideal: Floats  # at the ideal from peers
-    typical_replica: Callable[[Floats], Floats]
+    peers: Peers  # the structure's peer groups (:mod:`ideal`)
     owners: Owners  # whose clock each observed start is on (:mod:`carry`)
+    slow: Slow = (NONE, NONE)  # the job's systematically slow ranks and links, left out of every peer group
+
+    def without(self, slow: Slow) -> Pending:
+        """This step with its ideal from peers other than the ranks and links ``slow`` (:mod:`systematic`)."""
+        if all(np.array_equal(a, b) for a, b in zip(slow, self.slow, strict=True)):
+            return self
+        return replace(self, ideal=self.peers.ideal.typical(self.d0, slow), slow=slow)
 
     def run(self, actual_s: float, ideal_s: float, chained: Chained | None = None) -> Structural:
         """The decomposition; ``actual_s``, ``ideal_s``: the step's times on its timelines (``chained``;
         default: a fresh step)."""
-        found = plan(self.g, self.job, self.ops, self.d0, self.ideal, self.typical_replica(self.d0))
+        found = plan(self.g, self.job, self.ops, self.d0, self.ideal, self.peers.replica.typical(self.d0, self.slow))
         return found.result(actual_s, ideal_s, self, chained or Chained(None))
 
     def sharing(self, other: Pending | None) -> Pending:
@@ -173,8 +180,9 @@ class Pending:
         d0 = g.intrinsic if self.d0 is self.g.intrinsic else self.d0
         return replace(self, g=g, d0=d0, ideal=other.ideal if same(self.ideal, other.ideal) else self.ideal)
 
-    def ideal_ends(self, floor: Floats) -> tuple[float, Floats]:
-        """The ideal step from other starts (:mod:`carry`): its end and each rank's last end."""
+    def ideal_ends(self, floor: Floats | None = None) -> tuple[float, Floats]:
+        """The ideal step from other starts (:mod:`carry`; None: the observed ones): its end and each rank's
+        last end."""
         ends = self.g.evaluate(self.ideal[None, :], floor)[0]
         return float(ends.max()), last_end_per_rank(self.g, ends)
 

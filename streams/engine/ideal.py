@@ -28,12 +28,14 @@ Peers of a node (its *peer key*, fixed per structure):
   depend on which stages it connects);
 - a barrier: none (its duration is 0).
 
-The typical duration is the *lower* median of the peers (for an even count the lower of the two middle
-values): with two peers, one of them slow, the typical one is the other. A node without peers (one replica,
-one stage, one traced rank per stage) is its own typical: the ideal then equals the step, a slowdown of 1,
-never a guess.
+The typical duration is the *middle* of the peers (for an even count the mean of the two middle values)
+other than the job's systematically slow ranks (work) and links (transfers), :mod:`systematic`: with two
+peers, one of them slow, the typical one is the other; with two noisy ones, their middle, so the ideal keeps
+the noise every rank has (the lower of two, as before, read one-sided noise as slowdown: a healthy torch job
+at 1.11). A node without peers (one replica, one stage, one traced rank per stage) is its own typical: the
+ideal then equals the step, a slowdown of 1, never a guess.
 
-The *typical replica* (for the group cause ``spread:<job>/dp``) is each node at the lower median over the
+The *typical replica* (for the group cause ``spread:<job>/dp``) is each node at the same typical over the
 data-parallel replicas only, per (stage, tensor index, place in the rank's program): healing it removes the
 variation across replicas and keeps everything else.
 """
@@ -45,47 +47,19 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from streams.engine.medians import LOWER, grouped
 from streams.engine.stepgraph import BARRIER, CHAIN, MEMBER, TRANSFER_KINDS, Floats, Ints, StepGraph, dense
+from streams.engine.systematic import NONE, Grouped, Slow, Unsystematic
 
-
-class LowMedian:
-    """Positions grouped by an integer key (negative: no group), prepared once per structure; per position
-    the lower median of its group's values."""
-
-    def __init__(self, keys: Ints) -> None:
-        self.members = np.flatnonzero(keys >= 0)
-        k = keys[self.members]
-        self.order = np.argsort(k, kind="stable")
-        sk = k[self.order]
-        self.starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, np.int64)
-        self.counts = np.diff(np.r_[self.starts, len(sk)])
-        self.group = np.repeat(np.arange(len(self.starts)), self.counts)
-        self.pick = self.starts + (self.counts - 1) // 2
-        self.size = len(keys)
-
-    def typical(self, values: Floats) -> Floats:
-        """``values`` with each grouped position replaced by its group's lower median."""
-        out = values.copy()
-        if not len(self.members):
-            return out
-        low = grouped(values, self.order, self.starts, self.counts, LOWER, self.members)
-        if low is not None:  # the same values as below
-            out[self.members[self.order]] = np.repeat(low, self.counts)
-            return out
-        v = values[self.members][self.order]
-        ranked = v[np.lexsort((v, self.group))]
-        out[self.members[self.order]] = np.repeat(ranked[self.pick], self.counts)
-        return out
+LowMedian = Grouped  # the lower median per group (the default statistic)
 
 
 class CrossStage:
     """Per structure: nodes grouped by their stage peers (``within``), and those groups by their cross-stage
-    peers (``across``, -1: none); per node the lower of its stage peers' lower median and the lower median,
-    over the stages, of the stage peers' lower medians."""
+    peers (``across``, -1: none); per node the lower of its stage peers' typical and the lower median, over
+    the stages, of the stage peers' typicals."""
 
-    def __init__(self, within: Ints, across: Ints) -> None:
-        self.within = LowMedian(within)
+    def __init__(self, within: Ints, across: Ints, typical: PeerTypical) -> None:
+        self.within = typical
         crossed = across >= 0
         _, first, inverse = np.unique(np.where(crossed, within, -1), return_index=True, return_inverse=True)
         self.rep = first[inverse.ravel()]  # per node: the first node of its stage peer group
@@ -95,12 +69,30 @@ class CrossStage:
         self.stages = LowMedian(rep_key)  # one value per stage peer group: every stage weighs the same
         self.crossed = np.flatnonzero(crossed)
 
-    def typical(self, values: Floats) -> Floats:
-        """``values`` at their ideal: the stage peers' typical, lowered to the cross-stage typical."""
-        out = self.within.typical(values)
+    def typical(self, values: Floats, slow: Slow = (NONE, NONE)) -> Floats:
+        """``values`` at their ideal: the stage peers' typical (without the units ``slow``, :mod:`systematic`),
+        lowered to the cross-stage typical."""
+        out = self.within.typical(values, slow)
         if len(self.crossed):
             across = self.stages.typical(out)[self.rep[self.crossed]]
             out[self.crossed] = np.minimum(out[self.crossed], across)
+        return out
+
+
+class PeerTypical:
+    """Per structure: each node at the typical duration of its peers (``keys``): the middle of its peers
+    other than the job's systematically slow units (:mod:`systematic`): for work (compute spans, collective
+    members: ``work``) its rank, for a transfer its link (``link``, -1: unknown)."""
+
+    def __init__(self, keys: Ints, work: npt.NDArray[np.bool_], rank: Ints, link: Ints) -> None:
+        self.work = Unsystematic(np.where(work, keys, -1), rank)
+        self.transfers = Unsystematic(np.where(work, -1, keys), link)
+
+    def typical(self, values: Floats, slow: Slow = (NONE, NONE)) -> Floats:
+        """``slow``: the systematically slow ranks and links."""
+        out = self.work.typical(values, slow[0])
+        other = self.transfers.middle.members
+        out[other] = self.transfers.typical(values, slow[1])[other]
         return out
 
 
@@ -109,7 +101,11 @@ class Peers:
     """Per structure: who each node's peers are, for the ideal and for the typical replica."""
 
     ideal: CrossStage
-    replica: LowMedian
+    replica: PeerTypical
+
+    def deviations(self, values: Floats) -> tuple[tuple[Floats, Floats], tuple[Floats, Floats]]:
+        """Per rank and per link, the evidence of one step that it is systematically slow (:mod:`systematic`)."""
+        return self.ideal.within.work.deviations(values), self.ideal.within.transfers.deviations(values)
 
     @classmethod
     def of(cls, g: StepGraph) -> Peers:
@@ -124,7 +120,10 @@ class Peers:
         across = _every_stage(g, g.kind == CHAIN, dense(g.op, g.microbatch, occurrence))
         place = occurrences(np.where(g.kind == BARRIER, -1, dense(g.rank)))  # n-th node of the rank
         replica_key = np.where(g.span >= 0, dense(g.pp, g.tp, g.kind, direction, g.op, g.microbatch, place), -1)
-        return cls(CrossStage(ideal_key, across), LowMedian(replica_key))
+        peer_pp = peer_stage(g, p2p)
+        link = np.where(p2p & (peer_pp >= 0) & (peer_pp != g.pp), np.minimum(g.pp, peer_pp), -1)
+        return cls(CrossStage(ideal_key, across, PeerTypical(ideal_key, chain, g.rank, link)),
+                   PeerTypical(replica_key, chain, g.rank, link))  # fmt: skip
 
 
 def _every_stage(g: StepGraph, work: npt.NDArray[np.bool_], key: Ints) -> Ints:

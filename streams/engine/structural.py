@@ -33,6 +33,7 @@ from streams.engine.opgraph import OperatorGraph
 from streams.engine.regression import Decision, regression, windows
 from streams.engine.rollup import Rollup, Windows
 from streams.engine.steps import StepReport
+from streams.engine.systematic import Systematic
 from streams.engine.waste import WasteRow, waste_rollups
 
 ATTRIBUTION_STEPS = 10
@@ -62,6 +63,7 @@ class JobDerivations:
     phase: PhaseDrift | None = None
     _together: deque[tuple[int, Pending, float]] = field(default_factory=deque)  # decomposed steps of the episode
     _timeline: Timeline = field(default_factory=Timeline)  # where the last analysed step ended (:mod:`carry`)
+    _systematic: Systematic = field(default_factory=Systematic)  # its ranks' evidence (:mod:`systematic`)
     _windows: Windows[StepRow] = field(init=False)
     structural: StructuralSlowdown = field(init=False)
 
@@ -84,11 +86,12 @@ class JobDerivations:
         for r in reports:
             w = r.whatif
             contains = {c.element: c.contains for c in w.candidates if c.contains}
-            s, chained = self._on_timeline(r)
+            pending = w.pending.without(self._systematic.update(w.pending.peers.deviations(w.pending.d0)))
+            s, chained = self._on_timeline(r, pending)
             step = IdealStep(r.step, r.t0, r.t0 + w.observed_s, s.actual_s, s.ideal_s, r.ranks)
             if self.structural.wants_causes(step):
-                s = w.pending.run(s.actual_s, s.ideal_s, chained)
-                kept = w.pending.sharing(self._together[-1][1] if self._together else None)
+                s = pending.run(s.actual_s, s.ideal_s, chained)
+                kept = pending.sharing(self._together[-1][1] if self._together else None)
                 self._together.append((r.step, kept, chained.actual_before))
             structural = StructuralGains(s.ideal_s, s.gains(), s.extra(), s.contains, s.decomposed, s.actual_s)
             self.gains.append(StepGains(r.step, r.t0, w.step_s, w.baseline_s, r.ranks, w.gains(), contains, structural))
@@ -110,13 +113,15 @@ class JobDerivations:
         if final:  # the end of the job: its partial window too
             out.rollups.extend(self._window_rollups(self._windows.flush()))
 
-    def _on_timeline(self, r: StepReport) -> tuple[Structural, Chained]:
-        """The step's actual and ideal time on the job's timelines (:mod:`carry`), not decomposed yet."""
-        w, p = r.whatif, r.whatif.pending
+    def _on_timeline(self, r: StepReport, p: Pending) -> tuple[Structural, Chained]:
+        """The step's actual and ideal time on the job's timelines (:mod:`carry`), not decomposed yet; ``p``:
+        its decomposition with the ideal from peers other than the job's systematically slow ranks."""
+        w = r.whatif
         chained = self._timeline.chain(r.step, r.t0, p.g, p.owners)
         s = w.structural
         floor = chained.floor
-        ideal_end, ideal_ranks = (s.ideal_s, w.ideal_rank_ends) if floor is None else p.ideal_ends(floor)
+        fresh = floor is None and p is w.pending  # the what-if's ideal row: its ends are known
+        ideal_end, ideal_ranks = (s.ideal_s, w.ideal_rank_ends) if fresh else p.ideal_ends(floor)
         self._timeline.advance(r.step, r.t0, (s.actual_s, ideal_end), (w.rank_ends, ideal_ranks))
         actual, ideal = s.actual_s - chained.actual_before, ideal_end - chained.ideal_before
         return replace(s, actual_s=actual, ideal_s=ideal), chained

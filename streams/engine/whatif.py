@@ -225,7 +225,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         ideal_rank_ends=last_end_per_rank(g, ends[1]),
         healed_rank_ends=last_end_per_rank(g, ends[2]) if top_ranks else None,  # the top rank candidate healed
         structural=structural,
-        pending=Pending(g, job, ops, d0, ideal, roles.peers.replica.typical, roles.owners),
+        pending=Pending(g, job, ops, d0, ideal, roles.peers, roles.owners),
     )
 
 
