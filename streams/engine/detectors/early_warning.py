@@ -19,9 +19,11 @@ its level:
 
 The level is ``alpha`` (0.002) in all, split equally (Bonferroni): each test at 0.001, the level the
 autoregression's trend had alone before, so every look at which it warned still warns and the
-indicator's are added. That is the principle, and its price is stated, not tuned away: the chance that one look at a span
-without slowing down warns is at most ``alpha``, and a run of n points is looked at n / ``every`` times,
-so its false-alarm bound is ``alpha`` · n / ``every`` (0.001 per point, twice the trigger's before).
+indicator's are added. That is the principle, and its price is stated, not tuned away: the chance that
+one look at a span without slowing down warns is at most ``alpha``, and a run of n points is looked at
+n / ``every`` times, so its false-alarm bound is ``alpha`` · n / ``every`` (0.001 per point, twice the
+trigger's before).
+
 Measured (``bench_early_warning.py --indicators``, every 2, no hold; ramps warned of 160 / runs without
 slowing down warned of 200): the split 70 / 16, the autoregression alone at 0.001 61 / 15, the
 indicator alone at 0.001 36 / 5 and at 0.002 46 / 10; the indicator is weaker on clean ramps (6 of 40 at
@@ -29,15 +31,16 @@ indicator alone at 0.001 36 / 5 and at 0.002 46 / 10; the indicator is weaker on
 per-point bound (``every`` 4 at 0.002) warned of fewer transitions of the simulator (11 of 40 against
 13): not the default. The variance's tau (``variance_tau``) is a test too (``trigger``) but not in the
 default: at every level it warned of fewer ramps than the autocovariance's and of more runs without
-slowing down (19 / 14 at 0.001); so are the rolling indicators of :mod:`rolling_trend` (Dakos et al.
-2012; a rolling window of half the span, tau against 999 AR(1) surrogates; 17-100 ms a look): weaker at
-every false-alarm count (README). Measurement noise and outliers on a persistent series make the
-z-score wider than standard normal (residuals of an AR(1) seen through noise are correlated): there the
-stated level does not hold (a tenth of the points 5 spreads off an AR(1) of coefficient 0.5: about 2%
-of tests warn at 0.001, ``tests/unit/test_early_warning.py``). With ``surrogates`` > 0 a warning of the
-autoregression must also reach its level against that many surrogates of an AR(1) seen through white
-noise (``calibrated``, :mod:`surrogates`): measured, it did not warn of more transitions without more
-false alarms on the simulator's healthy twin (README), so it is off.
+slowing down (19 / 14 at 0.001). The rolling indicators of :mod:`rolling_trend` (Dakos et al. 2012: a
+rolling window of half the span, tau against 999 AR(1) surrogates; 17-100 ms a look) were measured as
+tests as well: weaker at every false-alarm count (README), so they are evidence only.
+Measurement noise and outliers on a persistent series make the z-score wider than standard normal
+(residuals of an AR(1) seen through noise are correlated): there the stated level does not hold (a tenth
+of the points 5 spreads off an AR(1) of coefficient 0.5: about 2% of tests warn at 0.001,
+``tests/unit/test_early_warning.py``). With ``surrogates`` > 0 a warning of the autoregression must also
+reach its level against that many surrogates of an AR(1) seen through white noise (``calibrated``,
+:mod:`surrogates`): measured, it did not warn of more transitions without more false alarms on the
+simulator's healthy twin (README), so it is off.
 
 Each warning also carries the indicators as the literature computes them (``rolling_trend``: rolling
 variance and lag-1 autocorrelation over half the span, Kendall's tau against 999 AR(1) surrogate series
