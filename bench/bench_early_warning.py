@@ -1,7 +1,8 @@
 """Early warnings (``streams.engine.detectors.early_warning``): warned before a transition, and false alarms.
 
-    .venv/bin/python bench/bench_early_warning.py [--seeds 1-40] [--steps 300] [--every 2] [--alpha 0.001]
-    .venv/bin/python bench/bench_early_warning.py --indicators [--seeds 1-40] [--every 2] [--alpha 0.001]
+    .venv/bin/python bench/bench_early_warning.py [--seeds 1-40] [--steps 300] [--every 2] [--alpha 0.002]
+        [--trigger autocorrelation_tau,ar_trend]     (today's detector: --trigger ar_trend --alpha 0.001)
+    .venv/bin/python bench/bench_early_warning.py --indicators [--seeds 1-40] [--every 2] [--rolling]
 
 Cases (none of them was used to choose the detector's settings: ``alpha`` is a significance level, the
 span is as long as its bounded state allows):
@@ -21,14 +22,17 @@ span is as long as its bounded state allows):
   run the detector with other settings than its defaults.
 
 Prints per case: runs warned before the transition (with a transition), lead time median and range,
-warnings at or after it, and false alarms (warnings in runs without a transition); then the detector's
-µs per update over all cases (wall clock on a shared machine: compare runs made side by side).
+warnings at or after it, false alarms (warnings in runs without a transition) and which tests raised the
+warnings (``raised_by``, ``+`` when several reached their level); then the detector's µs per update over
+all cases (wall clock on a shared machine: compare runs made side by side).
 
 ``--indicators`` compares the tests themselves, offline (no hold, no change detector), on every span the
-detector would test (every 2 points, 60-150 points): runs of the AR(1) families in which each test
-(or combination) reaches its level at least once, before the transition of ``ar1-ramp`` and its
-``sampled/2``, ``noisy``, ``heavy`` variants, and anywhere in ``ar1-steady``, ``ar1-trend``,
-``heavy-tails``, ``ar1-steady noisy`` and ``ar1-steady heavy``.
+detector would test (every ``--every`` points, 60-150 points), as curves over the level (ROC): runs of the
+AR(1) families in which each test (or combination: k tests each at the level / k) reaches its level at
+least once, before the transition of ``ar1-ramp`` and its ``sampled/2``, ``noisy``, ``heavy`` variants,
+and anywhere in ``ar1-steady``, ``ar1-trend``, ``heavy-tails``, ``ar1-steady noisy`` and ``ar1-steady
+heavy``; then the same at one look (the last span). ``--rolling`` adds the rolling indicators against 999
+surrogates (Dakos et al. 2012; about 0.1 s a span: use ``--every 10``).
 """
 
 from __future__ import annotations

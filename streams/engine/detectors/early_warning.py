@@ -25,15 +25,20 @@ n / ``every`` times, so its false-alarm bound is ``alpha`` · n / ``every`` (0.0
 trigger's before).
 
 Measured (``bench_early_warning.py --indicators``, every 2, no hold; ramps warned of 160 / runs without
-slowing down warned of 200): the split 70 / 16, the autoregression alone at 0.001 61 / 15, the
-indicator alone at 0.001 36 / 5 and at 0.002 46 / 10; the indicator is weaker on clean ramps (6 of 40 at
-0.002 against 27 for the autoregression) and stronger with outliers (rank statistics). Keeping the
+slowing down warned of 200): the two at 0.002 in all 68 / 15, the autoregression alone at 0.001 61 / 15
+(the same false alarms, 7 more ramps); the indicator alone at 0.001 34 / 2 and at 0.002 43 / 4. The
+indicator's level holds where the autoregression's does not (noise and outliers on a persistent series:
+the autoregression warns in 9 of the 200 runs even at 0.0001; at 0.001 11 of its 15 are steady series
+with outliers), but it is weaker on clean ramps (9 of 40 at 0.001, against 19): alone (at 0.001) it
+would warn of 4 of 40 transitions of the simulator (13 with both), so both are the trigger. Keeping the
 per-point bound (``every`` 4 at 0.002) warned of fewer transitions of the simulator (11 of 40 against
-13): not the default. The variance's tau (``variance_tau``) is a test too (``trigger``) but not in the
-default: at every level it warned of fewer ramps than the autocovariance's and of more runs without
-slowing down (19 / 14 at 0.001). The rolling indicators of :mod:`rolling_trend` (Dakos et al. 2012: a
-rolling window of half the span, tau against 999 AR(1) surrogates; 17-100 ms a look) were measured as
-tests as well: weaker at every false-alarm count (README), so they are evidence only.
+13, measured with the moment estimate of the null's memory in :mod:`kendall`): not the default. The
+variance's tau (``variance_tau``) is a test too (``trigger``) but not in the default: at every level it
+warned of fewer ramps than the autocovariance's and of more runs without slowing down (19 / 7 at 0.001).
+The rolling indicators of :mod:`rolling_trend` (Dakos et al. 2012: a rolling window of half the span,
+tau against 999 AR(1) surrogates; 17-100 ms a look) were measured as tests as well: weaker at every
+false-alarm count (README), so they are evidence only.
+
 Measurement noise and outliers on a persistent series make the z-score wider than standard normal
 (residuals of an AR(1) seen through noise are correlated): there the stated level does not hold (a tenth
 of the points 5 spreads off an AR(1) of coefficient 0.5: about 2% of tests warn at 0.001,
