@@ -1,7 +1,7 @@
 """Early warnings (``streams.engine.detectors.early_warning``): warned before a transition, and false alarms.
 
-    .venv/bin/python bench/bench_early_warning.py [--seeds 1-40] [--steps 300] [--every 2] [--alpha 0.002]
-        [--trigger autocorrelation_tau,ar_trend]     (today's detector: --trigger ar_trend --alpha 0.001)
+    .venv/bin/python bench/bench_early_warning.py [--seeds 1-40] [--steps 300] [--every 2] [--alpha 0.001]
+        [--trigger autocorrelation_tau,ar_trend]     (the detector before: --trigger ar_trend)
     .venv/bin/python bench/bench_early_warning.py --indicators [--seeds 1-40] [--every 2] [--rolling]
 
 Cases (none of them was used to choose the detector's settings: ``alpha`` is a significance level, the
@@ -265,7 +265,7 @@ def main() -> None:
     parser.add_argument("--indicators", action="store_true", help="compare the tests offline on the AR(1) families")
     parser.add_argument("--rolling", action="store_true", help="--indicators: the rolling taus too (slow)")
     parser.add_argument("--every", type=int, default=EarlyWarning.every, help="test every N points")
-    parser.add_argument("--alpha", type=float, default=EarlyWarning.alpha, help="the trigger's total level")
+    parser.add_argument("--alpha", type=float, default=EarlyWarning.alpha, help="the level of each test of the trigger")
     parser.add_argument("--trigger", default=",".join(TRIGGER), help=f"tests raising a warning: {', '.join(TESTS)}")
     parser.add_argument("--surrogates", type=int, default=0, help="confirm against N noise-aware surrogates")
     parser.add_argument("--span", type=int, default=150, help="its span (the most points it tests at once)")

@@ -125,8 +125,8 @@ def test_a_warning_carries_the_variance_and_autocorrelation_trends_point_wise_an
     assert -1 <= evidence["autocorrelation_tau"] <= 1 and 0 <= evidence["autocorrelation_p"] <= 1
     for rolling in ("rolling_variance", "rolling_autocorrelation"):  # against 999 surrogates
         assert -1 <= evidence[f"{rolling}_tau"] <= 1 and 0.001 <= evidence[f"{rolling}_p"] <= 1
-    assert evidence["raised_by"] == ["ar_trend"] and evidence["level"] == evidence["alpha"] / 2
-    assert evidence["p_value"] <= evidence["level"] < evidence["autocorrelation_p"]
+    assert evidence["raised_by"] == ["ar_trend"] and evidence["total_level"] == 2 * evidence["alpha"]
+    assert evidence["p_value"] <= evidence["alpha"] < evidence["autocorrelation_p"]
 
 
 def test_a_trigger_of_the_indicators_alone_raises_warnings_and_keeps_its_level_on_steady_memory() -> None:

@@ -17,12 +17,12 @@ its level:
   ``y[t] = c + (a + b·s[t])·y[t-1] + e`` (``s``: time scaled to -½..½); the trend ``b`` over its standard
   error is a z-score, standard normal when the coefficient does not change.
 
-The level is ``alpha`` (0.002) in all, split equally (Bonferroni): each test at 0.001, the level the
-autoregression's trend had alone before, so every look at which it warned still warns and the
-indicator's are added. That is the principle, and its price is stated, not tuned away: the chance that
-one look at a span without slowing down warns is at most ``alpha``, and a run of n points is looked at
-n / ``every`` times, so its false-alarm bound is ``alpha`` · n / ``every`` (0.001 per point, twice the
-trigger's before).
+Each test is at ``alpha`` (0.001), the level the autoregression's trend had alone before, so every look
+at which it warned still warns and the indicator's are added; the total level is ``alpha`` times the
+number of tests, 0.002 (Bonferroni). That is the principle, and its price is stated, not tuned away: the
+chance that one look at a span without slowing down warns is at most that total, and a run of n points is
+looked at n / ``every`` times, so its false-alarm bound is 0.002 · n / ``every`` (0.001 per point, twice
+the trigger's before).
 
 Measured (``bench_early_warning.py --indicators``, every 2, no hold; ramps warned of 160 / runs without
 slowing down warned of 200): the two at 0.002 in all 68 / 15, the autoregression alone at 0.001 61 / 15
@@ -59,16 +59,17 @@ is the regime shift itself, or another one: the span is forgotten and learned ag
 
 The finding's ``start`` is the time of the span's first point, its ``end`` the point that confirmed the
 warning (``raised_at`` in the evidence: the one that raised it); ``evidence`` has ``raised_by`` (the
-tests of the trigger that reached their level, the smallest p-value first), ``level`` (each one's level),
-the autoregression's z-score and p-value (``z``, ``p_value``; ``severity`` is the z-score), ``alpha``, the
-autoregression coefficient at the span's start and end, the variance and lag-1 autocorrelation of its
-first and last thirds, Kendall's tau and one-sided p-value of the variance's and the lag-1
-autocovariance's trend on the winsorised residuals (``variance_tau``, ``variance_p``,
+tests of the trigger that reached their level, the smallest p-value first), ``alpha`` (each test's
+level) and ``total_level``, the autoregression's z-score and p-value (``z``, ``p_value``; ``severity``
+is the z-score), the autoregression coefficient at the span's start and end, the variance and lag-1
+autocorrelation of its first and last thirds, Kendall's tau and one-sided p-value of the variance's and
+the lag-1 autocovariance's trend on the winsorised residuals (``variance_tau``, ``variance_p``,
 ``autocorrelation_tau``, ``autocorrelation_p``), the same of the rolling indicators against surrogates
 (``rolling_variance_tau``, ``rolling_variance_p``, ``rolling_autocorrelation_tau``,
-``rolling_autocorrelation_p``; 35-200 ms per warning) and ``since_points``. The lead time of a warning is
-how long before the shift it came. One warning per rise: the detector re-arms once every test's statistic
-has fallen below zero. State: at most ``span`` points (and times) and the change detector's window.
+``rolling_autocorrelation_p``; 35-200 ms per warning) and ``since_points``. The lead time of a warning
+is how long before the shift it came. One warning per rise: the detector re-arms once every test's
+statistic has fallen below zero. State: at most ``span`` points (and times) and the change detector's
+window.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ F = npt.NDArray[np.float64]
 CLIP = 4.0  # robust standard deviations: a Gaussian point is further off once in 16,000
 INDICATORS = {"variance_tau": variance_trend, "autocorrelation_tau": autocorrelation_trend}
 TESTS = ("ar_trend", *INDICATORS)
-TRIGGER = ("autocorrelation_tau", "ar_trend")  # each at alpha / 2 (Bonferroni): see the module's docstring
+TRIGGER = ("autocorrelation_tau", "ar_trend")  # each at alpha, 2·alpha in all (Bonferroni): the module's docstring
 
 
 def indicators(x: F) -> tuple[float, float]:
@@ -190,10 +191,10 @@ class EarlyWarning(Detector):
     span: int = 150
     min_span: int = 60
     every: int = 2
-    alpha: float = 0.002  # the total level: each test of the trigger at alpha / len(trigger), 0.001
+    alpha: float = 0.001  # the level of each test of the trigger; in all alpha · len(trigger) (Bonferroni)
     jump: float = 4.0
     surrogates: int = 0  # > 0: a warning's z must also reach ``alpha`` against this many noise-aware surrogates
-    trigger: tuple[str, ...] = TRIGGER  # the tests (``TESTS``) that raise a warning, each at alpha / len(trigger)
+    trigger: tuple[str, ...] = TRIGGER  # the tests (``TESTS``) that raise a warning, each at ``alpha``
     job: str = ""  # the key whose state it holds
     _points: deque[float] = field(default_factory=deque)
     _times: deque[float] = field(default_factory=deque)
@@ -250,9 +251,9 @@ class EarlyWarning(Detector):
         if not self._armed:
             self._armed = all(statistic < 0.0 for statistic, _ in judged.values())
             return None
-        level = self.alpha / len(self.trigger)
-        reached = [name for name in self.trigger if judged[name][1] <= level]
-        if "ar_trend" in reached and self.surrogates and calibrated(x, judged["ar_trend"][0], self.surrogates) > level:
+        reached = [name for name in self.trigger if judged[name][1] <= self.alpha]
+        z = judged["ar_trend"][0] if "ar_trend" in reached else 0.0
+        if "ar_trend" in reached and self.surrogates and calibrated(x, z, self.surrogates) > self.alpha:
             reached.remove("ar_trend")
         if not reached:
             return None
@@ -292,6 +293,6 @@ class EarlyWarning(Detector):
                 "rolling_autocorrelation_p": float(f"{rolling_p[1]:.6g}"),
                 "since_points": len(x),
                 "raised_by": raised_by,
-                "level": level,
+                "total_level": self.alpha * len(self.trigger),
             },
         )
