@@ -1,41 +1,55 @@
 """Early warning of a regime shift: critical slowing down in one series, before it tips.
 
 A system that is about to lose its stable state recovers from small perturbations ever more slowly: a
-deviation is still there one point later, more and more of it (its lag-1 autoregression coefficient
-rises towards 1, and with it the series' variance), while its level may not have moved yet. Every
-``every`` points the detector takes the points since it last started (at most ``span``, at least
-``min_span``), removes their least-squares line (a trend or a level is not slowing down), winsorises the
-residuals at ``CLIP`` (4) robust standard deviations (an outlier is one point far off, not memory) and
-fits an autoregression whose coefficient may change linearly over the span,
-``y[t] = c + (a + b·s[t])·y[t-1] + e`` (``s``: time scaled to -½..½). The trend ``b`` of the coefficient
-over its standard error is a z-score that is standard normal when the coefficient does not change
-(least squares with a known distribution: no threshold learned from data, no surrogate draws); a warning
-is raised when its one-sided p-value is at most ``alpha`` (default 0.001). ``alpha`` is the chance that
-one test of a span without slowing down warns: a stated significance level, not a number tuned on a
-scenario; a run of n points is tested n / ``every`` (2) times, so the chance of a false alarm in it is at
-most ``alpha`` · n / ``every`` (0.0005 per point; measured without the hold below, ``bench_early_warning.py
---indicators``: 15 of 200 AR(1) runs of 300 points without slowing down warned, the bound 12%). Testing
-every 10 points at 0.0025 (half that bound per point) warned of more ramps there (69 against 61 of 160)
-with no more false alarms (14 against 15), but on the held-out simulator sampled every second window 6
-of its warnings came just after the transition (2 with every 2): it is not the default.
+deviation is still there one point later, more and more of it (its lag-1 autocorrelation rises towards
+1, and with it the series' variance), while its level may not have moved yet. Every ``every`` (2) points
+the detector takes the points since it last started (at most ``span``, at least ``min_span``), removes
+their least-squares line (a trend or a level is not slowing down) and winsorises the residuals at
+``CLIP`` (4) robust standard deviations (an outlier is one point far off, not memory). Two tests of a
+rise in memory (``TRIGGER``) are applied to those residuals, and a warning is raised when either reaches
+its level:
+
+- ``autocorrelation_tau``, the issue's indicator (:mod:`kendall`): Kendall's tau against time of the
+  point-wise lag-1 autocovariance ``r[t]·r[t-1]`` (the variance times the lag-1 autocorrelation), with a
+  one-sided p-value whose variance is widened for the autocorrelation those products have under a steady
+  AR(1) (Hamed & Rao 1998);
+- ``ar_trend``: an autoregression whose coefficient may change linearly over the span,
+  ``y[t] = c + (a + b·s[t])·y[t-1] + e`` (``s``: time scaled to -½..½); the trend ``b`` over its standard
+  error is a z-score, standard normal when the coefficient does not change.
+
+Each test is at ``alpha`` (0.001), the level the autoregression's trend had alone before, so every look
+at which it warned still warns and the indicator's are added; the total level is ``alpha`` times the
+number of tests, 0.002 (Bonferroni). That is the principle, and its price is stated, not tuned away: the
+chance that one look at a span without slowing down warns is at most that total, and a run of n points is
+looked at n / ``every`` times, so its false-alarm bound is 0.002 · n / ``every`` (0.001 per point, twice
+the trigger's before).
+
+Measured (``bench_early_warning.py --indicators``, every 2, no hold; ramps warned of 160 / runs without
+slowing down warned of 200): the two at 0.002 in all 68 / 15, the autoregression alone at 0.001 61 / 15
+(the same false alarms, 7 more ramps); the indicator alone at 0.001 34 / 2 and at 0.002 43 / 4. The
+indicator's level holds where the autoregression's does not (noise and outliers on a persistent series:
+the autoregression warns in 9 of the 200 runs even at 0.0001; at 0.001 11 of its 15 are steady series
+with outliers), but it is weaker on clean ramps (9 of 40 at 0.001, against 19): alone (at 0.001) it
+would warn of 4 of 40 transitions of the simulator (13 with both), so both are the trigger. Keeping the
+per-point bound (``every`` 4 at 0.002) warned of fewer transitions of the simulator (11 of 40 against
+13, measured with the moment estimate of the null's memory in :mod:`kendall`): not the default. The
+variance's tau (``variance_tau``) is a test too (``trigger``) but not in the default: at every level it
+warned of fewer ramps than the autocovariance's and of more runs without slowing down (19 / 7 at 0.001).
+The rolling indicators of :mod:`rolling_trend` (Dakos et al. 2012: a rolling window of half the span,
+tau against 999 AR(1) surrogates; 17-100 ms a look) were measured as tests as well: weaker at every
+false-alarm count (README), so they are evidence only.
+
 Measurement noise and outliers on a persistent series make the z-score wider than standard normal
 (residuals of an AR(1) seen through noise are correlated): there the stated level does not hold (a tenth
 of the points 5 spreads off an AR(1) of coefficient 0.5: about 2% of tests warn at 0.001,
-``tests/unit/test_early_warning.py``; 3.5% at 0.9, 2.8% without winsorising). With ``surrogates`` > 0 a
-warning's z must also reach ``alpha`` against that many surrogates of an AR(1) seen through white noise
-(``calibrated``, :mod:`surrogates`): measured at 0.002 with 999, it did not warn of more transitions
-without more false alarms on the simulator's healthy twin (README), so it is off.
+``tests/unit/test_early_warning.py``). With ``surrogates`` > 0 a warning of the autoregression must also
+reach its level against that many surrogates of an AR(1) seen through white noise (``calibrated``,
+:mod:`surrogates`): measured, it did not warn of more transitions without more false alarms on the
+simulator's healthy twin (README), so it is off.
 
-The issue's indicators, the variance and the lag-1 autocorrelation with Kendall's tau against time, are
-in the evidence of every warning, twice: as the literature computes them (``rolling_trend``, Dakos et al.
-2012: over a rolling window of half the span, tau judged against 999 AR(1) surrogate series seeded
-from the span itself) and point-wise (``kendall``: tau of the point-wise contributions, a p-value
-corrected for their autocorrelation). They do not raise warnings: measured on the same runs and spans
-(``bench_early_warning.py --indicators --every 10``), they are weaker than the autoregression's trend at
-every false-alarm count (at 0.001: 40 of 160 ramps, false alarms in 11 of 200 runs without slowing down;
-rolling autocorrelation 17 and 2, rolling variance 6 and 6, their taus' sum 10 and 3; one look at the
-150 points before the transition, at 0.05: 92 and 7 against 45 and 8, 35 and 10, 47 and 5), and adding
-them (Bonferroni, one level in all) warned of fewer ramps or gave more false alarms.
+Each warning also carries the indicators as the literature computes them (``rolling_trend``: rolling
+variance and lag-1 autocorrelation over half the span, Kendall's tau against 999 AR(1) surrogate series
+seeded from the span itself), and the point-wise variance's tau.
 
 A step in the series also looks like memory while it is in the span, and the change detector needs a few
 points to confirm it: so a warning is held for ``min_side + 2`` points and dropped if a shift is found
@@ -44,15 +58,18 @@ meanwhile. A level shift of more than ``jump`` times the spread of the span befo
 is the regime shift itself, or another one: the span is forgotten and learned again after it.
 
 The finding's ``start`` is the time of the span's first point, its ``end`` the point that confirmed the
-warning (``raised_at`` in the evidence: the one that raised it); ``evidence`` has the z-score and p-value,
-the autoregression coefficient at the span's start and end, the variance and lag-1 autocorrelation of its
-first and last thirds, Kendall's tau and one-sided p-value of the variance's and the lag-1
-autocovariance's trend (``variance_tau``, ``variance_p``, ``autocorrelation_tau``, ``autocorrelation_p``),
-the same of the rolling indicators against surrogates (``rolling_variance_tau``, ``rolling_variance_p``,
-``rolling_autocorrelation_tau``, ``rolling_autocorrelation_p``; 35-200 ms per warning) and
-``since_points``. The lead time of a warning is how long before the shift it
-came. One warning per rise: the detector re-arms once the z-score has fallen below zero. State: at most
-``span`` points (and times) and the change detector's window.
+warning (``raised_at`` in the evidence: the one that raised it); ``evidence`` has ``raised_by`` (the
+tests of the trigger that reached their level, the smallest p-value first), ``alpha`` (each test's
+level) and ``total_level``, the autoregression's z-score and p-value (``z``, ``p_value``; ``severity``
+is the z-score), the autoregression coefficient at the span's start and end, the variance and lag-1
+autocorrelation of its first and last thirds, Kendall's tau and one-sided p-value of the variance's and
+the lag-1 autocovariance's trend on the winsorised residuals (``variance_tau``, ``variance_p``,
+``autocorrelation_tau``, ``autocorrelation_p``), the same of the rolling indicators against surrogates
+(``rolling_variance_tau``, ``rolling_variance_p``, ``rolling_autocorrelation_tau``,
+``rolling_autocorrelation_p``; 35-200 ms per warning) and ``since_points``. The lead time of a warning
+is how long before the shift it came. One warning per rise: the detector re-arms once every test's
+statistic has fallen below zero. State: at most ``span`` points (and times) and the change detector's
+window.
 """
 
 from __future__ import annotations
@@ -73,6 +90,9 @@ from streams.engine.findings import Finding
 
 F = npt.NDArray[np.float64]
 CLIP = 4.0  # robust standard deviations: a Gaussian point is further off once in 16,000
+INDICATORS = {"variance_tau": variance_trend, "autocorrelation_tau": autocorrelation_trend}
+TESTS = ("ar_trend", *INDICATORS)
+TRIGGER = ("autocorrelation_tau", "ar_trend")  # each at alpha, 2·alpha in all (Bonferroni): the module's docstring
 
 
 def indicators(x: F) -> tuple[float, float]:
@@ -104,7 +124,11 @@ def winsorised(r: F, clip: float = CLIP) -> F:
 def ar_trend(x: F, clip: float = CLIP) -> tuple[F, F, F]:
     """Per row of ``x``: (z-score of the trend of the lag-1 autoregression coefficient, the coefficient
     at the start, at the end), ``x`` around its least-squares line, outliers winsorised at ``clip``."""
-    y = winsorised(detrended(x), clip)
+    return ar_fit(winsorised(detrended(x), clip))
+
+
+def ar_fit(y: F) -> tuple[F, F, F]:
+    """``ar_trend`` of residuals ``y`` (each row) already around their line and winsorised."""
     n = y.shape[-1]
     s = np.arange(1, n, dtype=np.float64) / n - 0.5
     lag, out = y[..., :-1], y[..., 1:]
@@ -132,6 +156,24 @@ def slowing_down(x: F, clip: float = CLIP) -> tuple[float, float, float]:
     return float(z[0]), float(then[0]), float(now[0])
 
 
+def one_sided(z: float) -> float:
+    """P(N(0,1) >= z)."""
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def tests(y: F, names: tuple[str, ...]) -> dict[str, tuple[float, float]]:
+    """(statistic, one-sided p-value of a rise) of each test in ``names`` (``TESTS``) on the residuals ``y``
+    (around their line, winsorised): the AR trend's z, or Kendall's tau of a point-wise indicator."""
+    out: dict[str, tuple[float, float]] = {}
+    for name in names:
+        if name == "ar_trend":
+            z = float(ar_fit(y[None, :])[0][0])
+            out[name] = (z, one_sided(z))
+        else:
+            out[name] = INDICATORS[name](y)
+    return out
+
+
 def calibrated(x: F, z: float, surrogates: int) -> float:
     """One-sided p-value of the AR trend's z-score ``z`` of ``x`` against ``surrogates`` series drawn from
     the null fitted to its winsorised residuals (``surrogates.draw``: one AR(1) seen through white noise)."""
@@ -149,9 +191,10 @@ class EarlyWarning(Detector):
     span: int = 150
     min_span: int = 60
     every: int = 2
-    alpha: float = 0.001
+    alpha: float = 0.001  # the level of each test of the trigger; in all alpha · len(trigger) (Bonferroni)
     jump: float = 4.0
     surrogates: int = 0  # > 0: a warning's z must also reach ``alpha`` against this many noise-aware surrogates
+    trigger: tuple[str, ...] = TRIGGER  # the tests (``TESTS``) that raise a warning, each at ``alpha``
     job: str = ""  # the key whose state it holds
     _points: deque[float] = field(default_factory=deque)
     _times: deque[float] = field(default_factory=deque)
@@ -203,18 +246,24 @@ class EarlyWarning(Detector):
         if len(self._points) < self.min_span or self._count % self.every:
             return None
         x = np.fromiter(self._points, np.float64, len(self._points))
-        z, ar_then, ar_now = slowing_down(x)
+        y = winsorised(detrended(x))
+        judged = tests(y, self.trigger)
         if not self._armed:
-            self._armed = z < 0.0
+            self._armed = all(statistic < 0.0 for statistic, _ in judged.values())
             return None
-        p_value = 0.5 * math.erfc(z / math.sqrt(2))
-        if p_value > self.alpha or (self.surrogates and calibrated(x, z, self.surrogates) > self.alpha):
+        reached = [name for name in self.trigger if judged[name][1] <= self.alpha]
+        z = judged["ar_trend"][0] if "ar_trend" in reached else 0.0
+        if "ar_trend" in reached and self.surrogates and calibrated(x, z, self.surrogates) > self.alpha:
+            reached.remove("ar_trend")
+        if not reached:
             return None
         self._armed = False
+        raised_by = sorted(reached, key=lambda name: judged[name][1])  # the smallest p-value first
+        z, ar_then, ar_now = (float(v[0]) for v in ar_fit(y[None, :]))
+        p_value = one_sided(z)
         third = len(x) // 3
         (var_then, ac_then), (var_now, ac_now) = indicators(x[:third]), indicators(x[-third:])
-        r = detrended(x)
-        (var_tau, var_p), (ac_tau, ac_p) = variance_trend(r), autocorrelation_trend(r)
+        (var_tau, var_p), (ac_tau, ac_p) = variance_trend(y), autocorrelation_trend(y)
         rolling_tau, rolling_p = rolling_trend(x)
         return Finding(
             kind="early_warning",
@@ -243,5 +292,7 @@ class EarlyWarning(Detector):
                 "rolling_autocorrelation_tau": round(float(rolling_tau[1]), 6),
                 "rolling_autocorrelation_p": float(f"{rolling_p[1]:.6g}"),
                 "since_points": len(x),
+                "raised_by": raised_by,
+                "total_level": self.alpha * len(self.trigger),
             },
         )

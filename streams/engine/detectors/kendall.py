@@ -2,13 +2,14 @@
 
 The early-warning indicators of a critical slowing down are a rising variance and a rising lag-1
 autocorrelation, usually shown as a rolling-window statistic whose trend is Kendall's tau against
-time. Rolling windows overlap, so neighbouring values share most of their points and the textbook
-p-value of tau (independent values) is far too small. Here tau is taken over the point-wise
-contributions instead — ``|r[t]|`` for the variance, ``r[t]·r[t-1]`` for the lag-1 autocovariance, ``r``
-the series around its least-squares line — whose autocorrelation is known when the series is an AR(1)
-process with coefficient ``phi`` (estimated from the same points: the null hypothesis is "one AR(1)
-process, no trend in its memory"). The variance of Kendall's S is then inflated as in Hamed & Rao (1998)
-for autocorrelated data (an effective sample size), and ``(S - sign S) / sd`` is taken as standard normal.
+time. Rolling windows overlap, so neighbouring values share most of their points and the textbook p-value of
+tau (independent values) is far too small. Here tau is taken over the point-wise contributions instead —
+``|r[t]|`` for the variance, ``r[t]·r[t-1]`` for the lag-1 autocovariance, ``r`` the series around its
+least-squares line — whose autocorrelation is known when the series is an AR(1) process with coefficient
+``phi`` (estimated from the same points, from the signs of their lag products: ``sign_coefficient``; the
+null hypothesis is "one AR(1) process, no trend in its memory"). The variance of Kendall's S is then
+inflated as in Hamed & Rao (1998) for autocorrelated data (an effective sample size), and ``(S - sign S)
+/ sd`` is taken as standard normal.
 No window, no surrogate draws, no threshold learned from data.
 """
 
@@ -22,10 +23,15 @@ import numpy.typing as npt
 F = npt.NDArray[np.float64]
 
 
-def ar1_coefficient(r: F) -> float:
-    """Lag-1 autoregression coefficient of ``r`` (mean zero), clipped to 0..0.999 (no memory at worst)."""
-    energy = float(r @ r)
-    return 0.0 if energy <= 0.0 else min(max(float(r[1:] @ r[:-1]) / energy, 0.0), 0.999)
+def sign_coefficient(r: F) -> float:
+    """Lag-1 autocorrelation of ``r`` (mean zero) from the signs of its lag products alone: for a Gaussian
+    AR(1), ``P(r[t]·r[t-1] > 0) = ½ + arcsin(phi) / π``; clipped to 0..0.999. Every point counts once
+    whatever its size, so outliers (which lower the products' estimate and with it the widening) and a
+    variance that rises within the span (which lets its end outweigh the rest) do not move it."""
+    if len(r) < 2:
+        return 0.0
+    agree = float(np.mean(r[1:] * r[:-1] > 0))
+    return min(max(math.sin(math.pi * (agree - 0.5)), 0.0), 0.999)
 
 
 def abs_correlation(rho: F) -> F:
@@ -52,7 +58,7 @@ def trend(u: F, autocorrelation: F) -> tuple[float, float]:
 
 def variance_trend(r: F) -> tuple[float, float]:
     """(tau, p) of a rising variance of ``r`` (around its line): Kendall's tau of ``|r|`` against time."""
-    phi = ar1_coefficient(r)
+    phi = sign_coefficient(r)
     lags = np.arange(1, len(r), dtype=np.float64)
     return trend(np.abs(r), abs_correlation(phi**lags))
 
@@ -60,6 +66,6 @@ def variance_trend(r: F) -> tuple[float, float]:
 def autocorrelation_trend(r: F) -> tuple[float, float]:
     """(tau, p) of a rising lag-1 autocovariance of ``r``: Kendall's tau of ``r[t]·r[t-1]`` against time
     (for a Gaussian AR(1), ``corr(r[t]r[t-1], r[t+k]r[t+k-1]) = 2·phi^2k / (1 + phi²)``)."""
-    phi = ar1_coefficient(r)
+    phi = sign_coefficient(r)
     lags = np.arange(1, len(r) - 1, dtype=np.float64)
     return trend(r[1:] * r[:-1], 2 * phi ** (2 * lags) / (1 + phi * phi))
