@@ -274,8 +274,9 @@ def latency(cfg: Settings, job: tuple[str, int, int], profile: str, figures: Fig
     finally:
         for child in children:
             child.stop()
-    last = next(reversed(sent))  # a finding whose source is the last message sent was found at the input's end
-    stages = [(visible - sent[key], produced - sent[key], stored - produced, visible - stored, key == last)
+    # found at the input's end: produced once the worker had been idle for its idle flush after the last message
+    ended = sent[next(reversed(sent))] + run.idle_flush_s
+    stages = [(visible - sent[key], produced - sent[key], stored - produced, visible - stored, produced >= ended)
               for visible, produced, stored, src in seen.values()
               if (key := (src["topic"], src["partition"], src["offset"])) in sent]  # fmt: skip
     name = f"finding latency, {profile}, {job[1]} ranks in real time"
