@@ -13,7 +13,9 @@ test per rank:
 - over the job's last ``WINDOW`` analysed steps, with noise alone ``S`` is a sum of fair random signs, so
   ``P(S >= s) <= exp(-s^2 / 2Q)`` (Hoeffding's bound, conditional on the sizes);
 - a rank is systematically slow when that bound is at most ``ALPHA`` / (the ranks tested): a stated
-  significance, family-wise over the job's ranks (Bonferroni), never a floor tuned on a run.
+  level, Bonferroni over the job's ranks (links are a second family at the same level), never a floor tuned
+  on a run. It holds per look (the window is judged again after every analysed step) and only as far as a
+  rank's signs are independent (below).
 
 The signs of one rank's nodes are taken as independent: noise shared by all of a rank's ops for one step (a
 rank slow for a step) counts as evidence, so such a rank is left out of its peers while the window holds it
@@ -43,7 +45,7 @@ import numpy as np
 from streams.engine.medians import LOWER, MIDDLE, grouped
 from streams.engine.stepgraph import Floats, Ints
 
-ALPHA = 0.001  # the chance, in a job whose ranks are only noisy, that any of them is called systematic
+ALPHA = 0.001  # per look: at most this chance that a job of only noisy, independent ranks has one called
 WINDOW = 10  # analysed steps of evidence (the structural_slowdown detector's window)
 NONE = np.zeros(0, np.int64)
 Slow = tuple[Ints, Ints]  # a job's systematically slow ranks and links
@@ -101,7 +103,8 @@ class Unsystematic:
         """Per unit: the sum over its paired positions of their group's middle times the sign of their
         deviation from it, and of the squared middles of those not tied with it."""
         middle = self.middle.typical(values)
-        sign = np.where(self.paired, np.sign(values - middle), 0.0)
+        judged = self.paired & np.isfinite(values) & np.isfinite(middle)  # (a NaN says nothing, for or against)
+        sign = np.where(judged, np.sign(values - middle), 0.0)
         size = np.where(sign != 0, np.abs(middle), 0.0)
         units = int(self.unit.max(initial=-1)) + 1
         total: Floats = np.bincount(self.unit, size * sign, minlength=units).astype(np.float64)

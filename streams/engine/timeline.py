@@ -9,7 +9,9 @@ samples were batched into messages, nor on how the telemetry and decision topics
 An epoch is released once the **watermark** passes its end. Each input channel (a topic partition, a file)
 has its own newest event time; the watermark is the oldest of them less ``lateness``, so a channel that is
 behind holds everything back instead of seeing its data declared late. A channel the driver knows to be
-caught up (nothing more to read right now) does not hold the watermark back. A sample or decision older
+caught up (nothing more to read right now) does not hold the watermark back; when every channel is, the
+channels of samples hold each other back (as a replay reading them would) but a channel of decisions, quiet
+since its last decision, does not. A sample or decision older
 than the released frontier is **late**: the caller dead-letters it (reason ``late``), nothing is dropped
 silently. At the end of the input :meth:`Timeline.drain` releases everything.
 """
@@ -63,6 +65,7 @@ class Timeline:
     lateness: float = 10.0
     epoch_s: float = 1.0
     _newest: dict[str, float] = field(default_factory=dict)  # channel -> newest event time seen
+    _deciding: set[str] = field(default_factory=set)  # channels that delivered decisions
     _epochs: dict[int, _Epoch] = field(default_factory=dict)
     _released: int | None = None  # epochs below this index were released
     origin: Origin = ("", -1)  # of the epoch released last: the provenance of what the engine emits from it
@@ -109,9 +112,12 @@ class Timeline:
         waiting = [t for c, t in self._newest.items() if c not in idle]
         if waiting:
             return min(waiting) - self.lateness
-        # every channel is caught up: none holds the others back (as when some are not), so the input is as far
-        # as the newest delivered; the oldest would let a channel that has been quiet for long (decisions)
-        # hold back every release while the worker keeps up in real time
+        # every channel is caught up: the channels of samples hold each other back as a replay reads them (the
+        # oldest), but not a channel of decisions, quiet since its last one (it would hold back every release
+        # while the worker keeps up in real time); only decisions: the newest of them
+        sampled = [t for c, t in self._newest.items() if c not in self._deciding and t > -math.inf]
+        if sampled:
+            return min(sampled) - self.lateness
         return max(self._newest.values(), default=-math.inf) - self.lateness
 
     def add_samples(self, channel: str, batches: list[SampleBatch], offset: int = -1) -> list[npt.NDArray[np.bool_]]:
@@ -152,6 +158,7 @@ class Timeline:
         if t < self.frontier:
             return False
         self._newest[channel] = max(self._newest.get(channel, -math.inf), t)
+        self._deciding.add(channel)
         epoch = self._epochs.setdefault(math.floor(t / self.epoch_s), _Epoch())
         epoch.decisions.append(decision)
         epoch.contributed((channel, offset))

@@ -53,6 +53,7 @@ def test_the_lag1_autocorrelation_tau_raises_warnings_of_a_simulated_slowing_dow
             detector = EarlyWarning("service:api", "latency_p99_s")
             found = [f for w, v in enumerate(p99[::step]) if (f := detector.update(float(w), float(v)))]
             raised_by += [f.evidence["raised_by"] for f in found if f.evidence["raised_at"] < transition // step]
+            assert all(f.severity > 0 for f in found)  # the z-score of the test that raised it, whichever
     assert all(set(names) <= {"autocorrelation_tau", "ar_trend"} for names in raised_by)
     assert sum(names[0] == "autocorrelation_tau" for names in raised_by) >= 2  # measured: 3 (seeds 33, 34)
 

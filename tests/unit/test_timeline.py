@@ -49,19 +49,27 @@ def test_late_samples_are_reported_and_not_buffered() -> None:
     assert sorted(t for b in drained for t in b.columns["time"].tolist()) == [10.25, 10.5]
 
 
-def test_caught_up_channels_hold_nothing_back_a_quiet_one_included() -> None:
-    """A channel that is behind holds the watermark at its newest; once every channel is caught up (a live
-    worker keeping up in real time), the watermark follows the newest delivered, not a channel that has been
-    quiet for long (a decision an hour ago must not hold back every release)."""
+def test_caught_up_channels_hold_nothing_back_but_channels_of_samples_hold_each_other() -> None:
+    """A channel that is behind holds the watermark at its newest. Once every channel is caught up (a live
+    worker keeping up in real time), a channel of decisions quiet for long (the last decision an hour ago) does
+    not hold back every release; channels of samples still hold each other back, as a replay reading them
+    would (so the live worker never declares late what a replay of the same range analyses)."""
     timeline = Timeline(lateness=2.0, epoch_s=1.0)
     timeline.declare(["telemetry/0", "decisions/0"])
-    timeline.add_samples("decisions/0", [metrics([10.0])])
+    assert timeline.add_decision("decisions/0", {"id": "d", "time": 10.0})
     timeline.add_samples("telemetry/0", [metrics([float(t) for t in range(10, 41)])])
     assert timeline.watermark() == 8.0  # both may still deliver: the quiet one holds
     assert timeline.watermark(["decisions/0"]) == 38.0  # it is caught up: the other decides
-    assert timeline.watermark(["decisions/0", "telemetry/0"]) == 38.0  # both: as far as the newest
+    assert timeline.watermark(["decisions/0", "telemetry/0"]) == 38.0  # both: decisions do not hold
     released = [end for end, _ in timeline.release(["decisions/0", "telemetry/0"])]
     assert released == [float(k) for k in range(11, 39)]
+    late = timeline.add_samples("telemetry/1", [metrics([30.0])])  # behind what was released: late
+    assert late[0].tolist() == [True]
+    skewed = Timeline(lateness=1.0, epoch_s=1.0)
+    skewed.add_samples("telemetry/0", [metrics([1000.0])])
+    skewed.add_samples("telemetry/1", [metrics([990.0])])
+    assert skewed.watermark(["telemetry/0", "telemetry/1"]) == 989.0  # the oldest, as a replay
+
 
 
 def test_a_consumed_epoch_gives_the_same_batch_and_lets_go_of_its_parts() -> None:

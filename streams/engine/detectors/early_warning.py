@@ -17,10 +17,11 @@ its level:
   ``y[t] = c + (a + b·s[t])·y[t-1] + e`` (``s``: time scaled to -½..½); the trend ``b`` over its standard
   error is a z-score, standard normal when the coefficient does not change.
 
-Each test is at ``alpha`` (0.001), the level the autoregression's trend had alone before, so every look
-at which it warned still warns and the indicator's are added; the total level is ``alpha`` times the
-number of tests, 0.002 (Bonferroni). That is the principle, and its price is stated, not tuned away: the
-chance that one look at a span without slowing down warns is at most that total, and a run of n points is
+Each test is at ``alpha`` (0.001), the level the autoregression's trend had alone before, so a look at
+which it would have warned warns (while the detector is armed: it re-arms once every test's statistic has
+fallen below zero) and the indicator's are added; the total level is ``alpha`` times the number of tests,
+0.002 (Bonferroni). That is the principle, and its price is stated, not tuned away: when each test holds its
+level, the chance that one look at a span without slowing down warns is at most that total, and a run of n points is
 looked at n / ``every`` times, so its false-alarm bound is 0.002 · n / ``every`` (0.001 per point, twice
 the trigger's before).
 
@@ -77,6 +78,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field, replace
+from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
@@ -261,6 +263,8 @@ class EarlyWarning(Detector):
         raised_by = sorted(reached, key=lambda name: judged[name][1])  # the smallest p-value first
         z, ar_then, ar_now = (float(v[0]) for v in ar_fit(y[None, :]))
         p_value = one_sided(z)
+        first = raised_by[0]  # the severity: the z-score of the test that raised it with the smallest p-value
+        severity = z if first == "ar_trend" else -NormalDist().inv_cdf(min(max(judged[first][1], 1e-300), 0.5))
         third = len(x) // 3
         (var_then, ac_then), (var_now, ac_now) = indicators(x[:third]), indicators(x[-third:])
         (var_tau, var_p), (ac_tau, ac_p) = variance_trend(y), autocorrelation_trend(y)
@@ -271,7 +275,7 @@ class EarlyWarning(Detector):
             series=self.metric,
             start=self._times[0],
             end=time,
-            severity=round(z, 6),
+            severity=round(severity, 6),
             evidence={
                 "metric": self.metric,
                 "z": round(z, 6),
