@@ -51,7 +51,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine import dag, layouts, transfers
-from streams.engine.codes import Codebook, Floats, Ints, dense
+from streams.engine.codes import Codebook, Floats, Ints, classes, dense
 from streams.engine.transfers import FROM, RECV_OPS, SEND_OPS, TO
 from streams.errors import DriftlogError
 
@@ -209,8 +209,8 @@ def _build(
     end = start + np.asarray(c["duration"], np.float64)
     rank, mb, peer, seq = (np.asarray(c[k], np.int64) for k in ("rank", "microbatch", "peer", "seq"))
     op, grp = ops.encode(c["op"]), groups.encode(c["group"])
-    op_class = c["op_class"]
-    comm, sync, compute = op_class == "comm", op_class == "sync", op_class == "compute"
+    op_class = classes(c["op_class"], ("comm", "sync", "compute"))
+    comm, sync, compute = op_class == 1, op_class == 2, op_class == 3
     member = (grp > 0) & (seq >= 0) & (comm | sync)
     direction = transfers.directions(c, op, ops, comm, ~member)
     blocks = transfers.blocking(c, direction)
