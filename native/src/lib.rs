@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 
 mod chain;
 mod classify;
+mod codes;
 mod columns;
 mod dag;
 mod decode;
@@ -26,5 +27,6 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(median::medians_excluding_each_row, m)?)?;
     m.add_function(wrap_pyfunction!(dag::dag_critical_path, m)?)?;
     m.add_function(wrap_pyfunction!(sort::canonical_order, m)?)?;
+    m.add_function(wrap_pyfunction!(codes::codes_of, m)?)?;
     Ok(())
 }

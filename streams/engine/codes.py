@@ -9,8 +9,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from audit import native
+
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
+native_codes = hasattr(native.core, "codes_of")  # (the same codes from native/src/codes.rs, with fewer lookups)
 
 
 @dataclass
@@ -22,6 +25,9 @@ class Codebook:
 
     def encode(self, values: npt.NDArray[Any]) -> Ints:
         items = values.tolist()
+        known = _native(items, self.codes, -1)
+        if known is not None:
+            return known
         try:
             return np.fromiter(map(self.codes.__getitem__, items), np.int64, len(items))
         except KeyError:
@@ -33,6 +39,31 @@ class Codebook:
 
     def of(self, names: Iterable[str]) -> Ints:
         return np.array([self.codes[n] for n in names if n in self.codes], np.int64)
+
+
+def classes(values: npt.NDArray[Any], names: tuple[str, ...]) -> Ints:
+    """Per value: 1 + the index in ``names`` of the name it equals, 0 when none (a column's few classes,
+    compared once instead of once per name)."""
+    items = values.tolist()
+    try:
+        known = _native(items, {name: i + 1 for i, name in enumerate(names)}, 0)
+    except TypeError:  # an unhashable value: the comparisons say it equals none
+        known = None
+    if known is not None:
+        return known
+    out = np.zeros(len(items), np.int64)
+    for i, name in enumerate(names):
+        out[values == name] = i + 1
+    return out
+
+
+def _native(items: list[Any], codes: dict[str, int], missing: int) -> Ints | None:
+    """``codes[item]`` per item (``missing`` for an item that is not a key, or None when ``missing`` is
+    negative) from the native core; None also without it."""
+    if not native_codes or native.core is None:
+        return None
+    out = np.empty(len(items), np.int64)
+    return out if native.core.codes_of(items, codes, missing, out) else None
 
 
 def dense(*cols: Ints) -> Ints:

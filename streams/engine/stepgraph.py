@@ -51,7 +51,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine import dag, layouts, transfers
-from streams.engine.codes import Codebook, Floats, Ints, dense
+from streams.engine.codes import Codebook, Floats, Ints, classes, dense
 from streams.engine.transfers import FROM, RECV_OPS, SEND_OPS, TO
 from streams.errors import DriftlogError
 
@@ -168,6 +168,7 @@ class _Draft:
     host: Floats = field(init=False)  # per chain position: the host time added to its intrinsic duration
     pushed: Floats = field(init=False)  # per chain position: of that, the next member's gap (after its end)
     member: npt.NDArray[np.bool_] = field(init=False)  # per chain position: a barrier member
+    prev: Ints = field(init=False)  # per chain position: its rank's previous program span's, -1 for none
     src: list[Ints] = field(default_factory=list)
     dst: list[Ints] = field(default_factory=list)
 
@@ -177,6 +178,9 @@ class _Draft:
         self.host = np.zeros(len(self.chain))
         self.pushed = np.zeros(len(self.chain))
         self.member = np.zeros(len(self.chain), bool)
+        rc = self.rank[self.chain]
+        self.prev = np.arange(-1, len(rc) - 1)
+        self.prev[1:][rc[1:] != rc[:-1]] = -1
 
     def edges(self, src: Ints, dst: Ints) -> None:
         self.src.append(np.asarray(src, np.int64))
@@ -209,8 +213,8 @@ def _build(
     end = start + np.asarray(c["duration"], np.float64)
     rank, mb, peer, seq = (np.asarray(c[k], np.int64) for k in ("rank", "microbatch", "peer", "seq"))
     op, grp = ops.encode(c["op"]), groups.encode(c["group"])
-    op_class = c["op_class"]
-    comm, sync, compute = op_class == "comm", op_class == "sync", op_class == "compute"
+    op_class = classes(c["op_class"], ("comm", "sync", "compute"))
+    comm, sync, compute = op_class == 1, op_class == 2, op_class == 3
     member = (grp > 0) & (seq >= 0) & (comm | sync)
     direction = transfers.directions(c, op, ops, comm, ~member)
     blocks = transfers.blocking(c, direction)
@@ -454,10 +458,7 @@ def _program_order(d: _Draft, mi: Ints, barrier_of: Ints, n_barrier: int, arriva
     every member's previous span (or, for a member with none, its arrival) and its external arrivals (after
     the span gating them, else at their observed time)."""
     external, gate = arrivals_from
-    n_chain = len(d.chain)
-    rc = d.rank[d.chain]
-    prev = np.arange(-1, n_chain - 1)
-    prev[np.r_[True, rc[1:] != rc[:-1]][:n_chain]] = -1
+    n_chain, prev = len(d.chain), d.prev
     is_member = np.zeros(n_chain, bool)
     is_member[mi] = True
     d.member = is_member
@@ -536,10 +537,7 @@ def _transfers(d: _Draft) -> None:
 def _not_host_time(d: _Draft, consumers: Ints, ready: Floats) -> None:
     """A consumer waited for its receive: its gap until the receive ended is a wait the graph already models
     (the edge from the receive), not host time."""
-    n_chain = len(d.chain)
-    rc = d.rank[d.chain]
-    prev = np.arange(-1, n_chain - 1)
-    prev[np.r_[True, rc[1:] != rc[:-1]][:n_chain]] = -1
+    prev = d.prev
     ok = prev[consumers] >= 0
     consumers, ready = consumers[ok], ready[ok]
     own = np.maximum(0.0, d.start[d.chain[consumers]] - np.maximum(d.end[d.chain[prev[consumers]]], ready))

@@ -109,12 +109,6 @@ class Grouping:
         return out
 
 
-def group_median(keys: Ints, values: Floats) -> Floats:
-    """Per position: the median of ``values`` over all positions with the same key."""
-    grouping = Grouping(keys)
-    return grouping.spread(grouping.medians(values))
-
-
 @dataclass(frozen=True)
 class Roles:
     """Per node of a step's graph: the peer groups used to heal it."""
@@ -125,6 +119,8 @@ class Roles:
     link_key: Ints  # link peers: same (direction, microbatch)
     peers: Peers  # the peers of the ideal step (:mod:`ideal`)
     owners: Owners  # whose clock each observed start is on (:mod:`carry`)
+    by_stage: PeerCells  # program nodes by (stage, stage key)
+    by_link: PeerCells  # asynchronous sends by (link, link key)
 
     @classmethod
     def of(cls, g: StepGraph) -> Roles:
@@ -143,22 +139,39 @@ class Roles:
         stage_key = np.where(chain, dense(g.op, g.microbatch, occurrence), -1)
         link = np.where(p2p & (peer_pp >= 0), np.minimum(g.pp, peer_pp), -1)
         link_key = np.where(link >= 0, dense(direction, g.microbatch), -1)
-        return cls(Grouping(position), stage_key, link, link_key, Peers.of(g), Owners.of(g))
+        by_stage = PeerCells.of(np.where(stage_key >= 0, g.pp, 0), np.maximum(stage_key, 0), stage_key >= 0)
+        by_link = PeerCells.of(np.maximum(link, 0), np.maximum(link_key, 0), (link >= 0) & (g.kind == SEND))
+        return cls(Grouping(position), stage_key, link, link_key, Peers.of(g), Owners.of(g), by_stage, by_link)
 
 
-def _peer_medians_excluding(groups: Ints, keys: Ints, values: Floats, mask: npt.NDArray[np.bool_]) -> Floats:
+@dataclass(frozen=True)
+class PeerCells:
+    """The (group, key) cells of the nodes in a mask, grouped once per structure for
+    :func:`_peer_medians_excluding`."""
+
+    sel: Ints  # the nodes in the mask
+    keys: Ints  # their keys
+    shape: tuple[int, int]  # (groups, keys)
+    cells: Grouping  # the nodes in the mask by cell (group * keys + key)
+
+    @classmethod
+    def of(cls, groups: Ints, keys: Ints, mask: npt.NDArray[np.bool_]) -> PeerCells:
+        sel = np.flatnonzero(mask)
+        if not len(sel):
+            return cls(sel, keys[sel], (0, 0), Grouping(sel))
+        n_groups, n_keys = int(groups[sel].max()) + 1, int(keys[sel].max()) + 1
+        return cls(sel, keys[sel], (n_groups, n_keys), Grouping(groups[sel] * n_keys + keys[sel]))
+
+
+def _peer_medians_excluding(at: PeerCells, values: Floats) -> Floats:
     """Per group g and node: the median over the *other* groups of each group's median for the node's key
-    (rows: groups 0..G-1, NaN where a node is not in ``mask``)."""
-    sel = np.flatnonzero(mask)
-    if not len(sel):
+    (rows: groups 0..G-1, NaN where a node is not in the cells' mask)."""
+    if not len(at.sel):
         return np.zeros((0, len(values)))
-    n_groups, n_keys = int(groups[sel].max()) + 1, int(keys[sel].max()) + 1
-    per = np.full((n_groups, n_keys), np.nan)
-    cell = groups[sel] * n_keys + keys[sel]
-    med = group_median(cell, values[sel])
-    per.reshape(-1)[cell] = med
-    out = np.full((n_groups, len(values)), np.nan)
-    out[:, sel] = nanmedian_excluding_each_row(per)[:, keys[sel]]  # a key only this group has: NaN, not healed
+    per = np.full(at.shape, np.nan)
+    per.reshape(-1)[at.cells.keys] = at.cells.medians(values[at.sel])
+    out = np.full((at.shape[0], len(values)), np.nan)
+    out[:, at.sel] = nanmedian_excluding_each_row(per)[:, at.keys]  # a key only this group has: NaN, not healed
     return out
 
 
@@ -189,13 +202,13 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         inside = tuple(elements.rank(job, r) for r in top_ranks if d in where[r][0])
         add(elements.dp(job, d), "dp", peer_med, g.dp == d, inside)
     chain = roles.stage_key >= 0
-    by_stage = _peer_medians_excluding(np.where(chain, g.pp, 0), np.maximum(roles.stage_key, 0), d0, chain)
+    by_stage = _peer_medians_excluding(roles.by_stage, d0)
     for s in _top(by_stage, g.pp, d0, chain):
         inside = tuple(elements.rank(job, r) for r in top_ranks if s in where[r][1])
         add(elements.stage(job, s), "stage", by_stage[s], chain & (g.pp == s) & np.isfinite(by_stage[s]), inside)
     sends = g.kind == SEND
     links = roles.link >= 0
-    by_link = _peer_medians_excluding(np.maximum(roles.link, 0), np.maximum(roles.link_key, 0), d0, links & sends)
+    by_link = _peer_medians_excluding(roles.by_link, d0)
     for lk in _top(by_link, roles.link, d0, links & sends):
         add(elements.stage_link(job, lk), "link", by_link[lk], sends & (roles.link == lk) & np.isfinite(by_link[lk]))
     if baseline is not None:

@@ -1,0 +1,79 @@
+"""The codes of string columns (streams/engine/codes.py): the native core's codes equal the definition's."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streams.engine import codes
+from streams.engine.codes import Codebook, classes
+
+NAMES = ["", "forward", "backward", "allreduce", "send", "recv", "optimizer", "comm", "sync", "compute"]
+CLASSES = ("comm", "sync", "compute")
+
+
+def _column(rng: random.Random, n: int, names: list[Any]) -> np.ndarray:
+    """Values drawn from ``names``, some the same object again and again (as the decoder makes them), some
+    equal strings that are other objects, some numpy strings."""
+    out = np.empty(n, object)
+    for i in range(n):
+        name = rng.choice(names)
+        form = rng.random()
+        if isinstance(name, str) and form < 0.3:
+            name = "".join(list(name))  # an equal string, another object
+        elif isinstance(name, str) and form < 0.4:
+            name = np.str_(name)
+        out[i] = name
+    return out
+
+
+def _definition(monkeypatch: pytest.MonkeyPatch, fn: Any, *args: Any) -> Any:
+    with monkeypatch.context() as m:
+        m.setattr(codes, "native_codes", False)
+        return fn(*args)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_codebook_gives_the_definitions_codes_and_names(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    rng = random.Random(seed)
+    native_book, book = Codebook(), Codebook()
+    for size in (0, 1, 7, 300, 3000):  # later columns bring new names, and names seen before
+        column = _column(rng, size, rng.sample(NAMES, rng.randint(1, len(NAMES))))
+        got = native_book.encode(column)
+        want = _definition(monkeypatch, book.encode, column)
+        assert got.dtype == want.dtype == np.int64
+        assert got.tolist() == want.tolist()
+        assert native_book.names == book.names and native_book.codes == book.codes
+        assert [native_book.names[i] for i in got] == column.tolist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_classes_equal_the_comparisons(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    rng = random.Random(seed)
+    for size in (0, 1, 50, 4000):
+        column = _column(rng, size, [*NAMES, None, 3, "Comm", "comm "])
+        got = classes(column, CLASSES)
+        want = _definition(monkeypatch, classes, column, CLASSES)
+        assert got.dtype == want.dtype == np.int64
+        assert got.tolist() == want.tolist()
+        assert got.tolist() == [CLASSES.index(v) + 1 if v in CLASSES else 0 for v in column.tolist()]
+
+
+def test_classes_of_an_unhashable_value_are_the_comparisons() -> None:
+    column = np.empty(3, object)
+    column[:] = ["comm", ["sync"], "compute"]
+    assert classes(column, CLASSES).tolist() == [1, 0, 3]
+
+
+@pytest.mark.skipif(not codes.native_codes, reason="the native core is not built (or DRIFTLOG_NATIVE=0)")
+def test_the_native_core_answers_known_names_and_defers_new_ones() -> None:
+    book = Codebook()
+    book.encode(np.array(["a", "b"], object))
+    out = np.empty(3, np.int64)
+    assert codes.native.core is not None
+    assert codes.native.core.codes_of(["b", "a", "b"], book.codes, -1, out) and out.tolist() == [2, 1, 2]
+    assert not codes.native.core.codes_of(["b", "c"], book.codes, -1, np.empty(2, np.int64))
+    assert codes.native.core.codes_of(["b", "c"], book.codes, 0, out[:2]) and out[:2].tolist() == [2, 0]
