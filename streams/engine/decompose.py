@@ -96,21 +96,24 @@ class Candidates:
 @dataclass(frozen=True)
 class Rows:
     """What-if rows given as masks, never as a row of durations each: row ``k`` has the nodes of
-    ``masks[k]`` at ``alt`` and every other node at ``base``."""
+    ``masks[k]`` (a mask, or the nodes' indices: a few of a large job's many nodes) at ``alt`` and every
+    other node at ``base``."""
 
     base: Floats
     alt: Floats
-    masks: list[Mask]
+    masks: list[Mask] | list[Ints]
 
     def step_ends(self, g: StepGraph, floor: Floats | None = None) -> Floats:
         """The step end of each row (``floor``: as for :meth:`StepGraph.evaluate`). The native core holds no
         row (a 1,024-rank job has ~170 rows of ~50k nodes); without it, ``CHUNK`` rows at a time."""
         floors = g.floor if floor is None else floor
         if dag.masked_available:
-            nodes = [np.flatnonzero(m) for m in self.masks]
+            nodes: list[Ints] = [np.flatnonzero(m) if m.dtype == np.bool_ else m.astype(np.int64, copy=False)
+                                 for m in self.masks]  # fmt: skip
             return dag.masked_step_ends(g.schedule, g.indptr, g.indices, floors, self.base, self.alt, nodes)
-        parts = [g.evaluate(np.stack([np.where(m, self.alt, self.base) for m in self.masks[i : i + CHUNK]]),
-                            floor).max(axis=1) for i in range(0, len(self.masks), CHUNK)]  # fmt: skip
+        masks = [m if m.dtype == np.bool_ else np.isin(np.arange(len(self.base)), m) for m in self.masks]
+        parts = [g.evaluate(np.stack([np.where(m, self.alt, self.base) for m in masks[i : i + CHUNK]]),
+                            floor).max(axis=1) for i in range(0, len(masks), CHUNK)]  # fmt: skip
         return np.concatenate(parts) if parts else np.zeros(0)
 
 
@@ -121,7 +124,7 @@ class Plan:
     durations over every span, healed and left alone."""
 
     elements: list[str]
-    masks: list[Mask]
+    masks: list[Ints]  # per element, its nodes (indices: a large job's masks would hold a byte per node each)
     contains: dict[str, tuple[str, ...]]
     spread: tuple[Floats, Floats] | None = None
 
@@ -241,7 +244,7 @@ def candidates(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats
 def plan(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typical_replica: Floats) -> Plan:
     """The candidates of one step and their two rows each (heal only; leave only unhealed)."""
     found = candidates(g, job, ops, d0, ideal)
-    out = Plan(list(found.masks), list(found.masks.values()), dict(found.contains))
+    out = Plan(list(found.masks), [np.flatnonzero(m) for m in found.masks.values()], dict(found.contains))
     replicas = [e for e in out.elements if elements.is_kind(e, "dp")]
     if len(replicas) > 1:  # within a stage, peers differ by replica: a replica or a stage may locate the spread
         out.elements.append(elements.spread(job, "dp"))

@@ -21,9 +21,9 @@ beside it: the same step time, compute and waits).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -52,11 +52,10 @@ class StepCost:
 
 
 def step_cost(
-    g: StepGraph, result: StepWhatIf, path: npt.NDArray[np.int64], columns: Mapping[str, npt.NDArray[Any]], ranks: int
+    g: StepGraph, result: StepWhatIf, path: npt.NDArray[np.int64], compute: float, ranks: int
 ) -> StepCost:
-    """``path``: the step's critical path (node indices)."""
+    """``path``: the step's critical path (node indices); ``compute``: the step's compute op seconds."""
     allocated = ranks * result.observed_s
-    compute = float(columns["duration"][columns["op_class"] == "compute"].sum())
     left = max(0.0, allocated - compute)
     gains = [
         gain

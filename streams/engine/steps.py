@@ -107,18 +107,22 @@ class JobSteps:
     def _analyse(self, steps: list[int]) -> list[StepReport]:
         reports = []
         for step in steps:
-            parts = self._pending.pop(step)
             self._done_through = max(self._done_through, step)
-            columns = {k: np.concatenate([p[k] for p in parts]) for k in OP_COLUMNS}
+            parts = self._pending.pop(step)
+            _own_rows([p for rest in self._pending.values() for p in rest])
             try:
-                reports.append(self._report(step, columns))
+                reports.append(self._report(step, _joined(parts)))
             except StepGraphError:
                 self.failed_steps += 1
         return reports
 
     def _report(self, step: int, columns: dict[str, npt.NDArray[Any]]) -> StepReport:
+        """The step's analysis; its columns are let go once its graph is built (the what-if is the peak of
+        a large job's memory)."""
         cache = {sig: s.schedule for sig, s in self._structures.items()}
         g = build(columns, self.ops, self.groups, cache)
+        replica_phase, compute = phases(columns), compute_s(columns)
+        columns.clear()
         structure = self._structures.get(g.signature)
         if structure is None:
             structure = self._structures[g.signature] = _Structure(cache[g.signature])
@@ -138,11 +142,30 @@ class JobSteps:
                 structure.warmup = []
         ranks = len(np.unique(g.rank[g.span >= 0]))
         path = g.critical_path(result.ends)
-        cost = step_cost(g, result, path, columns, ranks)
+        cost = step_cost(g, result, path, compute, ranks)
         assert structure.positions is not None
         return StepReport(
-            self.job, step, g.t0, result, summarise(g, path), cost, ranks, structure.positions, phases(columns)
+            self.job, step, g.t0, result, summarise(g, path), cost, ranks, structure.positions, replica_phase
         )
+
+
+def _own_rows(parts: list[dict[str, npt.NDArray[Any]]]) -> None:
+    """Parts that stay pending get their own copy of columns that are views into larger arrays (a batch
+    holding the steps analysed now too), so that those arrays go with the steps analysed (each row is
+    copied once at most)."""
+    for part in parts:
+        for k, v in part.items():
+            if isinstance(v.base, np.ndarray) and v.base.nbytes > v.nbytes:
+                part[k] = v.copy()
+
+
+def _joined(parts: list[dict[str, npt.NDArray[Any]]]) -> dict[str, npt.NDArray[Any]]:
+    """A step's columns from its parts, which are emptied as they are joined: a column's parts (and the
+    batch columns they are views of) go as soon as it is joined, so a step is not held twice. One part (the
+    usual case): its columns as they are."""
+    if len(parts) == 1:
+        return {k: np.ascontiguousarray(v) for k, v in parts.pop().items()}
+    return {k: np.concatenate([p.pop(k) for p in parts]) for k in OP_COLUMNS}
 
 
 def summarise(g: StepGraph, path: npt.NDArray[np.int64]) -> CriticalPath:
@@ -162,6 +185,11 @@ def summarise(g: StepGraph, path: npt.NDArray[np.int64]) -> CriticalPath:
         stages=dict(zip(stages[0].tolist(), np.bincount(stages[1], own).tolist(), strict=True)),
         op_classes=by_class,
     )
+
+
+def compute_s(columns: dict[str, npt.NDArray[Any]]) -> float:
+    """Seconds of compute ops in the step (every rank's)."""
+    return float(columns["duration"][columns["op_class"] == "compute"].sum())
 
 
 def phases(columns: dict[str, npt.NDArray[Any]]) -> Floats:

@@ -38,6 +38,11 @@ def test_masked_step_ends_equal_the_full_rows(name: str, ranks: int, monkeypatch
         with monkeypatch.context() as m:
             m.setattr(dag, "masked_available", False)  # the fallback: CHUNK rows at a time
             assert np.array_equal(rows.step_ends(g, floors), full, equal_nan=True)
+        indexed = Rows(rows.base, rows.alt, [np.flatnonzero(m) for m in rows.masks])  # nodes as indices
+        assert np.array_equal(indexed.step_ends(g, floors), full, equal_nan=True)
+        with monkeypatch.context() as m:
+            m.setattr(dag, "masked_available", False)
+            assert np.array_equal(indexed.step_ends(g, floors), full, equal_nan=True)
     assert Rows(base, alt, []).step_ends(g).shape == (0,)
 
 

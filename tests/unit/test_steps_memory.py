@@ -1,0 +1,60 @@
+"""The step analysis's memory: a pending step does not keep the arrays of steps already analysed alive, and
+holding its rows apart changes no report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streams.engine.steps import JobSteps, StepReport
+from tests.unit.test_structural_baseline import GAP, Job
+
+
+def one_batch(job: Job, steps: int) -> tuple[dict[str, Any], np.ndarray]:
+    """``steps`` steps of the job in one batch (as the timeline releases an epoch), and each row's step."""
+    rng, t, parts, step_of = np.random.default_rng(5), 1000.0, [], []
+    for step in range(steps):
+        cols, duration = job.step(step, t, rng)
+        parts.append(cols)
+        step_of.append(np.full(len(cols["rank"]), step))
+        t += duration + GAP
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, np.concatenate(step_of)
+
+
+def add_as_slices(js: JobSteps, batch: dict[str, Any], step_of: np.ndarray, upto: int = -1) -> list[StepReport]:
+    """Each step's rows (up to step ``upto``; -1: all, then the flush) as views of the one batch (how the
+    engine hands an epoch over, step by step)."""
+    reports = []
+    for step in np.unique(step_of).tolist()[: upto if upto >= 0 else None]:
+        rows = np.flatnonzero(step_of == step)
+        at = slice(int(rows[0]), int(rows[-1]) + 1)
+        reports += js.add(step_of[at], {k: v[at] for k, v in batch.items()})
+    return reports + (js.flush() if upto < 0 else [])
+
+
+def summary(r: StepReport) -> tuple[Any, ...]:
+    return (r.step, r.t0, r.whatif.step_s, r.whatif.structural.ideal_s, r.cost, r.critical_path,
+            r.replica_phase.tolist())  # fmt: skip
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.05])
+def test_pending_steps_own_their_rows_once_an_earlier_step_of_their_batch_is_analysed(jitter: float) -> None:
+    batch, step_of = one_batch(Job(dp=2, pp=2, jitter=jitter), 4)
+    js = JobSteps("j")
+    assert len(add_as_slices(js, batch, step_of, upto=3)) == 1  # the third step completes the first
+    pending = [p for parts in js._pending.values() for p in parts]
+    assert pending and all(not np.shares_memory(v, batch[k]) for p in pending for k, v in p.items() if k in batch)
+
+
+def test_reports_are_the_same_from_slices_of_one_batch_as_from_copies() -> None:
+    batch, step_of = one_batch(Job(dp=3, pp=2, jitter=0.05), 6)
+    sliced = add_as_slices(JobSteps("j"), batch, step_of)
+    js, copied = JobSteps("j"), []
+    for step in range(6):
+        at = step_of == step
+        copied += js.add(step_of[at], {k: v[at].copy() for k, v in batch.items()})
+    copied += js.flush()
+    assert [summary(r) for r in sliced] == [summary(r) for r in copied]
+    assert len(sliced) == 6
