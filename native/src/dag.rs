@@ -236,10 +236,27 @@ pub fn dag_masked_step_ends(
     if base.len() != n || alt.len() != n {
         return Err(PyValueError::new_err("base, alt: one value per node"));
     }
-    let rows = rows_of(mask_ptr, masks, n, &out)?;
+    let value = |_: usize, node: usize| alt[node];
+    step_ends_into(py, &graph, base, mask_ptr, masks, value, &out)
+}
+
+/// The step ends of `mask_ptr`/`masks`' rows (`Graph::step_ends`) into `out`: computed without the GIL
+/// into a buffer of their own, then copied, so `out` may be any writable buffer (even one of the inputs').
+fn step_ends_into(
+    py: Python<'_>,
+    graph: &Graph<'_>,
+    base: &[f64],
+    mask_ptr: &[i64],
+    masks: &[i64],
+    value: impl Fn(usize, usize) -> f64 + Send + Sync,
+    out: &PyBuffer<f64>,
+) -> PyResult<()> {
+    let rows = rows_of(mask_ptr, masks, graph.floor.len(), out)?;
+    let mut ends = vec![0.0; rows];
+    py.detach(|| graph.step_ends(base, &mut ends, value, mask_ptr, masks));
     // SAFETY: a writable C-contiguous buffer of `rows` f64 held by `out` for this call; no other slice of it.
     let result = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, rows) };
-    py.detach(|| graph.step_ends(base, result, |_, node| alt[node], mask_ptr, masks));
+    result.copy_from_slice(&ends);
     Ok(())
 }
 
@@ -391,11 +408,8 @@ pub fn dag_valued_step_ends(
             "base: one value per node; values: one per masked node",
         ));
     }
-    let rows = rows_of(mask_ptr, masks, n, &out)?;
-    // SAFETY: a writable C-contiguous buffer of `rows` f64 held by `out` for this call; no other slice of it.
-    let result = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, rows) };
-    py.detach(|| graph.step_ends(base, result, |at, _| values[at], mask_ptr, masks));
-    Ok(())
+    let value = |at: usize, _: usize| values[at];
+    step_ends_into(py, &graph, base, mask_ptr, masks, value, &out)
 }
 
 /// numpy's `argmax` over `values` at `at`: the first largest, or the first NaN.
