@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +49,11 @@ class StepCost:
     def scaled(self, factor: float) -> StepCost:
         waste = {cause: s * factor for cause, s in self.waste_s.items()}
         return StepCost(self.allocated_s * factor, self.compute_s * factor, waste)
+
+
+def compute_seconds(columns: dict[str, npt.NDArray[Any]]) -> float:
+    """A step's compute op seconds (every rank's): its productive time."""
+    return float(columns["duration"][columns["op_class"] == "compute"].sum())
 
 
 def step_cost(

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from streams.engine.economics import StepCost, step_cost
+from streams.engine.economics import StepCost, compute_seconds, step_cost
 from streams.engine.medians import nanmedian
 from streams.engine.stepgraph import (
     BLOCKING,
@@ -121,7 +121,7 @@ class JobSteps:
         a large job's memory)."""
         cache = {sig: s.schedule for sig, s in self._structures.items()}
         g = build(columns, self.ops, self.groups, cache)
-        replica_phase, compute = phases(columns), compute_s(columns)
+        replica_phase, compute = phases(columns), compute_seconds(columns)
         columns.clear()
         structure = self._structures.get(g.signature)
         if structure is None:
@@ -185,11 +185,6 @@ def summarise(g: StepGraph, path: npt.NDArray[np.int64]) -> CriticalPath:
         stages=dict(zip(stages[0].tolist(), np.bincount(stages[1], own).tolist(), strict=True)),
         op_classes=by_class,
     )
-
-
-def compute_s(columns: dict[str, npt.NDArray[Any]]) -> float:
-    """Seconds of compute ops in the step (every rank's)."""
-    return float(columns["duration"][columns["op_class"] == "compute"].sum())
 
 
 def phases(columns: dict[str, npt.NDArray[Any]]) -> Floats:
