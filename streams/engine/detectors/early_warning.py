@@ -85,16 +85,20 @@ import numpy.typing as npt
 
 from streams.engine.detectors.base import Detector
 from streams.engine.detectors.changepoint import ChangePoint
-from streams.engine.detectors.kendall import autocorrelation_trend, variance_trend
+from streams.engine.detectors.kendall import autocorrelation_trend, joint_trend, one_sided, variance_trend
 from streams.engine.detectors.rolling_trend import around_line, rolling_trend
 from streams.engine.detectors.surrogates import draw, seeded
 from streams.engine.findings import Finding
 
 F = npt.NDArray[np.float64]
 CLIP = 4.0  # robust standard deviations: a Gaussian point is further off once in 16,000
-INDICATORS = {"variance_tau": variance_trend, "autocorrelation_tau": autocorrelation_trend}
+INDICATORS = {
+    "variance_autocorrelation_tau": joint_trend,  # both indicators' taus as one test (kendall.joint_trend)
+    "variance_tau": variance_trend,
+    "autocorrelation_tau": autocorrelation_trend,
+}
 TESTS = ("ar_trend", *INDICATORS)
-TRIGGER = ("autocorrelation_tau", "ar_trend")  # each at alpha, 2·alpha in all (Bonferroni): the module's docstring
+TRIGGER = ("variance_autocorrelation_tau", "ar_trend")  # each at alpha, 2·alpha in all (Bonferroni): the docstring
 
 
 def indicators(x: F) -> tuple[float, float]:
@@ -156,11 +160,6 @@ def slowing_down(x: F, clip: float = CLIP) -> tuple[float, float, float]:
     """``ar_trend`` of the one series ``x``."""
     z, then, now = ar_trend(x[None, :], clip)
     return float(z[0]), float(then[0]), float(now[0])
-
-
-def one_sided(z: float) -> float:
-    """P(N(0,1) >= z)."""
-    return 0.5 * math.erfc(z / math.sqrt(2))
 
 
 def tests(y: F, names: tuple[str, ...]) -> dict[str, tuple[float, float]]:
@@ -268,6 +267,7 @@ class EarlyWarning(Detector):
         third = len(x) // 3
         (var_then, ac_then), (var_now, ac_now) = indicators(x[:third]), indicators(x[-third:])
         (var_tau, var_p), (ac_tau, ac_p) = variance_trend(y), autocorrelation_trend(y)
+        joint_z, joint_p = joint_trend(y)
         rolling_tau, rolling_p = rolling_trend(x)
         return Finding(
             kind="early_warning",
@@ -291,6 +291,8 @@ class EarlyWarning(Detector):
                 "variance_p": float(f"{var_p:.6g}"),
                 "autocorrelation_tau": round(ac_tau, 6),
                 "autocorrelation_p": float(f"{ac_p:.6g}"),
+                "variance_autocorrelation_z": round(joint_z, 6),
+                "variance_autocorrelation_p": float(f"{joint_p:.6g}"),
                 "rolling_variance_tau": round(float(rolling_tau[0]), 6),
                 "rolling_variance_p": float(f"{rolling_p[0]:.6g}"),
                 "rolling_autocorrelation_tau": round(float(rolling_tau[1]), 6),
