@@ -9,7 +9,8 @@ least-squares line — whose autocorrelation is known when the series is an AR(1
 ``phi`` (estimated from the same points, from the signs of their lag products: ``sign_coefficient``; the
 null hypothesis is "one AR(1) process, no trend in its memory"). The variance of Kendall's S is then
 inflated as in Hamed & Rao (1998) for autocorrelated data (an effective sample size), and ``(S - sign S)
-/ sd`` is taken as standard normal.
+/ sd`` is taken as standard normal. ``joint_trend`` tests both indicators at once: the mean of their
+z-scores, standard normal or narrower whatever their correlation.
 No window, no surrogate draws, no threshold learned from data.
 """
 
