@@ -1,7 +1,8 @@
 """Early warnings (``streams.engine.detectors.early_warning``): warned before a transition, and false alarms.
 
     .venv/bin/python bench/bench_early_warning.py [--seeds 1-40] [--steps 300] [--every 2] [--alpha 0.001]
-        [--trigger autocorrelation_tau,ar_trend]     (the detector before: --trigger ar_trend)
+        [--trigger variance_autocorrelation_tau,ar_trend]
+        (the detector before: --trigger autocorrelation_tau,ar_trend; before that: --trigger ar_trend)
     .venv/bin/python bench/bench_early_warning.py --indicators [--seeds 1-40] [--every 2] [--rolling]
 
 Cases (none of them was used to choose the detector's settings: ``alpha`` is a significance level, the
@@ -60,7 +61,7 @@ from streams.engine.detectors.early_warning import (
     slowing_down,
     winsorised,
 )
-from streams.engine.detectors.kendall import autocorrelation_trend, variance_trend
+from streams.engine.detectors.kendall import autocorrelation_trend, joint_trend, variance_trend
 from streams.engine.detectors.rolling_trend import rolling_trend
 from streams.sim.scenarios import SCENARIOS
 
@@ -147,11 +148,12 @@ def family(name: str) -> Callable[[int], Case]:
 
 
 SINGLE = ("AR trend", "AR trend, not winsorised", "variance tau", "autocovariance tau",
-          "variance tau, winsorised", "autocovariance tau, winsorised")  # fmt: skip
+          "variance tau, winsorised", "autocovariance tau, winsorised", "joint tau, winsorised")  # fmt: skip
 ROLLING = ("rolling variance tau", "rolling autocorrelation tau", "rolling variance + autocorrelation tau")
 COMBINED = {  # Bonferroni: k tests, each at the level / k
     "either tau, winsorised": ("variance tau, winsorised", "autocovariance tau, winsorised"),
-    "AR trend or autocovariance tau, winsorised (the trigger)": ("AR trend", "autocovariance tau, winsorised"),
+    "AR trend or joint tau, winsorised (the trigger)": ("AR trend", "joint tau, winsorised"),
+    "AR trend or autocovariance tau, winsorised (the trigger before)": ("AR trend", "autocovariance tau, winsorised"),
     "AR trend or autocovariance tau": ("AR trend", "autocovariance tau"),
     "AR trend or either tau, winsorised": ("AR trend", "variance tau, winsorised", "autocovariance tau, winsorised"),
     "either rolling tau": ("rolling variance tau", "rolling autocorrelation tau"),
@@ -166,7 +168,7 @@ def span_p_values(part: np.ndarray, rolling: bool) -> list[float]:
     y = winsorised(r)
     z = (float(ar_fit(y[None, :])[0][0]), slowing_down(part, clip=float("inf"))[0])
     p = [one_sided(v) for v in z] + [variance_trend(r)[1], autocorrelation_trend(r)[1]]
-    p += [variance_trend(y)[1], autocorrelation_trend(y)[1]]
+    p += [variance_trend(y)[1], autocorrelation_trend(y)[1], joint_trend(y)[1]]
     return p + (rolling_trend(part)[1].tolist() if rolling else [])
 
 
