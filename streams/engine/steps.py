@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from streams.engine.codes import key_sums
 from streams.engine.economics import StepCost, compute_seconds, step_cost
 from streams.engine.medians import nanmedian
 from streams.engine.stepgraph import (
@@ -181,12 +182,9 @@ _CLASS_NAMES = {CHAIN: "compute", MEMBER: "collective", SEND: "transfer", RECV: 
 
 
 def _totals(keys: npt.NDArray[np.int64], weights: Floats) -> dict[int, float]:
-    """The sum of ``weights`` per distinct key, keys ascending (each sum added in the input's order)."""
-    if not len(keys) or keys.min() < 0:
-        present, inverse = np.unique(keys, return_inverse=True)
-        return dict(zip(present.tolist(), np.bincount(inverse, weights).tolist(), strict=True))
-    present = np.flatnonzero(np.bincount(keys))
-    return dict(zip(present.tolist(), np.bincount(keys, weights)[present].tolist(), strict=True))
+    """The sum of ``weights`` per distinct key, keys ascending."""
+    present, sums = key_sums(keys, weights)
+    return dict(zip(present.tolist(), sums.tolist(), strict=True))
 
 
 def phases(columns: dict[str, npt.NDArray[Any]]) -> Floats:
