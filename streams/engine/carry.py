@@ -115,15 +115,8 @@ class Timeline:
 
 
 def last_end_per_rank(g: StepGraph, ends: Floats) -> Floats:
-    """Per rank: its last span's end in one row of end times (-inf: a rank without spans in the step);
-    per row, given rows (rows x nodes)."""
+    """Per rank: its last span's end in one row of end times (-inf: a rank without spans in the step)."""
     spans = g.span >= 0
-    ranks = g.rank[spans]
-    out = np.full((*ends.shape[:-1], int(g.rank.max(initial=0)) + 1), -np.inf)
-    if not len(ranks):
-        return out
-    order = np.argsort(ranks, kind="stable")
-    ranks = ranks[order]
-    starts = np.flatnonzero(np.r_[True, ranks[1:] != ranks[:-1]])
-    out[..., ranks[starts]] = np.maximum.reduceat(ends[..., spans][..., order], starts, axis=-1)
+    out = np.full(int(g.rank.max(initial=0)) + 1, -np.inf)
+    np.maximum.at(out, g.rank[spans], ends[spans])
     return out

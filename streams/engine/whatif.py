@@ -227,7 +227,6 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     at_baseline = [] if baseline is None else [(baseline, spans | ~spans)]  # every node at the baseline
     healed = _healed_step_ends(g, d0, healing + at_baseline)
     baseline_s = float(healed[-1]) if at_baseline else None
-    rank_ends = last_end_per_rank(g, ends)
     return StepWhatIf(
         step_s=actual_s,
         observed_s=g.observed_s,
@@ -236,9 +235,9 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         counterfactual_s=healed[: len(healing)],
         ends=ends[0],
         peer_median=peer_med,
-        rank_ends=rank_ends[0],
-        ideal_rank_ends=rank_ends[1],
-        healed_rank_ends=rank_ends[2] if top_ranks else None,  # the top rank candidate healed
+        rank_ends=last_end_per_rank(g, ends[0]),
+        ideal_rank_ends=last_end_per_rank(g, ends[1]),
+        healed_rank_ends=last_end_per_rank(g, ends[2]) if top_ranks else None,  # the top rank candidate healed
         structural=structural,
         pending=Pending(g, job, ops, d0, ideal, roles.peers, roles.owners),
     )
