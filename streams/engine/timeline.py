@@ -248,10 +248,7 @@ def canonical(kind: str, parts: list[SampleBatch], consume: bool = False) -> Sam
         tied = (ordered[1:] == ordered[:-1]) | (np.isnan(ordered[1:]) & np.isnan(ordered[:-1]))
         if tied.any():
             _settle_ties(order, tied, cols, names)
-    index = np.arange(n, dtype=np.int64)
-    if np.array_equal(order, index):  # already in canonical order (the columns as they are)
-        return SampleBatch(kind, index, cols)
-    return SampleBatch(kind, index, {k: cols.pop(k)[order] for k in list(cols)})
+    return SampleBatch(kind, np.arange(n, dtype=np.int64), {k: cols.pop(k)[order] for k in list(cols)})
 
 
 def _native_order(times: npt.NDArray[np.float64], others: list[npt.NDArray[Any]]) -> npt.NDArray[np.intp] | None:
