@@ -39,6 +39,7 @@ import numpy.typing as npt
 
 from streams.engine import dag, elements
 from streams.engine.carry import Chained, Owners, last_end_per_rank
+from streams.engine.codes import key_sums
 from streams.engine.ideal import Peers, peer_stage
 from streams.engine.stepgraph import TRANSFER_KINDS, Floats, Ints, StepGraph
 from streams.engine.systematic import NONE, Slow
@@ -257,8 +258,7 @@ def plan(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typi
 def _most(keys: Ints, weights: Floats, cap: int, positive: bool = False) -> list[int]:
     """The distinct keys, all of them up to ``cap``, else the ``cap`` with the most weight (ties: lower key
     first); ``positive``: only keys with some weight."""
-    present, inverse = np.unique(keys, return_inverse=True)
-    total = np.bincount(inverse.ravel(), weights, minlength=len(present))
+    present, total = key_sums(keys, weights)
     if positive:
         present, total = present[total > 0], total[total > 0]
     if len(present) > cap:

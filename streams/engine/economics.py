@@ -56,9 +56,7 @@ def compute_seconds(columns: dict[str, npt.NDArray[Any]]) -> float:
     return float(columns["duration"][columns["op_class"] == "compute"].sum())
 
 
-def step_cost(
-    g: StepGraph, result: StepWhatIf, path: npt.NDArray[np.int64], compute: float, ranks: int
-) -> StepCost:
+def step_cost(g: StepGraph, result: StepWhatIf, path: npt.NDArray[np.int64], compute: float, ranks: int) -> StepCost:
     """``path``: the step's critical path (node indices); ``compute``: the step's compute op seconds."""
     allocated = ranks * result.observed_s
     left = max(0.0, allocated - compute)
@@ -69,10 +67,13 @@ def step_cost(
     ]
     straggler = min(left, ranks * max(gains, default=0.0))
     left -= straggler
-    comm = np.isin(g.kind[path], (MEMBER, *TRANSFER_KINDS))
+    comm = _COMMUNICATION[g.kind[path]]
     exposed = min(left, ranks * float(g.intrinsic[path][comm].sum()))
     left -= exposed
     return StepCost(allocated, compute, dict(zip(WASTE_CAUSES, (straggler, exposed, left), strict=True)))
+
+
+_COMMUNICATION = np.isin(np.arange(max(MEMBER, *TRANSFER_KINDS) + 1), (MEMBER, *TRANSFER_KINDS))  # per node kind
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from streams.engine.codes import key_sums
 from streams.engine.economics import StepCost, compute_seconds, step_cost
 from streams.engine.medians import nanmedian
 from streams.engine.stepgraph import (
@@ -140,7 +141,7 @@ class JobSteps:
             if len(structure.warmup) >= BASELINE_STEPS:
                 structure.baseline = np.median(np.stack(structure.warmup), axis=0)
                 structure.warmup = []
-        ranks = len(np.unique(g.rank[g.span >= 0]))
+        ranks = int(np.count_nonzero(np.bincount(g.rank[g.span >= 0])))
         path = g.critical_path(result.ends)
         cost = step_cost(g, result, path, compute, ranks)
         assert structure.positions is not None
@@ -171,20 +172,19 @@ def _joined(parts: list[dict[str, npt.NDArray[Any]]]) -> dict[str, npt.NDArray[A
 def summarise(g: StepGraph, path: npt.NDArray[np.int64]) -> CriticalPath:
     path = path[g.span[path] >= 0]
     own = g.intrinsic[path]
-    ranks, stages, classes = (
-        np.unique(g.rank[path], return_inverse=True),
-        np.unique(g.pp[path], return_inverse=True),
-        np.unique(g.kind[path], return_inverse=True),
-    )
-    names = {CHAIN: "compute", MEMBER: "collective", SEND: "transfer", RECV: "transfer", BLOCKING: "transfer"}
     by_class: dict[str, float] = {}
-    for k, total in zip(classes[0].tolist(), np.bincount(classes[1], own).tolist(), strict=True):
-        by_class[names[k]] = by_class.get(names[k], 0.0) + total
-    return CriticalPath(
-        ranks=dict(zip(ranks[0].tolist(), np.bincount(ranks[1], own).tolist(), strict=True)),
-        stages=dict(zip(stages[0].tolist(), np.bincount(stages[1], own).tolist(), strict=True)),
-        op_classes=by_class,
-    )
+    for k, total in _totals(g.kind[path], own).items():
+        by_class[_CLASS_NAMES[k]] = by_class.get(_CLASS_NAMES[k], 0.0) + total
+    return CriticalPath(ranks=_totals(g.rank[path], own), stages=_totals(g.pp[path], own), op_classes=by_class)
+
+
+_CLASS_NAMES = {CHAIN: "compute", MEMBER: "collective", SEND: "transfer", RECV: "transfer", BLOCKING: "transfer"}
+
+
+def _totals(keys: npt.NDArray[np.int64], weights: Floats) -> dict[int, float]:
+    """The sum of ``weights`` per distinct key, keys ascending."""
+    present, sums = key_sums(keys, weights)
+    return dict(zip(present.tolist(), sums.tolist(), strict=True))
 
 
 def phases(columns: dict[str, npt.NDArray[Any]]) -> Floats:

@@ -128,13 +128,17 @@ class Timeline:
         newest = self._newest.get(channel, -math.inf)
         for batch in batches:
             times = np.asarray(batch.columns[EVENT_TIME[batch.kind]], np.float64)
-            late = times < frontier
-            masks.append(late)
-            if late.all():  # nothing to buffer (also: an empty batch)
-                continue
-            kept = batch if not late.any() else batch.select(~late)  # (batches are never changed in place)
-            times = times if kept is batch else times[~late]
-            low, high = float(times.min()), float(times.max())
+            if len(times) and (low := float(times.min())) >= frontier:  # the usual message: nothing late
+                masks.append(np.zeros(len(times), np.bool_))
+                kept, high = batch, float(times.max())
+            else:
+                late = times < frontier
+                masks.append(late)
+                if late.all():  # nothing to buffer (also: an empty batch)
+                    continue
+                kept = batch if not late.any() else batch.select(~late)  # (batches are never changed in place)
+                times = times if kept is batch else times[~late]
+                low, high = float(times.min()), float(times.max())
             newest = max(newest, high)
             if math.isfinite(low) and math.isfinite(high) and (
                 math.floor(low / self.epoch_s) == math.floor(high / self.epoch_s)

@@ -193,11 +193,12 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     ranks_in = np.flatnonzero(np.bincount(g.rank[spans]))
     rank_excess = np.bincount(g.rank[spans], excess[spans])
     top_ranks = [int(r) for r in sorted(ranks_in, key=lambda r: (-rank_excess[r], r))[:TOP_RANKS]]
+    of_rank = {r: g.rank == r for r in top_ranks}
     for r in top_ranks:
-        add(elements.rank(job, r), "rank", peer_med, g.rank == r)
+        add(elements.rank(job, r), "rank", peer_med, of_rank[r])
     dp_excess = np.bincount(g.dp[spans], excess[spans])
     replicas = sorted(np.flatnonzero(np.bincount(g.dp[spans])).tolist(), key=lambda d: (-dp_excess[d], d))
-    where = {r: (set(g.dp[g.rank == r].tolist()), set(g.pp[g.rank == r].tolist())) for r in top_ranks}
+    where = {r: (set(g.dp[nodes].tolist()), set(g.pp[nodes].tolist())) for r, nodes in of_rank.items()}
     for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
         inside = tuple(elements.rank(job, r) for r in top_ranks if d in where[r][0])
         add(elements.dp(job, d), "dp", peer_med, g.dp == d, inside)
@@ -219,7 +220,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     # every node's end only where it is read (the step as modelled, its ideal, the top rank healed); the other
     # candidates' step ends without a row of durations each (:class:`decompose.Rows`)
     top = [np.where(healing[0][1], healing[0][0], d0)] if top_ranks else []
-    ends = g.evaluate(np.stack([d0, ideal, *top]))
+    ends = np.ascontiguousarray(g.evaluate(np.stack([d0, ideal, *top])))  # (rows read whole: not strided)
     step_ends = ends.max(axis=1)
     actual_s, ideal_s = float(step_ends[0]), float(step_ends[1])
     structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)

@@ -92,3 +92,18 @@ def test_state_is_a_fixed_size_however_long_it_runs() -> None:
     for _ in range(3000):
         detector.update(rows, rng.standard_normal(50))
     assert len(pickle.dumps(detector)) == size
+
+
+@pytest.mark.parametrize("k", [10, 37, 128])
+def test_terms_kept_per_length_equal_those_computed_per_series(k: int) -> None:
+    """The tests' terms that depend on the windows' lengths only are kept per length (one column for all
+    series): element for element the values computed for each series apart."""
+    from streams.engine.detectors.changepoint import _line_terms, _mean_terms, _per_column
+
+    lengths = np.full(5, k, np.int64)
+    for terms in (_line_terms, _mean_terms):
+        kept, apart = _per_column(terms, 128, lengths, 5), terms(128, lengths, 5)
+        for one, each in zip(kept, apart, strict=True):
+            assert np.array_equal(np.broadcast_to(one, np.broadcast_shapes(one.shape, each.shape)),
+                                  np.broadcast_to(each, np.broadcast_shapes(one.shape, each.shape)),
+                                  equal_nan=one.dtype.kind == "f")  # fmt: skip

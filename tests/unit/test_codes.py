@@ -77,3 +77,19 @@ def test_the_native_core_answers_known_names_and_defers_new_ones() -> None:
     assert codes.native.core.codes_of(["b", "a", "b"], book.codes, -1, out) and out.tolist() == [2, 1, 2]
     assert not codes.native.core.codes_of(["b", "c"], book.codes, -1, np.empty(2, np.int64))
     assert codes.native.core.codes_of(["b", "c"], book.codes, 0, out[:2]) and out[:2].tolist() == [2, 0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_key_sums_are_the_sums_over_the_distinct_keys(seed: int) -> None:
+    """Keys ascending and each sum added in the input's order, as over np.unique's inverse: also with a
+    negative key and keys far larger than their count (which take the sort)."""
+    from streams.engine.codes import key_sums
+
+    rng = np.random.default_rng(seed)
+    for low, high in ((0, 40), (-1, 40), (0, 10**9)):
+        keys = rng.integers(low, high, size=int(rng.integers(0, 2000)))
+        weights = rng.random(len(keys)) * 10.0 ** rng.integers(-3, 6, len(keys))
+        present, inverse = np.unique(keys, return_inverse=True)
+        found = key_sums(keys, weights)
+        assert np.array_equal(found[0], present)
+        assert np.array_equal(found[1], np.bincount(inverse.ravel(), weights, minlength=len(present)))

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +36,7 @@ import numpy.typing as npt
 F = npt.NDArray[np.float64]
 I = npt.NDArray[np.int64]  # noqa: E741
 T = TypeVar("T", bound=np.generic)
+Terms = TypeVar("Terms", "_LineTerms", "_MeanTerms")  # what the tests take from the windows' lengths alone
 
 LOG_CHI2_VAR = math.pi**2 / 2  # variance of log(z²), z standard normal
 MAD_TO_SIGMA = 1.4826 / math.sqrt(2)  # a difference of two points has √2 times the noise
@@ -117,7 +119,8 @@ class ChangePoint:
         rows = np.asarray(rows, np.int64)
         values = np.asarray(values, np.float64)
         ok = np.isfinite(values)
-        rows, values = rows[ok], values[ok]
+        if not ok.all():
+            rows, values = rows[ok], values[ok]
         if rows.size == 0:
             return []
         self._append(rows, values)
@@ -264,15 +267,56 @@ def _line_glr(z: F, valid: npt.NDArray[np.bool_], k: I, m: int) -> tuple[F, I, n
     the best split for a level shift (a step added after the split) or a change of slope (a hinge added
     there), one degree of freedom each: (reduction of the squared residuals in noise units, last index of
     the left side, whether a slope change is best)."""
-    w = z.shape[0]
-    grid = np.arange(w, dtype=np.float64)[:, None] / w - 0.5
-    t = np.where(valid, grid, 0.0)
-    n_left, st_left, stt_left = _grid_sums(w, k)
-    n, st, stt = k.astype(np.float64), st_left[-1], stt_left[-1]
-    det = n * stt - st * st
-    slope = (n * (t * z).sum(axis=0) - st * z.sum(axis=0)) / det
+    c = _per_column(_line_terms, z.shape[0], k, m)
+    t, n, st, grid = c.t, c.n, c.st, c.grid
+    slope = (n * (t * z).sum(axis=0) - st * z.sum(axis=0)) / c.det
     e = np.where(valid, z - ((z.sum(axis=0) - slope * st) / n)[None, :] - slope[None, :] * t, 0.0)
     sse = (e * e).sum(axis=0)
+    e_r = -np.cumsum(e, axis=0)  # the residuals sum to zero
+    te_r = -np.cumsum(t * e, axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        level = e_r * e_r / c.level_den
+        he = te_r - grid * e_r
+        bend = he * he / c.bend_den
+    # the best split over every step, also those too recent to be confirmed (a step in the newest points
+    # would else be placed earlier, where it has enough points after it); a slope change must beat them all
+    # (a fresh step also looks like a steep hinge) and have a longer arm
+    level = np.where(c.level_ok & np.isfinite(level), level, -np.inf)
+    bend = np.where(c.bend_ok & np.isfinite(bend), bend, -np.inf)
+    gain = np.maximum(level, bend)
+    at: I = np.argmax(gain, axis=0)
+    pick = np.arange(gain.shape[1])
+    best = gain[at, pick]
+    is_slope = bend[at, pick] > level[at, pick]
+    best = np.where(c.confirmed[at, pick if c.confirmed.shape[1] > 1 else 0], best, 0.0)
+    # in units of the larger of two noise estimates: the robust one the values were scaled by (1), and the
+    # residual variance with the change fitted (a noise estimate learned from few points can be too small)
+    residual = np.maximum((sse - best) / np.maximum(k - 3, 1), 1.0)
+    return best / residual, at, is_slope
+
+
+class _LineTerms(NamedTuple):
+    """What :func:`_line_glr` takes from the windows' valid lengths ``k`` alone, not from the values (time-major,
+    a column per series, or one column for all when they have the same ``k``)."""
+
+    grid: F  # w x 1: the position i / w - 0.5 of each index
+    t: F  # the positions of the valid indices, 0 elsewhere
+    n: F  # the whole window's Gram terms: count, sum of positions, determinant
+    st: F
+    det: F
+    level_den: F  # per split: the denominators of the level and slope gains
+    bend_den: F
+    level_ok: npt.NDArray[np.bool_]  # per split: enough points either side for a level shift, a slope change
+    bend_ok: npt.NDArray[np.bool_]
+    confirmed: npt.NDArray[np.bool_]  # enough points after the split
+
+
+def _line_terms(w: int, k: I, m: int) -> _LineTerms:
+    grid = np.arange(w, dtype=np.float64)[:, None] / w - 0.5
+    t = np.where(np.arange(w)[:, None] >= (w - k)[None, :], grid, 0.0)
+    n_left, st_left, stt_left = _closed_form(w, k)
+    n, st, stt = k.astype(np.float64), st_left[-1], stt_left[-1]
+    det = n * stt - st * st
 
     def explained(v1: F, v2: F) -> F:  # v·G⁻¹·v, G the Gram matrix of (1, t) over the window
         out: F = (stt * v1 * v1 - 2 * st * v1 * v2 + n * v2 * v2) / det
@@ -281,50 +325,18 @@ def _line_glr(z: F, valid: npt.NDArray[np.bool_], k: I, m: int) -> tuple[F, I, n
     n_r = n - n_left
     st_r = st - st_left
     stt_r = stt - stt_left
-    e_r = -np.cumsum(e, axis=0)  # the residuals sum to zero
-    te_r = -np.cumsum(t * e, axis=0)
     h, ht, hh = st_r - grid * n_r, stt_r - grid * st_r, stt_r - 2 * grid * st_r + grid * grid * n_r
     with np.errstate(divide="ignore", invalid="ignore"):
-        level = e_r * e_r / (n_r - explained(n_r, st_r))
-        he = te_r - grid * e_r
-        bend = he * he / (hh - explained(h, ht))
-    # the best split over every step, also those too recent to be confirmed (a step in the newest points
-    # would else be placed earlier, where it has enough points after it); a slope change must beat them all
-    # (a fresh step also looks like a steep hinge) and have a longer arm
+        level_den, bend_den = n_r - explained(n_r, st_r), hh - explained(h, ht)
     left_ok = n_left >= m
-    level = np.where(left_ok & (n_r >= 1) & np.isfinite(level), level, -np.inf)
-    bend = np.where(left_ok & (n_r >= 2 * m) & np.isfinite(bend), bend, -np.inf)
-    gain = np.maximum(level, bend)
-    at: I = np.argmax(gain, axis=0)
-    pick = np.arange(gain.shape[1])
-    best = gain[at, pick]
-    is_slope = bend[at, pick] > level[at, pick]
-    best = np.where(n_r[at, pick] >= m, best, 0.0)  # confirmed: enough points after the split
-    # in units of the larger of two noise estimates: the robust one the values were scaled by (1), and the
-    # residual variance with the change fitted (a noise estimate learned from few points can be too small)
-    residual = np.maximum((sse - best) / np.maximum(k - 3, 1), 1.0)
-    return best / residual, at, is_slope
-
-
-def _grid_sums(w: int, k: I) -> tuple[F, F, F]:
-    """For each index j of a window of ``w`` whose last ``k`` are valid (time-major): the count, the sum
-    and the sum of squares of the positions ``i / w - 0.5`` of the valid indices up to j (closed form: the
-    prefix sums the tests need, without a pass over the data). Kept per ``k`` (every long segment's is ``w``)."""
-    if (k == k[0]).all():  # one column for all (w x 1: the tests broadcast it)
-        return _grid_sums_of(w, int(k[0]))
-    return _closed_form(w, k)
-
-
-@functools.lru_cache(maxsize=1024)
-def _grid_sums_of(w: int, k: int) -> tuple[F, F, F]:
-    """:func:`_grid_sums` of one series (w x 1, read-only: they are shared)."""
-    out = _closed_form(w, np.array([k], np.int64))
-    for a in out:
-        a.flags.writeable = False
-    return out
+    return _LineTerms(grid, t, n, st, det, level_den, bend_den, left_ok & (n_r >= 1), left_ok & (n_r >= 2 * m),
+                      n_r >= m)  # fmt: skip
 
 
 def _closed_form(w: int, k: I) -> tuple[F, F, F]:
+    """For each index j of a window of ``w`` whose last ``k`` are valid (time-major): the count, the sum
+    and the sum of squares of the positions ``i / w - 0.5`` of the valid indices up to j (closed form: the
+    prefix sums the tests need, without a pass over the data)."""
     first = (w - k)[None, :].astype(np.float64)
     j = np.maximum(np.arange(w, dtype=np.float64)[:, None], first - 1)
     count = j - first + 1
@@ -336,17 +348,51 @@ def _closed_form(w: int, k: I) -> tuple[F, F, F]:
 def _mean_glr(y: F, valid: npt.NDArray[np.bool_], m: int) -> tuple[F, I]:
     """Best split of each series (time-major) into two means: (n_l·n_r/n · (mean_l - mean_r)², last index
     of the left side)."""
-    w = y.shape[0]
-    n_left = np.maximum(np.arange(1, w + 1, dtype=np.float64)[:, None] - (w - valid.sum(axis=0))[None, :], 0.0)
+    c = _per_column(_mean_terms, y.shape[0], valid.sum(axis=0), m)
     s_left = np.cumsum(y, axis=0)
-    n, s = n_left[-1:], s_left[-1:]
-    n_right, s_right = n - n_left, s - s_left
+    s_right = s_left[-1:] - s_left
     with np.errstate(divide="ignore", invalid="ignore"):
-        diff = s_left / n_left - s_right / n_right
-        stat = n_left * n_right / n * diff * diff
-    stat = np.where((n_left >= m) & (n_right >= m), stat, -np.inf)
+        diff = s_left / c.n_left - s_right / c.n_right
+        stat = c.weight * diff * diff
+    stat = np.where(c.ok, stat, -np.inf)
     at: I = np.argmax(stat, axis=0)
     return stat[at, np.arange(stat.shape[1])], at
+
+
+class _MeanTerms(NamedTuple):
+    """What :func:`_mean_glr` takes from the count of valid points alone (per split, time-major): the points
+    either side, the weight n_l·n_r/n, and whether both sides have enough."""
+
+    n_left: F
+    n_right: F
+    weight: F
+    ok: npt.NDArray[np.bool_]
+
+
+def _per_column(closed: Callable[[int, I, int], Terms], w: int, k: I, m: int) -> Terms:
+    """``closed(w, k, m)``, kept per value of ``k`` (one column for all series when they have the same, the
+    usual case: every long segment's ``k`` is ``w``): the same values, element for element."""
+    if (k == k[0]).all():
+        return cast(Terms, _kept(closed, w, int(k[0]), m))
+    return closed(w, k, m)
+
+
+@functools.lru_cache(maxsize=1024)
+def _kept(closed: Callable[[int, I, int], Terms], w: int, k: int, m: int) -> tuple[F | npt.NDArray[np.bool_], ...]:
+    """``closed`` of one ``k`` (one column, read-only: shared by every call)."""
+    out = closed(w, np.array([k], np.int64), m)
+    for a in out:
+        a.flags.writeable = False
+    return out
+
+
+def _mean_terms(w: int, count: I, m: int) -> _MeanTerms:
+    n_left = np.maximum(np.arange(1, w + 1, dtype=np.float64)[:, None] - (w - count)[None, :], 0.0)
+    n = n_left[-1:]
+    n_right = n - n_left
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weight = n_left * n_right / n
+    return _MeanTerms(n_left, n_right, weight, (n_left >= m) & (n_right >= m))
 
 
 def _fit(x: F, at: float) -> tuple[float, float]:
