@@ -86,7 +86,8 @@ impl<'a> Graph<'a> {
     fn evaluate(&self, rows: usize, durations: &[f64], ends: &mut [f64]) {
         let walk = self.walk();
         let mut by_place = vec![0.0; ends.len()];
-        walk.evaluate_with(rows, &mut by_place, |_, i, floor, ready, out| {
+        let own_place = |k: usize| k;
+        walk.evaluate_with(rows, own_place, &mut by_place, |_, i, floor, ready, out| {
             let own = &durations[i * rows..(i + 1) * rows];
             match ready {
                 None => out.iter_mut().zip(own).for_each(|(e, d)| *e = floor + d),
@@ -142,19 +143,25 @@ struct Walk<'a> {
 impl Walk<'_> {
     /// Per place in order, the row-wise maximum of its predecessors' ends (None for a node without
     /// predecessors), from which `finish(place, node, floor, ready, ends at the place)` sets its ends; `ends`:
-    /// `rows` values per place.
+    /// `rows` values per slot, the place `k`'s at slot `slot(k)` (which no predecessor of `k` still being
+    /// read shares: `|k| k`, or `Walk::slots`).
     fn evaluate_with(
         &self,
         rows: usize,
+        slot: impl Fn(usize) -> usize,
         ends: &mut [f64],
         mut finish: impl FnMut(usize, usize, f64, Option<&[f64]>, &mut [f64]),
     ) {
         let mut ready = vec![0.0; rows];
         for (k, &i) in self.nodes.iter().enumerate() {
             let floor = self.floor[i];
-            let (before, from) = ends.split_at_mut(k * rows);
-            let out = &mut from[..rows];
-            let at = |p: usize| &before[p * rows..(p + 1) * rows]; // a predecessor's place is before k
+            let s = slot(k);
+            let (below, from) = ends.split_at_mut(s * rows);
+            let (out, above) = from.split_at_mut(rows);
+            let at = |p: usize| match slot(p) {
+                t if t < s => &below[t * rows..(t + 1) * rows],
+                t => &above[(t - s - 1) * rows..(t - s) * rows],
+            };
             match self.preds[self.ptr[k]..self.ptr[k + 1]] {
                 [] => finish(k, i, floor, None, out),
                 [p] => finish(k, i, floor, Some(at(p)), out), // most nodes: read in place
@@ -171,6 +178,39 @@ impl Walk<'_> {
                 }
             }
         }
+    }
+}
+
+impl Walk<'_> {
+    /// Per place, a slot for its ends, and the number of slots: a place's slot is free again once its last
+    /// successor is evaluated (a node without successors: once it is), so a walk keeps the ends of the
+    /// places still to be read (about a level or two of the graph), not of every node. A place's slot is
+    /// none of its predecessors'.
+    fn slots(&self) -> (Vec<usize>, usize) {
+        let n = self.nodes.len();
+        let mut last: Vec<usize> = (0..n).collect(); // per place: the last place that reads it
+        for k in 0..n {
+            for &p in &self.preds[self.ptr[k]..self.ptr[k + 1]] {
+                last[p] = k;
+            }
+        }
+        let (mut slot, mut free, mut count) = (vec![0usize; n], Vec::new(), 0);
+        for k in 0..n {
+            slot[k] = free.pop().unwrap_or_else(|| {
+                count += 1;
+                count - 1
+            });
+            for &p in &self.preds[self.ptr[k]..self.ptr[k + 1]] {
+                if last[p] == k {
+                    last[p] = usize::MAX; // (a predecessor listed twice is freed once)
+                    free.push(slot[p]);
+                }
+            }
+            if last[k] == k {
+                free.push(slot[k]);
+            }
+        }
+        (slot, count)
     }
 }
 
@@ -260,10 +300,28 @@ fn step_ends_into(
     Ok(())
 }
 
+/// Rows evaluated at once by `Graph::step_ends`: at most `BLOCK`, and as many as fit a scratch of
+/// `SCRATCH` bytes (at least one).
+const BLOCK: usize = 64;
+const SCRATCH: usize = 4 << 20;
+
+/// Whether the node `i` whose end is `v` ends the step rather than `best` (the one so far, `None` before
+/// the first), as numpy's `max` over the nodes in index order picks it: the first NaN, else the first
+/// of the largest (of equal ones, 0.0 and -0.0, the first), in whatever order the nodes come.
+fn ends_later(v: f64, i: usize, best: Option<(f64, usize)>) -> bool {
+    match best {
+        None => true,
+        Some((t, b)) if t.is_nan() => v.is_nan() && i < b,
+        Some((t, b)) => v.is_nan() || v > t || (v == t && i < b),
+    }
+}
+
 impl Graph<'_> {
     /// Each row's step end (see `dag_masked_step_ends`): row `k` has every node at `base`, except the nodes
-    /// `masks[mask_ptr[k]..mask_ptr[k + 1]]`, each at `value(at, node)` (`at`: its position in `masks`). Rows `BLOCK` at a time over a scratch of nodes x `BLOCK` (after `check`, with masks
-    /// and pointers checked by the caller).
+    /// `masks[mask_ptr[k]..mask_ptr[k + 1]]`, each at `value(at, node)` (`at`: its position in `masks`).
+    /// Rows a block at a time over a scratch of the graph's live ends (`Walk::slots`) x the block, each
+    /// row's latest end kept as its nodes are evaluated: memory bounded by the graph's width, not its nodes
+    /// (after `check`, with masks and pointers checked by the caller).
     fn step_ends(
         &self,
         base: &[f64],
@@ -272,7 +330,6 @@ impl Graph<'_> {
         mask_ptr: &[i64],
         masks: &[i64],
     ) {
-        const BLOCK: usize = 16;
         let n = self.floor.len();
         let rows = result.len();
         if n == 0 {
@@ -280,15 +337,17 @@ impl Graph<'_> {
             return;
         }
         let walk = self.walk();
-        let mut ends = vec![0.0; n * BLOCK];
+        let (slot, live) = walk.slots();
+        let block_rows = (SCRATCH / (live * 8)).clamp(1, BLOCK).min(rows.max(1));
+        let mut ends = vec![0.0; live * block_rows];
         // the block's masked values (row in the block, duration) by place of their node, in order of
         // evaluation (a counting sort, stable: a node listed twice in a row, its later value last); `end`:
         // per place, where its values end
         let mut changed: Vec<(usize, f64)> = Vec::new();
         let mut end = vec![0usize; n];
-        let mut top = [0.0; BLOCK];
-        for first in (0..rows).step_by(BLOCK) {
-            let width = BLOCK.min(rows - first);
+        let mut top: Vec<Option<(f64, usize)>> = vec![None; block_rows];
+        for first in (0..rows).step_by(block_rows) {
+            let width = block_rows.min(rows - first);
             let block = |j: usize| mask_ptr[first + j] as usize..mask_ptr[first + j + 1] as usize;
             end.fill(0);
             for j in 0..width {
@@ -317,8 +376,11 @@ impl Graph<'_> {
                 }
             }
             let mut next = 0;
-            let ends = &mut ends[..n * width];
-            walk.evaluate_with(width, ends, |k, i, floor, ready, out| {
+            let top = &mut top[..width];
+            top.fill(None);
+            let ends = &mut ends[..live * width];
+            let slot_of = |k: usize| slot[k];
+            walk.evaluate_with(width, slot_of, ends, |k, i, floor, ready, out| {
                 let d = base[i];
                 match ready {
                     None => out.fill(floor + d),
@@ -335,17 +397,15 @@ impl Graph<'_> {
                     };
                 }
                 next = end[k];
-            });
-            // each row's latest end, over the nodes in index order (numpy's max: the first NaN)
-            let top = &mut top[..width];
-            let at = |i: usize| &ends[walk.place[i] * width..(walk.place[i] + 1) * width];
-            top.copy_from_slice(at(0));
-            for i in 1..n {
-                for (t, e) in top.iter_mut().zip(at(i)) {
-                    *t = maximum(*t, *e);
+                for (t, &e) in top.iter_mut().zip(out.iter()) {
+                    if ends_later(e, i, *t) {
+                        *t = Some((e, i));
+                    }
                 }
+            });
+            for (r, t) in result[first..first + width].iter_mut().zip(top.iter()) {
+                *r = t.map_or(f64::NAN, |(e, _)| e);
             }
-            result[first..first + width].copy_from_slice(top);
         }
     }
 }
