@@ -229,13 +229,12 @@ def _build(
     role = comm + 2 * sync + 4 * compute + 8 * blocks + 16 * (direction + 1)  # see _edges
     dp, pp, tp = (np.asarray(c[k], np.int64) for k in ("dp", "pp", "tp"))
     columns = (rank, mb, peer, _per_group(seq, grp), op, grp, role, dp, pp, tp)
-    identity = np.empty((len(columns), len(order)), np.int64)  # in node order
-    for into, column in zip(identity, columns, strict=True):
-        np.take(column, order, out=into)
-    found = layouts.find(identity, order, start, end) if pair_blocking else None  # (kept only from paired builds)
+    found = layouts.find(columns, order, start, end) if pair_blocking else None  # (kept only from paired builds)
     if found is not None:
         layout, partner = found
+        identity = layout.identity  # (equal to this step's: not gathered again)
     else:
+        identity = _in_node_order(columns, order)
         rows = (rank, mb, peer, direction)
         layout, partner = _layout(
             identity, order, len(ci), start, end, rows, blocks, member, grp, seq, node_of, pair_blocking
@@ -279,6 +278,14 @@ def _build(
         span=np.concatenate([order, np.full(n - len(order), -1, np.int64)]),
         **layout.per_node,
     )
+
+
+def _in_node_order(columns: tuple[Ints, ...], order: Ints) -> Ints:
+    """The identity columns x span nodes (``order``: the rows in node order)."""
+    identity = np.empty((len(columns), len(order)), np.int64)
+    for into, column in zip(identity, columns, strict=True):
+        np.take(column, order, out=into)
+    return identity
 
 
 def _per_group(seq: Ints, grp: Ints) -> Ints:
