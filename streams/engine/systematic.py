@@ -36,6 +36,7 @@ middle, not the luckier one. A group whose every member is systematically slow k
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -66,6 +67,12 @@ class Grouped:
         self.group = np.repeat(np.arange(len(self.starts)), self.counts)
         self.size = len(keys)
 
+    def by(self, how: int) -> Grouped:
+        """The same groups (their arrays shared, not copied), with another statistic."""
+        other = copy.copy(self)
+        other.how = how
+        return other
+
     def typical(self, values: Floats) -> Floats:
         """``values`` with each grouped position replaced by its group's statistic."""
         out = values.copy()
@@ -93,10 +100,10 @@ class Unsystematic:
     link for transfers; -1: none, never left out)."""
 
     def __init__(self, keys: Ints, unit: Ints) -> None:
-        self.keys = keys
-        self.unit = np.maximum(unit, 0)
+        self.keys = compact(keys)
+        self.unit = compact(np.maximum(unit, 0))
         self.middle = Grouped(keys, MIDDLE)
-        self.lower = Grouped(keys, LOWER)
+        self.lower = self.middle.by(LOWER)
         self.paired = (self.middle.sizes() >= 2) & (unit >= 0)
 
     def deviations(self, values: Floats) -> tuple[Floats, Floats]:
@@ -124,6 +131,14 @@ class Unsystematic:
         every = (self.keys >= 0) & np.isnan(out)  # a group of systematic ranks only: its lower median
         out[every] = self.lower.typical(values)[every]
         return out
+
+
+def compact(a: Ints) -> Ints:
+    """Integers ``a`` (keys, ranks: far below 2^31) as int32 when they fit, else as they are: half the memory
+    of a per-node column kept per structure, the same values."""
+    if len(a) and (int(a.min()) < -(2**31) or int(a.max()) >= 2**31):
+        return a
+    return a.astype(np.int32)
 
 
 @dataclass
