@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from streams.engine.codes import compact
 from streams.engine.medians import LOWER, MIDDLE, grouped
 from streams.engine.stepgraph import Floats, Ints
 
@@ -131,14 +132,6 @@ class Unsystematic:
         every = (self.keys >= 0) & np.isnan(out)  # a group of systematic ranks only: its lower median
         out[every] = self.lower.typical(values)[every]
         return out
-
-
-def compact(a: Ints) -> Ints:
-    """Integers ``a`` (keys, ranks: far below 2^31) as int32 when they fit, else as they are: half the memory
-    of a per-node column kept per structure, the same values."""
-    if len(a) and (int(a.min()) < -(2**31) or int(a.max()) >= 2**31):
-        return a
-    return a.astype(np.int32)
 
 
 @dataclass

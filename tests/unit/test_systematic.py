@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from streams.engine import systematic
+from streams.engine.codes import compact
 from streams.engine.medians import LOWER
-from streams.engine.systematic import ALPHA, WINDOW, Grouped, Persistence, Unsystematic, compact
+from streams.engine.systematic import ALPHA, WINDOW, Grouped, Persistence, Unsystematic
 
 Noise = Callable[[np.random.Generator, int], np.ndarray]
 NOISES: dict[str, Noise] = {
