@@ -65,7 +65,6 @@ class Grouped:
         sk = k[self.order]
         self.starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, np.int64)
         self.counts = np.diff(np.r_[self.starts, len(sk)])
-        self.group = np.repeat(np.arange(len(self.starts)), self.counts)
         self.size = len(keys)
 
     def by(self, how: int) -> Grouped:
@@ -82,7 +81,8 @@ class Grouped:
         per = grouped(values, self.order, self.starts, self.counts, self.how, self.members)
         if per is None:  # the same values as the native core
             v = values[self.members][self.order]
-            ranked = v[np.lexsort((v, self.group))]
+            group = np.repeat(np.arange(len(self.starts)), self.counts)  # (per member: made when needed)
+            ranked = v[np.lexsort((v, group))]
             low = ranked[self.starts + (self.counts - 1) // 2]
             per = low if self.how == LOWER else (low + ranked[self.starts + self.counts // 2]) / 2
         out[self.members[self.order]] = np.repeat(per, self.counts)
