@@ -265,9 +265,9 @@ pub fn dag_ends(
 
 /// The step end (the latest node end) of each row of a decomposition, without holding any row: row `k` has
 /// every node at `base`, except the nodes `masks[mask_ptr[k]..mask_ptr[k + 1]]`, at `alt`. Rows are
-/// evaluated `BLOCK` at a time over a scratch of nodes x `BLOCK` (memory bounded by the graph, whatever the
-/// number of rows), with `dag_ends`' arithmetic, so each row's end equals the maximum of its `dag_ends`
-/// row bit for bit (numpy's, a NaN anywhere: NaN).
+/// evaluated a block at a time over a scratch of the graph's live ends (`Graph::step_ends`: memory bounded
+/// by the graph's width, whatever the number of rows), with `dag_ends`' arithmetic, so each row's end
+/// equals the maximum of its `dag_ends` row bit for bit (numpy's, a NaN anywhere: NaN).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub fn dag_masked_step_ends(
