@@ -27,7 +27,7 @@ def topological(schedule: Schedule) -> Ints:
     kept = _orders.get(id(schedule))
     if kept is not None and kept[0] is schedule:
         return kept[1]
-    order = np.concatenate([schedule.sources, *(nodes for nodes, _, _ in schedule.levels)]).astype(np.int64)
+    order = np.concatenate([schedule.sources, *schedule.levels]).astype(np.int64)
     while len(_orders) >= KEEP:
         del _orders[next(iter(_orders))]
     _orders[id(schedule)] = (schedule, order)

@@ -76,10 +76,23 @@ class _PairingCycle(StepGraphError):
 
 @dataclass(frozen=True)
 class Schedule:
-    """Topological levels: per level the nodes, their predecessors flattened and where each node's begin."""
+    """Topological levels: per level the nodes (after the sources). Their predecessors, flattened with where
+    each node's begin, are made when the numpy evaluation first needs them (:meth:`gathers`): the native
+    core reads the graph's CSR, so a structure does not keep them beside it."""
 
     sources: Ints
-    levels: tuple[tuple[Ints, Ints, Ints], ...]
+    levels: tuple[Ints, ...]
+    _gathers: list[tuple[Ints, Ints]] = field(default_factory=list, compare=False, repr=False)
+
+    def gathers(self, indptr: Ints, indices: Ints) -> list[tuple[Ints, Ints]]:
+        """Per level, its nodes' predecessors flattened and where each node's begin (``indptr``, ``indices``:
+        the CSR of the graphs of this schedule's signature); made once."""
+        if len(self._gathers) < len(self.levels):
+            indeg = np.diff(indptr)
+            for nodes in self.levels:
+                offsets = np.concatenate([[0], np.cumsum(indeg[nodes])[:-1]]).astype(np.int64)
+                self._gathers.append((indices[_spans_of(indptr, nodes)], offsets))
+        return self._gathers
 
 
 @dataclass
@@ -123,7 +136,8 @@ class StepGraph:
         floor = floors[:, None]
         src = self.schedule.sources
         ends[src] = floor[src] + d[src]
-        for nodes, flat, offsets in self.schedule.levels:
+        gathers = self.schedule.gathers(self.indptr, self.indices)
+        for nodes, (flat, offsets) in zip(self.schedule.levels, gathers, strict=True):
             ready = np.maximum.reduceat(ends[flat], offsets, axis=0)
             ends[nodes] = np.maximum(ready, floor[nodes]) + d[nodes]
         return ends.T
@@ -573,9 +587,7 @@ def compile_schedule(indptr: Ints, indices: Ints) -> Schedule:
         remaining -= np.bincount(out, minlength=n)
         frontier = np.unique(out[remaining[out] == 0])
         if frontier.size:
-            lengths = indeg[frontier]
-            offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-            levels.append((frontier, indices[_spans_of(indptr, frontier)], offsets))
+            levels.append(frontier)
             placed += len(frontier)
     if placed != n:
         raise StepGraphError(f"{n - placed} of {n} nodes are in a dependency cycle: span times contradict their order")
