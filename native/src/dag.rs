@@ -53,6 +53,9 @@ impl<'a> Graph<'a> {
 
     fn check(&self) -> Result<(), String> {
         let n = self.floor.len();
+        if n >= u32::MAX as usize || self.indices.len() >= u32::MAX as usize {
+            return Err(format!("{n} nodes: too large a graph (places are u32)"));
+        }
         if self.indptr.len() != n + 1 || self.order.len() != n {
             return Err(format!(
                 "{n} nodes, but indptr has {} entries and order {}",
@@ -80,14 +83,19 @@ impl<'a> Graph<'a> {
         Ok(())
     }
 
-    /// Ends of every node (after `check`), node-major: `durations` and `ends` hold each node's `rows` values
-    /// side by side, so that a node's maximum over its predecessors runs over contiguous memory for every
-    /// row at once and the graph is read once, whatever the number of rows.
+    /// Ends of every node (after `check`): `durations` holds each row's value of every node (row-major),
+    /// `ends` each node's `rows` values side by side (node-major). The walk keeps the ends of the nodes
+    /// still to be read (`Walk::slots`), all rows side by side, so that a node's maximum over its
+    /// predecessors runs over contiguous memory for every row at once and the graph is read once, whatever
+    /// the number of rows; each node's ends are copied out as it is evaluated.
     fn evaluate(&self, rows: usize, durations: &[f64], ends: &mut [f64]) {
+        let n = self.floor.len();
         let walk = self.walk();
-        let mut by_place = vec![0.0; ends.len()];
-        walk.evaluate_with(rows, &mut by_place, |_, i, floor, ready, out| {
-            let own = &durations[i * rows..(i + 1) * rows];
+        let (slot, live) = walk.slots();
+        let mut live_ends = vec![0.0; live * rows];
+        let slot_of = |k: usize| slot[k] as usize;
+        walk.evaluate_with(rows, slot_of, &mut live_ends, |_, i, floor, ready, out| {
+            let own = durations[i..].iter().step_by(n); // row j's at j * n + i
             match ready {
                 None => out.iter_mut().zip(own).for_each(|(e, d)| *e = floor + d),
                 Some(ready) => {
@@ -96,31 +104,31 @@ impl<'a> Graph<'a> {
                     }
                 }
             }
+            ends[i * rows..(i + 1) * rows].copy_from_slice(out);
         });
-        for (k, &i) in walk.nodes.iter().enumerate() {
-            ends[i * rows..(i + 1) * rows].copy_from_slice(&by_place[k * rows..(k + 1) * rows]);
-        }
     }
 
     /// The graph in its order of evaluation (after `check`).
     fn walk(&self) -> Walk<'_> {
         let n = self.floor.len();
-        let nodes: Vec<usize> = self.order.iter().map(|&i| i as usize).collect();
-        let mut place = vec![0usize; n];
-        for (k, &i) in nodes.iter().enumerate() {
-            place[i] = k;
+        let mut place = vec![0u32; n];
+        for (k, &i) in self.order.iter().enumerate() {
+            place[i as usize] = k as u32;
         }
         let mut ptr = Vec::with_capacity(n + 1);
         let mut preds = Vec::with_capacity(self.indices.len());
         ptr.push(0);
-        for &i in &nodes {
-            let (a, b) = (self.indptr[i] as usize, self.indptr[i + 1] as usize);
+        for &i in self.order {
+            let (a, b) = (
+                self.indptr[i as usize] as usize,
+                self.indptr[i as usize + 1] as usize,
+            );
             preds.extend(self.indices[a..b].iter().map(|&p| place[p as usize]));
-            ptr.push(preds.len());
+            ptr.push(preds.len() as u32);
         }
         Walk {
             floor: self.floor,
-            nodes,
+            order: self.order,
             place,
             ptr,
             preds,
@@ -129,33 +137,46 @@ impl<'a> Graph<'a> {
 }
 
 /// A graph laid out in its order of evaluation: the ends of the node evaluated `k`-th are kept at place
-/// `k`, so that a walk writes them one after another and reads its predecessors from the places just
-/// before (the previous levels), not from all over the nodes' array.
+/// `k` (or at its slot, `Walk::slots`), so that a walk writes them one after another and reads its
+/// predecessors from the places just before (the previous levels), not from all over the nodes' array.
+/// Places and positions are u32 (`Graph::check` refuses a larger graph): half the memory of usize.
 struct Walk<'a> {
     floor: &'a [f64],
-    nodes: Vec<usize>, // per place: its node
-    place: Vec<usize>, // per node: its place
-    ptr: Vec<usize>,   // per place: where its predecessors (their places) begin in `preds`
-    preds: Vec<usize>,
+    order: &'a [i64], // per place: its node
+    place: Vec<u32>,  // per node: its place
+    ptr: Vec<u32>,    // per place: where its predecessors (their places) begin in `preds`
+    preds: Vec<u32>,
 }
 
 impl Walk<'_> {
+    /// The places of place `k`'s predecessors.
+    fn preds_of(&self, k: usize) -> &[u32] {
+        &self.preds[self.ptr[k] as usize..self.ptr[k + 1] as usize]
+    }
+
     /// Per place in order, the row-wise maximum of its predecessors' ends (None for a node without
     /// predecessors), from which `finish(place, node, floor, ready, ends at the place)` sets its ends; `ends`:
-    /// `rows` values per place.
+    /// `rows` values per slot, the place `k`'s at slot `slot(k)` (which no predecessor of `k` still being
+    /// read shares: `Walk::slots`).
     fn evaluate_with(
         &self,
         rows: usize,
+        slot: impl Fn(usize) -> usize,
         ends: &mut [f64],
         mut finish: impl FnMut(usize, usize, f64, Option<&[f64]>, &mut [f64]),
     ) {
         let mut ready = vec![0.0; rows];
-        for (k, &i) in self.nodes.iter().enumerate() {
+        for (k, &i) in self.order.iter().enumerate() {
+            let i = i as usize;
             let floor = self.floor[i];
-            let (before, from) = ends.split_at_mut(k * rows);
-            let out = &mut from[..rows];
-            let at = |p: usize| &before[p * rows..(p + 1) * rows]; // a predecessor's place is before k
-            match self.preds[self.ptr[k]..self.ptr[k + 1]] {
+            let s = slot(k);
+            let (below, from) = ends.split_at_mut(s * rows);
+            let (out, above) = from.split_at_mut(rows);
+            let at = |p: u32| match slot(p as usize) {
+                t if t < s => &below[t * rows..(t + 1) * rows],
+                t => &above[(t - s - 1) * rows..(t - s) * rows],
+            };
+            match *self.preds_of(k) {
                 [] => finish(k, i, floor, None, out),
                 [p] => finish(k, i, floor, Some(at(p)), out), // most nodes: read in place
                 [p, q, ref rest @ ..] => {
@@ -172,10 +193,42 @@ impl Walk<'_> {
             }
         }
     }
+
+    /// Per place, a slot for its ends, and the number of slots: a place's slot is free again once its last
+    /// successor is evaluated (a node without successors: once it is), so a walk keeps the ends of the
+    /// places still to be read (about a level or two of the graph), not of every node. A place's slot is
+    /// none of its predecessors'.
+    fn slots(&self) -> (Vec<u32>, usize) {
+        let n = self.order.len();
+        let mut last: Vec<u32> = (0..n as u32).collect(); // per place: the last place that reads it
+        for k in 0..n {
+            for &p in self.preds_of(k) {
+                last[p as usize] = k as u32;
+            }
+        }
+        let (mut slot, mut free, mut count) = (vec![0u32; n], Vec::new(), 0);
+        for k in 0..n {
+            slot[k] = free.pop().unwrap_or_else(|| {
+                count += 1;
+                count - 1
+            });
+            for &p in self.preds_of(k) {
+                let p = p as usize;
+                if last[p] == k as u32 {
+                    last[p] = u32::MAX; // (a predecessor listed twice is freed once)
+                    free.push(slot[p]);
+                }
+            }
+            if last[k] == k as u32 {
+                free.push(slot[k]);
+            }
+        }
+        (slot, count as usize)
+    }
 }
 
 /// Fill `ends` (nodes x rows, C order, float64) with the end of every node for each row of `durations`
-/// (same shape: a column per row): `end = max(predecessor ends, floor) + duration`, a node without
+/// (rows x nodes, C order: the transposed shape): `end = max(predecessor ends, floor) + duration`, a node without
 /// predecessors at its floor.
 #[pyfunction]
 pub fn dag_ends(
@@ -197,7 +250,7 @@ pub fn dag_ends(
         || (n > 0 && d.len() % n != 0)
     {
         return Err(PyValueError::new_err(
-            "ends: must be a writable contiguous array of the durations' shape",
+            "ends: must be a writable contiguous array of one value per duration",
         ));
     }
     // SAFETY: a writable C-contiguous buffer of `item_count` f64 held by `ends` for this call; no other
@@ -212,9 +265,9 @@ pub fn dag_ends(
 
 /// The step end (the latest node end) of each row of a decomposition, without holding any row: row `k` has
 /// every node at `base`, except the nodes `masks[mask_ptr[k]..mask_ptr[k + 1]]`, at `alt`. Rows are
-/// evaluated `BLOCK` at a time over a scratch of nodes x `BLOCK` (memory bounded by the graph, whatever the
-/// number of rows), with `dag_ends`' arithmetic, so each row's end equals the maximum of its `dag_ends`
-/// row bit for bit (numpy's, a NaN anywhere: NaN).
+/// evaluated a block at a time over a scratch of the graph's live ends (`Graph::step_ends`: memory bounded
+/// by the graph's width, whatever the number of rows), with `dag_ends`' arithmetic, so each row's end
+/// equals the maximum of its `dag_ends` row bit for bit (numpy's, a NaN anywhere: NaN).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub fn dag_masked_step_ends(
@@ -260,10 +313,28 @@ fn step_ends_into(
     Ok(())
 }
 
+/// Rows evaluated at once by `Graph::step_ends`: at most `BLOCK`, and as many as fit a scratch of
+/// `SCRATCH` bytes (at least one).
+const BLOCK: usize = 64;
+const SCRATCH: usize = 4 << 20;
+
+/// Whether the node `i` whose end is `v` ends the step rather than `best` (the one so far, `None` before
+/// the first), as numpy's `max` over the nodes in index order picks it: the first NaN, else the first
+/// of the largest (of equal ones, 0.0 and -0.0, the first), in whatever order the nodes come.
+fn ends_later(v: f64, i: usize, best: Option<(f64, usize)>) -> bool {
+    match best {
+        None => true,
+        Some((t, b)) if t.is_nan() => v.is_nan() && i < b,
+        Some((t, b)) => v.is_nan() || v > t || (v == t && i < b),
+    }
+}
+
 impl Graph<'_> {
     /// Each row's step end (see `dag_masked_step_ends`): row `k` has every node at `base`, except the nodes
-    /// `masks[mask_ptr[k]..mask_ptr[k + 1]]`, each at `value(at, node)` (`at`: its position in `masks`). Rows `BLOCK` at a time over a scratch of nodes x `BLOCK` (after `check`, with masks
-    /// and pointers checked by the caller).
+    /// `masks[mask_ptr[k]..mask_ptr[k + 1]]`, each at `value(at, node)` (`at`: its position in `masks`).
+    /// Rows a block at a time over a scratch of the graph's live ends (`Walk::slots`) x the block, each
+    /// row's latest end kept as its nodes are evaluated: memory bounded by the graph's width, not its nodes
+    /// (after `check`, with masks and pointers checked by the caller).
     fn step_ends(
         &self,
         base: &[f64],
@@ -272,7 +343,6 @@ impl Graph<'_> {
         mask_ptr: &[i64],
         masks: &[i64],
     ) {
-        const BLOCK: usize = 16;
         let n = self.floor.len();
         let rows = result.len();
         if n == 0 {
@@ -280,20 +350,22 @@ impl Graph<'_> {
             return;
         }
         let walk = self.walk();
-        let mut ends = vec![0.0; n * BLOCK];
+        let (slot, live) = walk.slots();
+        let block_rows = (SCRATCH / (live * 8)).clamp(1, BLOCK).min(rows.max(1));
+        let mut ends = vec![0.0; live * block_rows];
         // the block's masked values (row in the block, duration) by place of their node, in order of
         // evaluation (a counting sort, stable: a node listed twice in a row, its later value last); `end`:
         // per place, where its values end
         let mut changed: Vec<(usize, f64)> = Vec::new();
         let mut end = vec![0usize; n];
-        let mut top = [0.0; BLOCK];
-        for first in (0..rows).step_by(BLOCK) {
-            let width = BLOCK.min(rows - first);
+        let mut top: Vec<Option<(f64, usize)>> = vec![None; block_rows];
+        for first in (0..rows).step_by(block_rows) {
+            let width = block_rows.min(rows - first);
             let block = |j: usize| mask_ptr[first + j] as usize..mask_ptr[first + j + 1] as usize;
             end.fill(0);
             for j in 0..width {
                 for &node in &masks[block(j)] {
-                    end[walk.place[node as usize]] += 1;
+                    end[walk.place[node as usize] as usize] += 1;
                 }
             }
             let mut total = 0;
@@ -311,14 +383,17 @@ impl Graph<'_> {
                     .skip(block(j).start)
                 {
                     let i = node as usize;
-                    let k = walk.place[i];
+                    let k = walk.place[i] as usize;
                     changed[end[k]] = (j, value(at, i));
                     end[k] += 1;
                 }
             }
             let mut next = 0;
-            let ends = &mut ends[..n * width];
-            walk.evaluate_with(width, ends, |k, i, floor, ready, out| {
+            let top = &mut top[..width];
+            top.fill(None);
+            let ends = &mut ends[..live * width];
+            let slot_of = |k: usize| slot[k] as usize;
+            walk.evaluate_with(width, slot_of, ends, |k, i, floor, ready, out| {
                 let d = base[i];
                 match ready {
                     None => out.fill(floor + d),
@@ -335,17 +410,15 @@ impl Graph<'_> {
                     };
                 }
                 next = end[k];
-            });
-            // each row's latest end, over the nodes in index order (numpy's max: the first NaN)
-            let top = &mut top[..width];
-            let at = |i: usize| &ends[walk.place[i] * width..(walk.place[i] + 1) * width];
-            top.copy_from_slice(at(0));
-            for i in 1..n {
-                for (t, e) in top.iter_mut().zip(at(i)) {
-                    *t = maximum(*t, *e);
+                for (t, &e) in top.iter_mut().zip(out.iter()) {
+                    if ends_later(e, i, *t) {
+                        *t = Some((e, i));
+                    }
                 }
+            });
+            for (r, t) in result[first..first + width].iter_mut().zip(top.iter()) {
+                *r = t.map_or(f64::NAN, |(e, _)| e);
             }
-            result[first..first + width].copy_from_slice(top);
         }
     }
 }

@@ -102,3 +102,14 @@ def key_sums(keys: Ints, weights: Floats) -> tuple[Ints, Floats]:
     distinct: Ints = np.flatnonzero(np.bincount(keys))
     sums = np.asarray(np.bincount(keys, weights), np.float64)[distinct]
     return distinct, sums
+
+
+def fits_int32(*cols: Ints) -> bool:
+    """Whether every value of ``cols`` fits an int32."""
+    return all(not len(c) or (int(c.min()) >= -(2**31) and int(c.max()) < 2**31) for c in cols)
+
+
+def compact(a: Ints) -> Ints:
+    """Integers ``a`` (keys, ranks, node ids: far below 2^31) as int32 when they fit, else as they are: half
+    the memory of a column kept across steps, the same values."""
+    return a.astype(np.int32) if fits_int32(a) else a

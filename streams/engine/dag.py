@@ -27,7 +27,7 @@ def topological(schedule: Schedule) -> Ints:
     kept = _orders.get(id(schedule))
     if kept is not None and kept[0] is schedule:
         return kept[1]
-    order = np.concatenate([schedule.sources, *(nodes for nodes, _, _ in schedule.levels)]).astype(np.int64)
+    order = np.concatenate([schedule.sources, *schedule.levels]).astype(np.int64)
     while len(_orders) >= KEEP:
         del _orders[next(iter(_orders))]
     _orders[id(schedule)] = (schedule, order)
@@ -37,8 +37,8 @@ def topological(schedule: Schedule) -> Ints:
 def ends(schedule: Schedule, indptr: Ints, indices: Ints, floor: Floats, durations: Floats) -> Floats:
     """End times of every node for each row of ``durations`` (rows x nodes)."""
     assert native.core is not None
-    d = np.ascontiguousarray(np.asarray(durations, np.float64).T)  # node-major, as the native core reads it
-    out = np.empty_like(d)
+    d = np.ascontiguousarray(durations, np.float64)  # (as it is: no node-major copy)
+    out = np.empty(d.shape[::-1])  # node-major, as the native core writes it
     i64 = (np.ascontiguousarray(a, np.int64) for a in (topological(schedule), indptr, indices))
     native.core.dag_ends(*i64, np.ascontiguousarray(floor, np.float64), d, out)
     return out.T

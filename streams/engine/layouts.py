@@ -19,6 +19,7 @@ step's graph is built from its own edges (and kept as the layout's latest).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -102,12 +103,17 @@ class Layout:
 _kept: list[Layout] = []  # most recently used last
 
 
-def find(identity: Ints, order: Ints, start: Floats, end: Floats) -> tuple[Layout, Ints] | None:
-    """A kept layout of these identity columns (in node order; ``order``: their rows) whose pairing the
-    step's times keep, and the partner rows it gives (:meth:`Layout.partners`), if any."""
+def find(columns: Sequence[Ints], order: Ints, start: Floats, end: Floats) -> tuple[Layout, Ints] | None:
+    """A kept layout of these identity columns (per row; ``order``: the rows in node order) whose pairing
+    the step's times keep, and the partner rows it gives (:meth:`Layout.partners`), if any. The columns are
+    put in node order one at a time (a step's identity in node order is not made to be compared)."""
+    row = np.empty(len(order), np.int64)
     for i in range(len(_kept) - 1, -1, -1):
         layout = _kept[i]
-        if layout.identity.shape == identity.shape and np.array_equal(layout.identity, identity):
+        if layout.identity.shape == (len(columns), len(order)) and all(
+            np.array_equal(np.take(column, order, out=row), kept)
+            for column, kept in zip(columns, layout.identity, strict=True)
+        ):
             partner = layout.partners(order, start, end)
             if partner is not None:
                 _kept.append(_kept.pop(i))

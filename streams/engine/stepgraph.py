@@ -51,7 +51,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine import dag, layouts, transfers
-from streams.engine.codes import Codebook, Floats, Ints, classes, dense
+from streams.engine.codes import Codebook, Floats, Ints, classes, compact, dense, fits_int32
 from streams.engine.transfers import FROM, RECV_OPS, SEND_OPS, TO
 from streams.errors import DriftlogError
 
@@ -76,10 +76,23 @@ class _PairingCycle(StepGraphError):
 
 @dataclass(frozen=True)
 class Schedule:
-    """Topological levels: per level the nodes, their predecessors flattened and where each node's begin."""
+    """Topological levels: per level the nodes (after the sources). Their predecessors, flattened with where
+    each node's begin, are made when the numpy evaluation first needs them (:meth:`gathers`): the native
+    core reads the graph's CSR, so a structure does not keep them beside it."""
 
     sources: Ints
-    levels: tuple[tuple[Ints, Ints, Ints], ...]
+    levels: tuple[Ints, ...]
+    _gathers: list[tuple[Ints, Ints]] = field(default_factory=list, compare=False, repr=False)
+
+    def gathers(self, indptr: Ints, indices: Ints) -> list[tuple[Ints, Ints]]:
+        """Per level, its nodes' predecessors flattened and where each node's begin (``indptr``, ``indices``:
+        the CSR of the graphs of this schedule's signature); made once."""
+        if len(self._gathers) < len(self.levels):
+            indeg = np.diff(indptr)
+            for nodes in self.levels:
+                offsets = np.concatenate([[0], np.cumsum(indeg[nodes])[:-1]]).astype(np.int64)
+                self._gathers.append((indices[_spans_of(indptr, nodes)], offsets))
+        return self._gathers
 
 
 @dataclass
@@ -123,7 +136,8 @@ class StepGraph:
         floor = floors[:, None]
         src = self.schedule.sources
         ends[src] = floor[src] + d[src]
-        for nodes, flat, offsets in self.schedule.levels:
+        gathers = self.schedule.gathers(self.indptr, self.indices)
+        for nodes, (flat, offsets) in zip(self.schedule.levels, gathers, strict=True):
             ready = np.maximum.reduceat(ends[flat], offsets, axis=0)
             ends[nodes] = np.maximum(ready, floor[nodes]) + d[nodes]
         return ends.T
@@ -229,13 +243,12 @@ def _build(
     role = comm + 2 * sync + 4 * compute + 8 * blocks + 16 * (direction + 1)  # see _edges
     dp, pp, tp = (np.asarray(c[k], np.int64) for k in ("dp", "pp", "tp"))
     columns = (rank, mb, peer, _per_group(seq, grp), op, grp, role, dp, pp, tp)
-    identity = np.empty((len(columns), len(order)), np.int64)  # in node order
-    for into, column in zip(identity, columns, strict=True):
-        np.take(column, order, out=into)
-    found = layouts.find(identity, order, start, end) if pair_blocking else None  # (kept only from paired builds)
+    found = layouts.find(columns, order, start, end) if pair_blocking else None  # (kept only from paired builds)
     if found is not None:
         layout, partner = found
+        identity = layout.identity  # (equal to this step's: not gathered again)
     else:
+        identity = _in_node_order(columns, order)
         rows = (rank, mb, peer, direction)
         layout, partner = _layout(
             identity, order, len(ci), start, end, rows, blocks, member, grp, seq, node_of, pair_blocking
@@ -279,6 +292,15 @@ def _build(
         span=np.concatenate([order, np.full(n - len(order), -1, np.int64)]),
         **layout.per_node,
     )
+
+
+def _in_node_order(columns: tuple[Ints, ...], order: Ints) -> Ints:
+    """The identity columns x span nodes (``order``: the rows in node order), as int32 when they fit (kept
+    with the layout: half the memory, the same values)."""
+    identity = np.empty((len(columns), len(order)), np.int32 if fits_int32(*columns) else np.int64)
+    for into, column in zip(identity, columns, strict=True):
+        into[:] = column[order]
+    return identity
 
 
 def _per_group(seq: Ints, grp: Ints) -> Ints:
@@ -341,7 +363,8 @@ def _edges(
     schedule = _schedule(indptr, indices, signature, cache, paired)
     with_predecessor = np.flatnonzero((np.diff(indptr) > 0) & (kind != BARRIER))
     frozen = layouts.frozen
-    return layouts.Edges(src, dst, frozen(kind), frozen(indptr), frozen(indices), with_predecessor, signature, schedule)
+    kept = (compact(src), compact(dst))  # (compared with later steps' edges: by value)
+    return layouts.Edges(*kept, frozen(kind), frozen(indptr), frozen(indices), with_predecessor, signature, schedule)
 
 
 def _schedule(indptr: Ints, indices: Ints, signature: bytes, cache: dict[bytes, Schedule], paired: bool) -> Schedule:
@@ -564,9 +587,7 @@ def compile_schedule(indptr: Ints, indices: Ints) -> Schedule:
         remaining -= np.bincount(out, minlength=n)
         frontier = np.unique(out[remaining[out] == 0])
         if frontier.size:
-            lengths = indeg[frontier]
-            offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-            levels.append((frontier, indices[_spans_of(indptr, frontier)], offsets))
+            levels.append(frontier)
             placed += len(frontier)
     if placed != n:
         raise StepGraphError(f"{n - placed} of {n} nodes are in a dependency cycle: span times contradict their order")

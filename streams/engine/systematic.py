@@ -36,12 +36,14 @@ middle, not the luckier one. A group whose every member is systematically slow k
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from streams.engine.codes import compact
 from streams.engine.medians import LOWER, MIDDLE, grouped
 from streams.engine.stepgraph import Floats, Ints
 
@@ -63,8 +65,13 @@ class Grouped:
         sk = k[self.order]
         self.starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, np.int64)
         self.counts = np.diff(np.r_[self.starts, len(sk)])
-        self.group = np.repeat(np.arange(len(self.starts)), self.counts)
         self.size = len(keys)
+
+    def by(self, how: int) -> Grouped:
+        """The same groups (their arrays shared, not copied), with another statistic."""
+        other = copy.copy(self)
+        other.how = how
+        return other
 
     def typical(self, values: Floats) -> Floats:
         """``values`` with each grouped position replaced by its group's statistic."""
@@ -74,7 +81,8 @@ class Grouped:
         per = grouped(values, self.order, self.starts, self.counts, self.how, self.members)
         if per is None:  # the same values as the native core
             v = values[self.members][self.order]
-            ranked = v[np.lexsort((v, self.group))]
+            group = np.repeat(np.arange(len(self.starts)), self.counts)  # (per member: made when needed)
+            ranked = v[np.lexsort((v, group))]
             low = ranked[self.starts + (self.counts - 1) // 2]
             per = low if self.how == LOWER else (low + ranked[self.starts + self.counts // 2]) / 2
         out[self.members[self.order]] = np.repeat(per, self.counts)
@@ -93,10 +101,10 @@ class Unsystematic:
     link for transfers; -1: none, never left out)."""
 
     def __init__(self, keys: Ints, unit: Ints) -> None:
-        self.keys = keys
-        self.unit = np.maximum(unit, 0)
+        self.keys = compact(keys)
+        self.unit = compact(np.maximum(unit, 0))
         self.middle = Grouped(keys, MIDDLE)
-        self.lower = Grouped(keys, LOWER)
+        self.lower = self.middle.by(LOWER)
         self.paired = (self.middle.sizes() >= 2) & (unit >= 0)
 
     def deviations(self, values: Floats) -> tuple[Floats, Floats]:

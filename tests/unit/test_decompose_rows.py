@@ -24,7 +24,7 @@ def test_masked_step_ends_equal_the_full_rows(name: str, ranks: int, monkeypatch
     g = build(op_columns(SCENARIOS[name](2, ranks, 12), 10), Codebook(), Codebook(), {})
     rng = np.random.default_rng(5)
     base, alt = g.intrinsic, g.intrinsic * rng.uniform(0.3, 1.5, g.nodes)
-    masks = [rng.random(g.nodes) < p for p in rng.uniform(0.0, 0.5, 37)]  # 37 rows: over two blocks of 16
+    masks = [rng.random(g.nodes) < p for p in rng.uniform(0.0, 0.5, 133)]  # 133 rows: over two blocks of 64
     masks += [np.zeros(g.nodes, bool), np.ones(g.nodes, bool), g.rank == 1]
     floor = np.where(np.isfinite(g.floor), g.floor - rng.uniform(0.0, 0.01, g.nodes), g.floor)
     odd = alt.copy()
@@ -68,7 +68,7 @@ def test_valued_step_ends_equal_the_rows_of_each_alternative(name: str, ranks: i
     alts = [g.intrinsic * rng.uniform(0.3, 1.5, g.nodes) for _ in range(5)]
     alts[2][rng.integers(0, g.nodes, 3)] = np.nan
     alts[3][rng.integers(0, g.nodes, 2)] = np.inf
-    rows = [(alts[i % 5], rng.random(g.nodes) < p) for i, p in enumerate(rng.uniform(0.0, 0.5, 35))]
+    rows = [(alts[i % 5], rng.random(g.nodes) < p) for i, p in enumerate(rng.uniform(0.0, 0.5, 131))]
     rows += [(alts[0], np.zeros(g.nodes, bool)), (alts[1], np.ones(g.nodes, bool))]
     nodes = [np.flatnonzero(m) for _, m in rows]
     got = dag.valued_step_ends(
@@ -90,3 +90,21 @@ def test_valued_step_ends_equal_the_rows_of_each_alternative(name: str, ranks: i
     assert np.array_equal(again, [Rows(g.intrinsic, alts[0], [rows[5][1]]).step_ends(g)[0]], equal_nan=True)
     with pytest.raises(ValueError, match="one per masked node"):
         dag.valued_step_ends(g.schedule, g.indptr, g.indices, g.floor, g.intrinsic, [nodes[-1]], [np.zeros(0)])
+
+
+def test_the_step_end_is_numpys_max_over_the_nodes_in_index_order() -> None:
+    """Nodes evaluated in another order than their indices: the step end is still the first NaN, else the
+    first of the largest ends in index order (-0.0 before 0.0 ends the step at -0.0, and 0.0 before -0.0 at
+    0.0), though the native core keeps only a few nodes' ends at a time."""
+    assert dag.native.core is not None
+    order, ptr, none = np.array([2, 1, 0]), np.array([0, 0, 0, 0]), np.zeros(0, np.int64)
+    floor, base = np.array([-0.0, 0.0, -1.0]), np.array([-0.0, 0.0, 0.5])
+    for alt, want in (([0.0, -0.0, 0.5], 0.0), ([-0.0, 0.0, 0.5], -0.0), ([0.0, np.nan, np.nan], np.nan)):
+        out = np.zeros(2)
+        ptr_rows = np.array([0, 0, 3])  # row 0: every node at base; row 1: every node at alt
+        dag.native.core.dag_masked_step_ends(
+            order, ptr, none, floor, base, np.array(alt), ptr_rows, np.array([0, 1, 2]), out
+        )
+        assert np.signbit(out[0]) and out[0] == 0.0  # base: -0.0 (node 0) before 0.0 (node 1)
+        assert np.array_equal(out[1:], [want], equal_nan=True) and np.signbit(out[1]) == np.signbit(want)
+        assert np.array_equal(out[1:], [(floor + np.array(alt)).max()], equal_nan=True)

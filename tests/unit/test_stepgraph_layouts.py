@@ -48,9 +48,7 @@ def assert_same(a: StepGraph, b: StepGraph) -> None:
         elif f.name != "schedule":
             assert x == y, f.name
     assert a.schedule.sources.tolist() == b.schedule.sources.tolist()
-    assert [tuple(map(np.ndarray.tolist, level)) for level in a.schedule.levels] == [
-        tuple(map(np.ndarray.tolist, level)) for level in b.schedule.levels
-    ]
+    assert [level.tolist() for level in a.schedule.levels] == [level.tolist() for level in b.schedule.levels]
 
 
 NAMES = ["training-fabric", "training-slow-link", "training-cascade", "realistic-slow-rank", "realistic-slow-stage"]
@@ -121,3 +119,21 @@ def test_kept_layouts_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in NAMES[:2]:
         built(sim_steps(name)[0], kept, monkeypatch)
         assert len(kept) == 1  # the most recent, whatever its size
+
+
+def test_a_kept_layout_is_compact_and_wide_values_stay_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layout keeps its identity columns and edges as int32 (half the memory of a large job's), and a
+    step whose columns do not fit int32 keeps them as int64: the graph's own columns are int64 either way,
+    with the same values."""
+    c = sim_steps("training-fabric")[0]
+    kept: list[layouts.Layout] = []
+    g = built(c, kept, monkeypatch)
+    assert kept[-1].identity.dtype == np.int32 and kept[-1].edges is not None
+    assert kept[-1].edges.src.dtype == np.int32 and kept[-1].edges.dst.dtype == np.int32
+    assert_same(built(c, kept, monkeypatch), g)  # reused: the same graph
+    wide = {**c, "dp": np.asarray(c["dp"], np.int64) + 2**40}
+    wide_kept: list[layouts.Layout] = []
+    w = built(wide, wide_kept, monkeypatch)
+    assert wide_kept[-1].identity.dtype == np.int64
+    assert np.array_equal(w.dp[w.span >= 0], g.dp[g.span >= 0] + 2**40) and w.dp.dtype == np.int64
+    assert_same(built(wide, wide_kept, monkeypatch), w)

@@ -11,7 +11,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from streams.engine.systematic import ALPHA, WINDOW, Persistence, Unsystematic
+from streams.engine import systematic
+from streams.engine.codes import compact
+from streams.engine.medians import LOWER
+from streams.engine.systematic import ALPHA, WINDOW, Grouped, Persistence, Unsystematic
 
 Noise = Callable[[np.random.Generator, int], np.ndarray]
 NOISES: dict[str, Noise] = {
@@ -84,3 +87,26 @@ def test_the_typical_duration_leaves_out_only_the_called_ranks() -> None:
     assert peers.typical(values, np.array([1])).tolist() == [1.0, 1.0, 4.0, 4.0, 4.0, 4.0, 5.0, 7.0]
     # every member of a group left out: its lower median
     assert peers.typical(values, np.array([0, 1])).tolist() == [1.0, 1.0, 5.0, 5.0, 5.0, 5.0, 5.0, 7.0]
+
+
+def test_the_lower_median_shares_the_middles_groups_and_keys_are_kept_compact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per structure, one grouping serves both statistics (its arrays not copied), and keys and units are
+    kept as int32 with the same values (wider integers as they are), with the same typical values."""
+    rng = np.random.default_rng(3)
+    keys = np.where(rng.random(500) < 0.1, -1, rng.integers(0, 40, 500))
+    unit = rng.integers(-1, 8, 500)
+    values = rng.lognormal(0.0, 0.5, 500)
+    u = Unsystematic(keys, unit)
+    assert u.lower.order is u.middle.order and u.lower.members is u.middle.members
+    assert np.array_equal(u.lower.typical(values), Grouped(keys, LOWER).typical(values))
+    assert u.keys.dtype == np.int32 and np.array_equal(u.keys, keys)
+    assert np.array_equal(u.unit, np.maximum(unit, 0))
+    wide = np.array([0, 2**40], np.int64)
+    assert compact(wide) is wide and compact(wide[:1]).dtype == np.int32
+    with monkeypatch.context() as m:
+        m.setattr(systematic, "compact", lambda a: a)  # as int64
+        wide_keys = Unsystematic(keys, unit)
+    assert wide_keys.keys.dtype == np.int64
+    for slow in (np.array([3]), np.array([0, 5, 7])):
+        assert np.array_equal(u.typical(values, slow), wide_keys.typical(values, slow))
+    assert all(np.array_equal(a, b) for a, b in zip(u.deviations(values), wide_keys.deviations(values), strict=True))
