@@ -107,3 +107,51 @@ def test_terms_kept_per_length_equal_those_computed_per_series(k: int) -> None:
             assert np.array_equal(np.broadcast_to(one, np.broadcast_shapes(one.shape, each.shape)),
                                   np.broadcast_to(each, np.broadcast_shapes(one.shape, each.shape)),
                                   equal_nan=one.dtype.kind == "f")  # fmt: skip
+
+
+def test_the_kept_terms_are_read_only() -> None:
+    """Terms kept per length are shared by every test of that length: none of them can be written."""
+    from streams.engine.detectors.changepoint import _line_terms, _mean_terms, _per_column
+
+    lengths = np.full(3, 40, np.int64)
+    for terms in (_line_terms, _mean_terms):
+        kept = _per_column(terms, 64, lengths, 5)
+        assert not any(a.flags.writeable for a in kept if isinstance(a, np.ndarray))
+
+
+def test_a_series_tested_alone_gives_the_bits_it_gives_tested_with_others() -> None:
+    """Which series share a test depends on how the input was batched into messages: a series' statistic,
+    split and kind must not (numpy adds a lone column pairwise, several columns row after row)."""
+    from streams.engine.detectors.changepoint import _line_glr
+
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        w, n = 64, int(rng.integers(2, 9))
+        k = rng.integers(12, w + 1, n)
+        z = rng.standard_normal((w, n)) * rng.uniform(0.1, 1e3) + rng.uniform(-1e3, 1e3)
+        valid = np.arange(w)[:, None] >= (w - k)[None, :]
+        z = np.where(valid, z, 0.0)
+        together = _line_glr(z, valid, k, 5)
+        for j in range(n):
+            alone = _line_glr(np.ascontiguousarray(z[:, j : j + 1]), valid[:, j : j + 1], k[j : j + 1], 5)
+            assert alone[0][0].tobytes() == together[0][j].tobytes()
+            assert (alone[1][0], alone[2][0]) == (together[1][j], together[2][j])
+
+
+def test_changes_do_not_depend_on_how_series_were_batched_into_updates() -> None:
+    """The same values per series, updated all at once or one series per call: the same changes."""
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal((400, 6)) * 7.0 + 100.0
+    values[250:, 2] += 40.0  # a level shift in one series
+    values[180:, 4] += np.linspace(0.0, 60.0, 220)  # a slope in another
+    together, apart = ChangePoint(6), ChangePoint(6)
+    found_together: list[tuple[int, int, bytes]] = []
+    found_apart: list[tuple[int, int, bytes]] = []
+    for t in range(values.shape[0]):
+        for c in together.update(np.arange(6), values[t]):
+            found_together.append((t, c.series, pickle.dumps(c)))
+        for row in range(6):
+            for c in apart.update(np.array([row]), values[t, row : row + 1]):
+                found_apart.append((t, c.series, pickle.dumps(c)))
+    assert found_together, "the shifts were found"
+    assert sorted(found_together) == sorted(found_apart)

@@ -269,9 +269,10 @@ def _line_glr(z: F, valid: npt.NDArray[np.bool_], k: I, m: int) -> tuple[F, I, n
     the left side, whether a slope change is best)."""
     c = _per_column(_line_terms, z.shape[0], k, m)
     t, n, st, grid = c.t, c.n, c.st, c.grid
-    slope = (n * (t * z).sum(axis=0) - st * z.sum(axis=0)) / c.det
-    e = np.where(valid, z - ((z.sum(axis=0) - slope * st) / n)[None, :] - slope[None, :] * t, 0.0)
-    sse = (e * e).sum(axis=0)
+    z_sum = _column_sums(z)
+    slope = (n * _column_sums(t * z) - st * z_sum) / c.det
+    e = np.where(valid, z - ((z_sum - slope * st) / n)[None, :] - slope[None, :] * t, 0.0)
+    sse = _column_sums(e * e)
     e_r = -np.cumsum(e, axis=0)  # the residuals sum to zero
     te_r = -np.cumsum(t * e, axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -293,6 +294,13 @@ def _line_glr(z: F, valid: npt.NDArray[np.bool_], k: I, m: int) -> tuple[F, I, n
     # residual variance with the change fitted (a noise estimate learned from few points can be too small)
     residual = np.maximum((sse - best) / np.maximum(k - 3, 1), 1.0)
     return best / residual, at, is_slope
+
+
+def _column_sums(a: F) -> F:
+    """Each column's sum, added row after row whatever the number of columns (``sum(axis=0)`` adds a lone
+    column pairwise, so a series' sums would depend on which series are tested with it)."""
+    out: F = a.sum(axis=0) if a.shape[1] > 1 else np.add.accumulate(a, axis=0)[-1]
+    return out
 
 
 class _LineTerms(NamedTuple):
