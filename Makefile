@@ -36,16 +36,16 @@ NATIVE_DEFINITIONS := test_codes.py test_stepgraph.py test_stepgraph_layouts.py 
 	test_timeline_order.py test_decompose_rows.py test_analyze_parquet.py
 SAME_RECORDS := tests/unit/test_same_records.py::test_records_depend_on_the_input_only
 
-# Unit tests run on two processes (pytest-xdist; they share no state but their temporary directories); the
+# Unit tests run on two processes (pytest-xdist, a module per process at a time: its fixtures built once); the
 # integration tests, which share one broker and time their workers, run on one.
 test: $(NATIVE)
-	$(BIN)/pytest -q -n 2 tests/unit
+	$(BIN)/pytest -q -n 2 --dist loadfile tests/unit
 	$(BIN)/pytest -q tests/integration
 	DRIFTLOG_NATIVE=0 DRIFTLOG_REQUIRE_NATIVE=0 $(BIN)/pytest -q $(addprefix tests/unit/,$(NATIVE_DEFINITIONS)) \
 		'$(SAME_RECORDS)[several-jobs]' '$(SAME_RECORDS)[realistic-slow-rank-and-link]'
 
 unit: $(NATIVE)
-	$(BIN)/pytest -q -n 2 tests/unit
+	$(BIN)/pytest -q -n 2 --dist loadfile tests/unit
 
 integration: $(NATIVE)
 	$(BIN)/pytest -q -m integration tests/integration

@@ -57,11 +57,10 @@ from streams.engine.detectors.early_warning import (
     EarlyWarning,
     ar_fit,
     detrended,
-    one_sided,
     slowing_down,
     winsorised,
 )
-from streams.engine.detectors.kendall import autocorrelation_trend, joint_trend, variance_trend
+from streams.engine.detectors.kendall import autocorrelation_trend, joint_trend, one_sided, variance_trend
 from streams.engine.detectors.rolling_trend import rolling_trend
 from streams.sim.scenarios import SCENARIOS
 

@@ -144,7 +144,7 @@ def test_a_saturated_endpoint_answers_429_at_once(store: DuckDBStore) -> None:
         time.sleep(0.5)
         started = time.monotonic()
         status, body = post(port, {"sql": "SELECT 1"})
-        assert (status, time.monotonic() - started < 1.0) == (429, True), body
+        assert (status, time.monotonic() - started < 2.0) == (429, True), body  # queued, it would wait 3 s
         assert b"retry later" in body
         assert [f.result()[0] for f in slow] == [400, 400]  # stopped at the time limit
         assert post(port, {"sql": "SELECT 1 AS one"})[0] == 200

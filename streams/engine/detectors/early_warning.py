@@ -14,9 +14,10 @@ its level:
   ``r[t]·r[t-1]`` (the variance times the lag-1 autocorrelation), each with a z-score whose variance is
   widened for the autocorrelation those values have under a steady AR(1) (Hamed & Rao 1998; the AR(1)'s
   coefficient read from the signs of the lag products); the test is the mean of the two z-scores against
-  the standard normal (``kendall.joint_trend``), which never exceeds the level whatever the correlation
-  of the two (0.3-0.7 measured on steady AR(1) series): a slowing down raises both, a rise of one alone
-  counts half;
+  the standard normal (``kendall.joint_trend``), within the level when the two z-scores are each
+  standard normal and jointly normal, whatever their correlation (measured -0.05 to 0.98 on steady AR(1)
+  series), and with the excess of either where it is wider: a slowing down raises both, a rise of one
+  alone counts half;
 - ``ar_trend``: an autoregression whose coefficient may change linearly over the span,
   ``y[t] = c + (a + b·s[t])·y[t-1] + e`` (``s``: time scaled to -½..½); the trend ``b`` over its standard
   error is a z-score, standard normal when the coefficient does not change.

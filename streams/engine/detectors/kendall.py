@@ -10,7 +10,7 @@ least-squares line — whose autocorrelation is known when the series is an AR(1
 null hypothesis is "one AR(1) process, no trend in its memory"). The variance of Kendall's S is then
 inflated as in Hamed & Rao (1998) for autocorrelated data (an effective sample size), and ``(S - sign S)
 / sd`` is taken as standard normal. ``joint_trend`` tests both indicators at once: the mean of their
-z-scores, standard normal or narrower whatever their correlation.
+z-scores, standard normal or narrower when the two are jointly normal (any correlation).
 No window, no surrogate draws, no threshold learned from data.
 """
 
@@ -97,11 +97,14 @@ def autocorrelation_z(r: F) -> tuple[float, float]:
 
 def joint_trend(r: F) -> tuple[float, float]:
     """(z, one-sided p) of a rise of both indicators at once: the mean of the variance's and the lag-1
-    autocovariance's z-scores. Each is standard normal without a trend, so their mean has a variance of
-    (1 + rho) / 2 <= 1 whatever their correlation rho: comparing it with the standard normal never
-    exceeds the level (it is exact when rho is 1, conservative below; measured 0.3-0.7 on steady AR(1)
-    series with and without noise or outliers). A slowing down raises both, and a rise of one alone
-    counts half."""
+    autocovariance's z-scores. Where the two are jointly normal and each standard normal without a trend,
+    their mean has a variance of (1 + rho) / 2 <= 1 for any correlation rho, so comparing it with the
+    standard normal does not exceed the level (exact at rho 1, conservative below); without joint
+    normality the sharp bound is twice the level. Measured rho (20,000 steady AR(1) series a cell,
+    detrended and winsorised as the detector does): -0.05 at phi 0, 0.76-0.83 at phi 0.6, 0.95-0.98 at
+    phi 0.9, 0.39-0.72 with white noise as large as the spread. Where either z-score is wider than
+    standard normal the joint test inherits the excess: phi 0.9 with noise, 150 points, 0.15% of spans
+    at 0.001 and 1.4% at 0.01. A slowing down raises both, and a rise of one alone counts half."""
     z = (variance_z(r)[1] + autocorrelation_z(r)[1]) / 2
     if not math.isfinite(z):
         return 0.0, 1.0
