@@ -35,6 +35,7 @@ from streams import ops
 from streams.config import Settings
 from streams.health import Health, probe, until_broker
 from streams.kafka.admin import ensure_topics
+from streams.kafka.fetching import App
 from streams.logs import config_dict
 from streams.pipeline import Output
 from streams.tasks import Tasks, on_rebalance
@@ -158,7 +159,7 @@ def publish_metrics(out: Output) -> None:
 
 
 def faust_app(settings: Settings) -> faust.App:
-    return faust.App(
+    return App(
         settings.worker_group,
         broker=broker_urls(settings.kafka_bootstrap_servers),
         value_serializer="raw",
