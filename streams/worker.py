@@ -35,7 +35,7 @@ from streams import ops
 from streams.config import Settings
 from streams.health import Health, probe, until_broker
 from streams.kafka.admin import ensure_topics
-from streams.kafka.fetching import App
+from streams.kafka import fetching
 from streams.logs import config_dict
 from streams.pipeline import Output
 from streams.tasks import Tasks, on_rebalance
@@ -66,6 +66,7 @@ class OpsService(Service):
     async def on_start(self) -> None:
         logging.getLogger("faust.app.base").addFilter(_crash_in_one_line)  # (logging is configured by now)
         logging.getLogger("faust.transport.drivers.aiokafka").addFilter(_crash_in_one_line)
+        logging.getLogger(fetching.__name__).addFilter(_crash_in_one_line)  # (its consumer logs as its module)
         self.runner, self.port = await ops.start_http(
             self.settings.http_host, self.settings.worker_http_port, self.health
         )
@@ -159,7 +160,7 @@ def publish_metrics(out: Output) -> None:
 
 
 def faust_app(settings: Settings) -> faust.App:
-    return App(
+    return fetching.App(
         settings.worker_group,
         broker=broker_urls(settings.kafka_bootstrap_servers),
         value_serializer="raw",
