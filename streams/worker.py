@@ -34,8 +34,8 @@ from audit.records import SourcePosition
 from streams import ops
 from streams.config import Settings
 from streams.health import Health, probe, until_broker
-from streams.kafka.admin import ensure_topics
 from streams.kafka import fetching
+from streams.kafka.admin import ensure_topics
 from streams.logs import config_dict
 from streams.pipeline import Output
 from streams.tasks import Tasks, on_rebalance
