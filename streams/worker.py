@@ -2,10 +2,11 @@
 (:mod:`tasks`, :mod:`worker_state`), which runs the processor.
 
 Delivery: an exactly-once *effect* into the audit and dead-letter topics (:mod:`durable`). The agent consumes
-with manual acknowledgement; every ``DRIFTLOG_STATE_INTERVAL_S`` (or ``COMMIT_EVERY_MESSAGES`` messages) each
-task writes, in one Kafka transaction of its own producer, the records produced since its last one (and the
-samples of no job it forwards to the other tasks, :mod:`streams.shared`) together with a snapshot of its
-state and the input offsets it covers; only then are the input messages acknowledged,
+with manual acknowledgement; every ``DRIFTLOG_STATE_INTERVAL_S`` (or ``COMMIT_EVERY_MESSAGES`` messages, or as
+soon as a task that keeps up with its input has records) each task writes, in one Kafka transaction of its own
+producer, the records produced since its last one (and the samples of no job it forwards to the other tasks,
+:mod:`streams.shared`) together with a snapshot of its state and the input offsets it covers; only then are
+the input messages acknowledged,
 so Faust's committed offsets trail the snapshots. A task is committed when Kafka revokes its partition and
 loaded (fencing the previous owner) where it is assigned next, after a SIGKILL too: the sink
 (``read_committed``) sees every record once, whatever the number of workers. Nothing in the agent may raise
@@ -201,7 +202,10 @@ async def handle_event(
     publish_metrics(out)
     ops.MESSAGES.labels(msg.topic).inc()
     ops_service.observe(msg.topic, msg.partition, msg.offset)
-    if len(state.acks) >= COMMIT_EVERY_MESSAGES and state.unresolved is None:  # (else the timer retries)
+    # records of a task that keeps up go at once (a finding waits for no timer); a backlog is committed every
+    # interval (or COMMIT_EVERY_MESSAGES), so that snapshots do not take its time
+    due = len(state.acks) >= COMMIT_EVERY_MESSAGES or (out.audit and state.live())
+    if due and state.unresolved is None:  # (else the timer retries)
         await commit_task(ops_service.app, ops_service, state)
 
 
