@@ -188,6 +188,8 @@ def live(cfg: Settings, w: Workload, figures: Figures, workers: int, logs: Path)
         topics = {"telemetry": run.telemetry_topic, "decisions": run.decisions_topic}
         asyncio.run(produce_keyed(run.kafka_bootstrap_servers, topics, w.items))
         produced = time.perf_counter()
+        messages = sum(1 for k, _, _ in w.items if k == "telemetry")
+        processed = _until(lambda: sum(map(processed_messages, ports)) >= messages, children, 900)
         lag = _lag(run, run.worker_group, run.telemetry_topic)
         drained = _until(lambda: lag() == 0, children, 900)
         _until(lambda: all(input_ended(p) for p in ports), children, 300)
@@ -198,6 +200,8 @@ def live(cfg: Settings, w: Workload, figures: Figures, workers: int, logs: Path)
         for child in [*children, sink]:
             child.stop()
     name = f"live, {workers} worker{'s' * (workers > 1)}"
+    figures.add(f"{name}: to every message processed", w.samples / (processed - started), "samples/s",
+                "from the first message sent; the workers' own count (lag 0 trails it by the acknowledgements)")
     figures.add(f"{name}: to lag 0", w.samples / (drained - started), "samples/s", "from the first message sent")
     figures.add(f"{name}: producing the workload", produced - started, "s", "while the workers consume it")
     figures.add(f"{name}: to lag 0, per worker", w.samples / (drained - started) / workers, "samples/s")
@@ -208,6 +212,17 @@ def live(cfg: Settings, w: Workload, figures: Figures, workers: int, logs: Path)
                 f"includes the idle flush of {run.idle_flush_s:g} s")
     figures.add(f"{name}: records stored / expected", len(stored_records(run.db_path)) / w.records, "share",
                 f"{w.records:,} expected (the in-process run)")
+
+
+def processed_messages(port: int) -> int:
+    """The telemetry messages a worker has processed so far (its ``driftlog_messages_total``)."""
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return sum(int(float(n)) for n in re.findall(r'^driftlog_messages_total\{topic="[^"]*telemetry[^"]*"\} (\S+)$',
+                                                 text, re.MULTILINE))  # fmt: skip
 
 
 def _lag(cfg: Settings, group: str, topic: str) -> Callable[[], int]:
@@ -497,9 +512,10 @@ def main() -> int:
         for _ in range(repeats):
             for ranks, steps, lateness in SMOKE_RSS if args.smoke else FULL_RSS:
                 rss_point(ranks, steps, lateness, figures)
-    for name in [n for n in figures.runs if n.startswith("live") and n.endswith("to lag 0")]:
+    for name in [n for n in figures.runs if n.startswith("live") and n.endswith(("to lag 0", "processed"))]:
         figures.ratio(name, "in-process engine")
     figures.ratio("live, 2 workers: to lag 0", "live, 1 worker: to lag 0")
+    figures.ratio("live, 2 workers: to every message processed", "live, 1 worker: to every message processed")
     for name in [n for n in figures.runs if n.startswith("live") and n.endswith(": CPU")]:
         figures.ratio(name, "in-process engine CPU")
     figures.ratio("live, 2 workers: CPU", "live, 1 worker: CPU")
