@@ -469,6 +469,14 @@ PROFILES: dict[str, dict[str, Any]] = {
         "sink_batch_wait_ms": 20,
         "sql_snapshot_interval_s": 0.25,
     },
+    # as short as the simulator's exporters allow (a step's spans in one message: with 0.5 s one was late)
+    "lower latency": {
+        "allowed_lateness_s": 0.75,
+        "epoch_s": 0.1,
+        "state_interval_s": 0.1,
+        "sink_batch_wait_ms": 20,
+        "sql_snapshot_interval_s": 0.1,
+    },
 }
 
 
