@@ -106,8 +106,12 @@ class Workload:
         messages = []
         for seed, name in enumerate(sorted(names.values()), 1):
             run = SCENARIOS[scenario](seed, ranks, steps)  # its job's name, everywhere in its messages, renamed
-            messages += [(k, key.replace(run.job, name), v.replace(run.job.encode(), name.encode()))
-                         for k, key, v in run.run()]  # fmt: skip
+            for k, key, value in run.run():
+                renamed = value.replace(run.job.encode(), name.encode())
+                if k == "decisions":  # (a decision's id is its identity: the copies' must differ)
+                    doc = orjson.loads(renamed)
+                    renamed = orjson.dumps({**doc, "id": f"{name}/{doc['id']}"})
+                messages.append((k, key.replace(run.job, name), renamed))
         return Workload.interleaved(messages)
 
 
