@@ -83,11 +83,13 @@ class AuditSink:
         store: AuditStore,
         routes: Sequence[web.RouteDef] = (),
         on_stop: Callable[[], None] = lambda: None,
+        on_commit: Callable[[], None] = lambda: None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.routes = routes
         self.on_stop = on_stop  # before the store closes (e.g. stop the SQL snapshot publisher)
+        self.on_commit = on_commit  # after rows were committed (e.g. publish them for SQL)
         self.writer = ThreadPoolExecutor(1, "driftlog-writer")  # commits only: never behind anything else
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=settings.kafka_bootstrap_servers,
@@ -389,6 +391,7 @@ class AuditSink:
         ops.SINK_COMMIT_SECONDS.observe(took)
         log.debug("committed", extra={"rows": rows, "seconds": round(took, 6)})
         ops.SINK_ROWS.inc(rows)
+        self.on_commit()
         self.rows_written += rows
         self.last_commit = time.monotonic()
         self.status.committed()
@@ -458,7 +461,7 @@ def run(settings: Settings, store: DuckDBStore) -> None:
     serving = SqlServing(settings, store)
 
     async def main() -> None:
-        sink = AuditSink(settings, store, serving.routes(), on_stop=serving.stop)
+        sink = AuditSink(settings, store, serving.routes(), on_stop=serving.stop, on_commit=serving.publisher.poke)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, sink.stopping.set)

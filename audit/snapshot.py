@@ -111,6 +111,7 @@ class Publisher:
         )
         self._seen: set[str] = set()  # catalogs already retired
         self._stop = threading.Event()
+        self._due = threading.Event()  # poked: rows were committed since the last publish
         self._thread: threading.Thread | None = None
         self._last: Any = None
         self.failed: BaseException | None = None
@@ -197,12 +198,18 @@ class Publisher:
         ).fetchall()
 
     def start(self) -> None:
-        """Publish every ``interval_s`` when something changed, until :meth:`stop`."""
+        r"""Publish what changed, until :meth:`stop`: at once when :meth:`poke`\ d (the sink committed rows) and
+        ``interval_s`` has passed since the last publish, else once the interval has passed (a poke in the
+        meantime waits for it); unpoked, every second interval (checkpoints)."""
 
         def loop() -> None:
             try:
                 self.publish(self.changes())
-                while not self._stop.wait(self.interval_s):
+                last = time.monotonic()
+                while not self._stop.wait(max(0.0, last + self.interval_s - time.monotonic())):
+                    self._due.wait(self.interval_s)
+                    self._due.clear()  # (before publishing: a later commit pokes again)
+                    last = time.monotonic()
                     self.publish(self.changes())
                 self.publish(self.changes())
             except BaseException as exc:  # reported by the sink's health
@@ -212,8 +219,13 @@ class Publisher:
         self._thread = threading.Thread(target=loop, name="driftlog-snapshot", daemon=True)
         self._thread.start()
 
+    def poke(self) -> None:
+        """Rows were committed: publish them as soon as the interval allows (any thread)."""
+        self._due.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._due.set()
         if self._thread is not None:
             self._thread.join()
 

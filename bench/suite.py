@@ -10,6 +10,8 @@ in every repeat, so that their ratio is measured side by side):
 - **live, N worker(s)**: the workload pre-produced to a 4-partition telemetry topic (several jobs, keyed by
   job); ``driftlog worker`` ×N and ``driftlog sink`` started; from every worker healthy to telemetry lag 0
   (samples/s, and per worker), and to every audit row committed (includes the worker's idle flush);
+- **workers, balanced jobs**: 1 and 2 workers (each pinned to its own CPU) on four alike jobs keyed to four
+  partitions (``Workload.balanced``: the mixed workload above is 99.5% one job, which one worker must carry);
 - **replay** of the topics' whole range and **analyze** of the same messages as a JSONL file;
 - **sink**: audit records drained from Kafka into DuckDB (``bench_sink_kafka``), beside aiokafka alone;
 - **finding latency** p50/p99 of a job whose exporters send ~10 k and ~100 k samples/s **in real time** (each
@@ -77,13 +79,40 @@ class Workload:
     @staticmethod
     def of(jobs: tuple[tuple[str, int, int], ...]) -> Workload:
         scenarios = [SCENARIOS[name](seed, ranks, steps) for seed, (name, ranks, steps) in enumerate(jobs, 1)]
-        keyed = sorted(((message_time((k, v)), n, k, key, v) for n, (k, key, v) in
-                        enumerate(m for s in scenarios for m in s.run())), key=lambda m: m[:2])  # fmt: skip
+        return Workload.interleaved([m for s in scenarios for m in s.run()])
+
+    @staticmethod
+    def interleaved(messages: list[Item]) -> Workload:
+        """Messages of jobs that run at once, interleaved in event time; counted by the in-process run."""
+        keyed = sorted(((message_time((k, v)), n, k, key, v) for n, (k, key, v) in enumerate(messages)),
+                       key=lambda m: m[:2])  # fmt: skip
         items = [(k, key, v) for _, _, k, key, v in keyed]
         out = run_stream([(k, v) for k, _, v in items])
         samples = sum(n for kind, n in out.samples_by_kind.items() if kind != "decision")
         findings = sum(1 for r in out.audit if r.type == "finding")
         return Workload(items, samples, len(out.audit), findings)
+
+    @staticmethod
+    def balanced(scenario: str, ranks: int, steps: int, partitions: int = 4) -> Workload:
+        """``partitions`` jobs of one scenario, alike but for their seed, named so that each is keyed to a
+        partition of its own (Kafka's default partitioner): the work spreads over the partitions."""
+        from aiokafka.partitioner import murmur2
+
+        names: dict[int, str] = {}
+        for i in itertools.count():
+            if len(names) == partitions:
+                break
+            names.setdefault((murmur2(f"{scenario}-{i}".encode()) & 0x7FFFFFFF) % partitions, f"{scenario}-{i}")
+        messages = []
+        for seed, name in enumerate(sorted(names.values()), 1):
+            run = SCENARIOS[scenario](seed, ranks, steps)  # its job's name, everywhere in its messages, renamed
+            for k, key, value in run.run():
+                renamed = value.replace(run.job.encode(), name.encode())
+                if k == "decisions":  # (a decision's id is its identity: the copies' must differ)
+                    doc = orjson.loads(renamed)
+                    renamed = orjson.dumps({**doc, "id": f"{name}/{doc['id']}"})
+                messages.append((k, key.replace(run.job, name), renamed))
+        return Workload.interleaved(messages)
 
 
 @dataclass
@@ -160,11 +189,14 @@ def ceiling(cfg: Settings, w: Workload, figures: Figures) -> None:
     figures.add("raw ceiling (aiokafka + orjson)", asyncio.run(_ceiling(cfg, w)), "samples/s")
 
 
-def live(cfg: Settings, w: Workload, figures: Figures, workers: int, logs: Path) -> None:
+def live(
+    cfg: Settings, w: Workload, figures: Figures, workers: int, logs: Path, label: str = "live", pin: bool = False
+) -> None:
     """A fresh namespace per run: the workers start on empty topics, and once every one of them holds its
     partitions the workload is produced; measured from the first message sent to telemetry lag 0 (so neither
     the workers' start nor their group's join counts), and the workers' own CPU time from then to the end of
-    their input (the idle flush, which emits what the watermark still held)."""
+    their input (the idle flush, which emits what the watermark still held). ``pin``: worker ``i`` on CPU
+    ``i`` (modulo the CPUs this process may use; the producer, broker and sink are not pinned)."""
     from tests.integration.test_scale_out import produce_keyed, wait_for_split
 
     tag = f"{workers}w-{time.monotonic_ns()}"
@@ -178,6 +210,12 @@ def live(cfg: Settings, w: Workload, figures: Figures, workers: int, logs: Path)
     sink = Child(["sink"], env, logs / f"sink-{tag}.log")
     children = [Child(["worker"], {**env, "DRIFTLOG_WORKER_HTTP_PORT": str(p)}, logs / f"worker{i}-{tag}.log")
                 for i, p in enumerate(ports)]  # fmt: skip
+    if pin:
+        import os
+
+        cpus = sorted(os.sched_getaffinity(0))
+        for i, child in enumerate(children):
+            os.sched_setaffinity(child.proc.pid, {cpus[i % len(cpus)]})  # (its threads start later: they inherit)
     try:
         sink.wait_healthy(run.sink_http_port)
         for child, port in zip(children, ports, strict=True):
@@ -188,6 +226,8 @@ def live(cfg: Settings, w: Workload, figures: Figures, workers: int, logs: Path)
         topics = {"telemetry": run.telemetry_topic, "decisions": run.decisions_topic}
         asyncio.run(produce_keyed(run.kafka_bootstrap_servers, topics, w.items))
         produced = time.perf_counter()
+        messages = sum(1 for k, _, _ in w.items if k == "telemetry")
+        processed = _until(lambda: sum(map(processed_messages, ports)) >= messages, children, 900)
         lag = _lag(run, run.worker_group, run.telemetry_topic)
         drained = _until(lambda: lag() == 0, children, 900)
         _until(lambda: all(input_ended(p) for p in ports), children, 300)
@@ -197,7 +237,9 @@ def live(cfg: Settings, w: Workload, figures: Figures, workers: int, logs: Path)
     finally:
         for child in [*children, sink]:
             child.stop()
-    name = f"live, {workers} worker{'s' * (workers > 1)}"
+    name = f"{label}, {workers} worker{'s' * (workers > 1)}"
+    figures.add(f"{name}: to every message processed", w.samples / (processed - started), "samples/s",
+                "from the first message sent; the workers' own count (lag 0 trails it by the acknowledgements)")
     figures.add(f"{name}: to lag 0", w.samples / (drained - started), "samples/s", "from the first message sent")
     figures.add(f"{name}: producing the workload", produced - started, "s", "while the workers consume it")
     figures.add(f"{name}: to lag 0, per worker", w.samples / (drained - started) / workers, "samples/s")
@@ -208,6 +250,17 @@ def live(cfg: Settings, w: Workload, figures: Figures, workers: int, logs: Path)
                 f"includes the idle flush of {run.idle_flush_s:g} s")
     figures.add(f"{name}: records stored / expected", len(stored_records(run.db_path)) / w.records, "share",
                 f"{w.records:,} expected (the in-process run)")
+
+
+def processed_messages(port: int) -> int:
+    """The telemetry messages a worker has processed so far (its ``driftlog_messages_total``)."""
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return sum(int(float(n)) for n in re.findall(r'^driftlog_messages_total\{topic="[^"]*telemetry[^"]*"\} (\S+)$',
+                                                 text, re.MULTILINE))  # fmt: skip
 
 
 def _lag(cfg: Settings, group: str, topic: str) -> Callable[[], int]:
@@ -438,7 +491,11 @@ def rss_child(ranks: int, steps: int, lateness: float) -> None:
                       "phases_mb": phases}))  # fmt: skip
 
 
-SECTIONS = ("inprocess", "ceiling", "live", "replay", "analyze", "sink", "rss", "latency")
+SECTIONS = ("inprocess", "ceiling", "live", "workers", "replay", "analyze", "sink", "rss", "latency")
+# 2 workers against 1: jobs alike, one per partition (the FULL_JOBS workload is 99.5% one job, so one partition)
+BALANCED = ("training-fabric", 32, 150)
+SMOKE_BALANCED = ("training-fabric", 16, 20)
+BALANCED_LABEL = "workers, balanced jobs"
 # finding latency: jobs whose exporters send about 10 k and 100 k samples/s in real time (training-fabric: ~135
 # samples/s per rank), each under the default settings and under a low-latency profile
 LATENCY_JOBS = (("training-fabric", 64, 100), ("training-fabric", 768, 150))  # both longer than a 30 s lateness
@@ -453,6 +510,14 @@ PROFILES: dict[str, dict[str, Any]] = {
         "state_interval_s": 0.25,
         "sink_batch_wait_ms": 20,
         "sql_snapshot_interval_s": 0.25,
+    },
+    # as short as the simulator's exporters allow (a step's spans in one message: with 0.5 s one was late)
+    "lower latency": {
+        "allowed_lateness_s": 0.75,
+        "epoch_s": 0.1,
+        "state_interval_s": 0.1,
+        "sink_batch_wait_ms": 20,
+        "sql_snapshot_interval_s": 0.1,
     },
 }
 
@@ -473,7 +538,8 @@ def main() -> int:
     repeats = 1 if args.smoke else args.repeats
     jobs = SMOKE_JOBS if args.smoke else FULL_JOBS
     began = time.monotonic()
-    w = Workload.of(jobs) if only - {"rss", "latency"} else Workload([], 0, 0, 0)
+    w = Workload.of(jobs) if only - {"rss", "latency", "workers"} else Workload([], 0, 0, 0)
+    balanced = Workload.balanced(*(SMOKE_BALANCED if args.smoke else BALANCED)) if "workers" in only else None
     print(f"workload: {', '.join(f'{n} {r} ranks x {s} steps' for n, r, s in jobs)}: {w.samples:,} samples in "
           f"{len(w.items):,} messages, {w.records:,} records; {repeats} run(s) each", flush=True)  # fmt: skip
     figures = Figures()
@@ -488,6 +554,8 @@ def main() -> int:
         for r in range(repeats):  # interleaved: every figure once per repeat
             print(f"repeat {r + 1}/{repeats} ...", flush=True)
             one_repeat(cfg, w, figures, only, [int(n) for n in args.workers.split(",")], work, args.smoke)
+            for n in (1, 2) if balanced is not None else ():  # pinned, a core each (if the machine has two)
+                live(cfg, balanced, figures, n, work, label=BALANCED_LABEL, pin=True)
         if "sink" in only:
             records = 50_000 if args.smoke else 500_000
             _fill_audit(cfg, records)
@@ -497,12 +565,15 @@ def main() -> int:
         for _ in range(repeats):
             for ranks, steps, lateness in SMOKE_RSS if args.smoke else FULL_RSS:
                 rss_point(ranks, steps, lateness, figures)
-    for name in [n for n in figures.runs if n.startswith("live") and n.endswith("to lag 0")]:
+    for name in [n for n in figures.runs if n.startswith("live") and n.endswith(("to lag 0", "processed"))]:
         figures.ratio(name, "in-process engine")
     figures.ratio("live, 2 workers: to lag 0", "live, 1 worker: to lag 0")
+    figures.ratio("live, 2 workers: to every message processed", "live, 1 worker: to every message processed")
     for name in [n for n in figures.runs if n.startswith("live") and n.endswith(": CPU")]:
         figures.ratio(name, "in-process engine CPU")
     figures.ratio("live, 2 workers: CPU", "live, 1 worker: CPU")
+    for what in ("to every message processed", "to lag 0", "CPU"):
+        figures.ratio(f"{BALANCED_LABEL}, 2 workers: {what}", f"{BALANCED_LABEL}, 1 worker: {what}")
     figures.ratio("in-process engine", "raw ceiling (aiokafka + orjson)")
     print(figures.table())
     machine = {"cpus": _cpus(), "python": platform.python_version(), "load": _load(), "host": platform.node()}

@@ -86,7 +86,10 @@ class Settings(BaseSettings):
     query_memory_mb: int = Field(512, ge=16, description="Memory one snapshot's queries may use together, MB.")
     http_read_timeout_s: float = Field(5.0, gt=0, description="Longest the sink waits for a request body, s (408).")
     sql_snapshot_interval_s: float = Field(
-        0.5, gt=0, description="Seconds between the read-only snapshots the sink publishes for SQL (their lag)."
+        0.5,
+        gt=0,
+        description="Least seconds between the read-only snapshots the sink publishes for SQL (their lag); rows "
+        "committed after that long are published at once.",
     )
     checkpoint_public_key: Path | None = Field(
         None,
@@ -137,7 +140,11 @@ class Settings(BaseSettings):
         "topology, power and service metrics): each task forwards those it reads, every task reads all.",
     )
     state_interval_s: float = Field(
-        2.0, gt=0, le=3600, description="Seconds between worker transactions (audit records + state snapshot)."
+        2.0,
+        gt=0,
+        le=3600,
+        description="Seconds between worker transactions (audit records + state snapshot); a task that keeps up "
+        "with its input commits its records at once.",
     )
     idle_flush_s: float = Field(
         30.0,

@@ -2,10 +2,11 @@
 (:mod:`tasks`, :mod:`worker_state`), which runs the processor.
 
 Delivery: an exactly-once *effect* into the audit and dead-letter topics (:mod:`durable`). The agent consumes
-with manual acknowledgement; every ``DRIFTLOG_STATE_INTERVAL_S`` (or ``COMMIT_EVERY_MESSAGES`` messages) each
-task writes, in one Kafka transaction of its own producer, the records produced since its last one (and the
-samples of no job it forwards to the other tasks, :mod:`streams.shared`) together with a snapshot of its
-state and the input offsets it covers; only then are the input messages acknowledged,
+with manual acknowledgement; every ``DRIFTLOG_STATE_INTERVAL_S`` (or ``COMMIT_EVERY_MESSAGES`` messages, or as
+soon as a task that keeps up with its input has records) each task writes, in one Kafka transaction of its own
+producer, the records produced since its last one (and the samples of no job it forwards to the other tasks,
+:mod:`streams.shared`) together with a snapshot of its state and the input offsets it covers; only then are
+the input messages acknowledged,
 so Faust's committed offsets trail the snapshots. A task is committed when Kafka revokes its partition and
 loaded (fencing the previous owner) where it is assigned next, after a SIGKILL too: the sink
 (``read_committed``) sees every record once, whatever the number of workers. Nothing in the agent may raise
@@ -34,6 +35,7 @@ from audit.records import SourcePosition
 from streams import ops
 from streams.config import Settings
 from streams.health import Health, probe, until_broker
+from streams.kafka import fetching
 from streams.kafka.admin import ensure_topics
 from streams.logs import config_dict
 from streams.pipeline import Output
@@ -65,6 +67,7 @@ class OpsService(Service):
     async def on_start(self) -> None:
         logging.getLogger("faust.app.base").addFilter(_crash_in_one_line)  # (logging is configured by now)
         logging.getLogger("faust.transport.drivers.aiokafka").addFilter(_crash_in_one_line)
+        logging.getLogger(fetching.__name__).addFilter(_crash_in_one_line)  # (its consumer logs as its module)
         self.runner, self.port = await ops.start_http(
             self.settings.http_host, self.settings.worker_http_port, self.health
         )
@@ -158,7 +161,7 @@ def publish_metrics(out: Output) -> None:
 
 
 def faust_app(settings: Settings) -> faust.App:
-    return faust.App(
+    return fetching.App(
         settings.worker_group,
         broker=broker_urls(settings.kafka_bootstrap_servers),
         value_serializer="raw",
@@ -199,7 +202,10 @@ async def handle_event(
     publish_metrics(out)
     ops.MESSAGES.labels(msg.topic).inc()
     ops_service.observe(msg.topic, msg.partition, msg.offset)
-    if len(state.acks) >= COMMIT_EVERY_MESSAGES and state.unresolved is None:  # (else the timer retries)
+    # records of a task that keeps up go at once (a finding waits for no timer); a backlog is committed every
+    # interval (or COMMIT_EVERY_MESSAGES), so that snapshots do not take its time
+    due = len(state.acks) >= COMMIT_EVERY_MESSAGES or (out.audit and state.live())
+    if due and state.unresolved is None:  # (else the timer retries)
         await commit_task(ops_service.app, ops_service, state)
 
 

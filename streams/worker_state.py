@@ -259,6 +259,10 @@ class WorkerState:
                 out.append(name)
         return out
 
+    def live(self) -> bool:
+        """Whether every input channel is caught up (the task keeps up with its input in real time)."""
+        return bool(self.channels) and set(self.channels) <= set(self.caught_up())
+
     def mark(self) -> Mark:
         """How far the task's own input (its telemetry and metrics partitions) has come, for the other tasks:
         the oldest newest event time of those not caught up (all caught up: the newest)."""
@@ -307,10 +311,10 @@ class WorkerState:
     def tick(self) -> Output | None:
         """Periodically: release what the watermark allows now; after ``idle_flush_s`` of every channel
         caught up, end the input (once per idle period)."""
-        caught_up = set(self.caught_up())
-        if not self.channels or not set(self.channels) <= caught_up or self.unresolved is not None:
+        if not self.live() or self.unresolved is not None:
             self.idle_since = None
             return None
+        caught_up = set(self.caught_up())
         now = time.monotonic()
         self.idle_since = self.idle_since or now
         last = self._last_position()

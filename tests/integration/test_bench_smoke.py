@@ -32,4 +32,5 @@ def test_bench_smoke_prints_every_figure(fresh_settings: Settings, tmp_path: Pat
         assert figures[name]["median"] > 0, name
     for workers in ("1 worker", "2 workers"):  # the live runs wrote what the in-process run writes
         assert figures[f"live, {workers}: records stored / expected"]["median"] == 1.0
+        assert figures[f"workers, balanced jobs, {workers}: records stored / expected"]["median"] == 1.0
     assert "figure" in done.stdout and "machine:" in done.stdout

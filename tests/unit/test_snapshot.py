@@ -118,3 +118,38 @@ def test_a_large_store_is_published_in_bounded_chunks(
     assert rows(snap_dir) == expected
     manifest = Manifest.load(snap_dir)
     assert manifest is not None and [s.level for s in manifest.segments] == [1, 1, 1, 0]
+
+
+def test_rows_the_sink_pokes_about_are_published_as_soon_as_the_interval_allows(
+    store: DuckDBStore, tmp_path: Path
+) -> None:
+    """Poked after the interval: published at once (not an interval later); poked within it: at its end;
+    never poked: still published, every second interval."""
+    import time
+
+    snap_dir, interval = tmp_path / "snap", 2.0
+    publisher = Publisher(store.con.cursor(), snap_dir, interval, grace_s=0)
+
+    def published_after(poke: bool) -> float:
+        seen = Manifest.load(snap_dir)
+        before, started = seen.version if seen else -1, time.monotonic()
+        write(store, 1000 * before + 1000, 10)
+        if poke:
+            publisher.poke()
+        while (m := Manifest.load(snap_dir)) is None or m.version == before:
+            assert time.monotonic() - started < 3 * interval
+            time.sleep(0.01)
+        return time.monotonic() - started
+
+    publisher.start()
+    try:
+        while Manifest.load(snap_dir) is None:  # the first publish, at start
+            time.sleep(0.01)
+        assert 0.5 * interval < published_after(poke=True) <= interval + 0.5  # within the interval: at its end
+        time.sleep(interval)
+        assert published_after(poke=True) < 0.5 * interval  # past it: at once
+        time.sleep(interval)
+        assert 0.5 * interval < published_after(poke=False)  # unpoked: only when the second interval ends
+    finally:
+        publisher.stop()
+    assert rows(snap_dir) == store.con.execute('SELECT "partition", "offset" FROM audit_log ORDER BY rowid').fetchall()

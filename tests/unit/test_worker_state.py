@@ -292,3 +292,34 @@ def test_a_snapshot_names_what_to_re_read_and_leaves_the_buffer_out() -> None:
     for offset in range(first, end):
         back.processor.rebuffer(items[offset], SourcePosition("t", 0, offset))
     assert back.processor.timeline.pending() == processor.timeline.pending()
+
+
+@pytest.mark.parametrize("behind", [False, True], ids=["keeping-up", "backlog"])
+def test_records_of_a_task_that_keeps_up_are_committed_at_once_a_backlogs_with_the_timer(
+    behind: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finding of a worker that keeps up with its input waits for no timer; a backlog is not committed
+    (and snapshotted) per message that has records."""
+    from types import SimpleNamespace
+
+    from audit.records import AuditRecord, SourcePosition
+    from streams.worker import handle_event
+
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+    state.highwater = lambda t, p: 5 if behind else 1  # the telemetry partition's end: offset 0 is its last
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    finding = AuditRecord("finding", "f0", SourcePosition("telemetry", 0, 0), {"kind": "k"}, key="k")
+
+    def process(*_: Any) -> Output:
+        state.offsets[("telemetry", 0)] = 1
+        state.dirty = True
+        state.outputs.append(out := Output(audit=[finding]))
+        return out
+
+    monkeypatch.setattr(state, "process", process)
+    ops = SimpleNamespace(app=None, status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
+    event = Event(SimpleNamespace(topic="telemetry", partition=0, offset=0, value=b"", timestamp=None))
+    asyncio.run(handle_event(state, ops, stream, event, "telemetry", "auto"))  # type: ignore[arg-type]
+    assert broker.records == ([] if behind else [finding])
+    assert stream.acked == ([] if behind else [0])
