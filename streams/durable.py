@@ -75,11 +75,13 @@ class Snapshot:
     pending: dict[str, int] = field(default_factory=dict)  # channel -> first offset to re-read
 
     def encode(self) -> list[bytes]:
+        """The parts to write: :meth:`pickled`, then :func:`compressed`."""
+        return compressed(self.seq, self.pickled())
+
+    def pickled(self) -> bytes:
+        """The state as it is now, copied into bytes: what must happen before the processor changes again."""
         light = self.processor.snapshot()
-        state = (STATE_VERSION, light.state, light.pending, self.offsets)
-        body = zstandard.ZstdCompressor(level=1).compress(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
-        chunks = [body[i : i + PART_BYTES] for i in range(0, len(body), PART_BYTES)] or [b""]
-        return [_HEADER.pack(self.seq, i, len(chunks)) + c for i, c in enumerate(chunks)]
+        return pickle.dumps((STATE_VERSION, light.state, light.pending, self.offsets), protocol=pickle.HIGHEST_PROTOCOL)
 
     @staticmethod
     def decode(seq: int, parts: dict[int, bytes]) -> Snapshot:
@@ -102,6 +104,14 @@ class Snapshot:
             if first < self.offsets.get(tp, 0):
                 out[tp] = (first, self.offsets[tp])
         return out
+
+
+def compressed(seq: int, state: bytes) -> list[bytes]:
+    """Snapshot ``seq``'s :meth:`Snapshot.pickled` state as parts to write. Touches nothing else, and zstd
+    releases the GIL: it may run on a thread while the event loop goes on."""
+    body = zstandard.ZstdCompressor(level=1).compress(state)
+    chunks = [body[i : i + PART_BYTES] for i in range(0, len(body), PART_BYTES)] or [b""]
+    return [_HEADER.pack(seq, i, len(chunks)) + c for i, c in enumerate(chunks)]
 
 
 def _decompress(body: bytes) -> bytes:

@@ -44,7 +44,16 @@ from aiokafka.errors import ProducerFenced
 from audit.records import SourcePosition
 from streams import ops
 from streams.contract.envelope import Reject
-from streams.durable import Offsets, Snapshot, Transactions, digest, ensure_state_topic, load_snapshot, reread
+from streams.durable import (
+    Offsets,
+    Snapshot,
+    Transactions,
+    compressed,
+    digest,
+    ensure_state_topic,
+    load_snapshot,
+    reread,
+)
 from streams.errors import ConfigError
 from streams.health import bounded
 from streams.kafka.admin import partitions
@@ -52,7 +61,7 @@ from streams.pipeline import Output, Processor, channel_of
 from streams.shared import Mark
 
 Highwater = Callable[[str, int], int | None]
-SNAPSHOT_SHARE = 0.2  # at most this share of the time goes to encoding snapshots
+SNAPSHOT_SHARE = 0.2  # at most this share of the event loop's time goes to copying snapshots
 TRANSACTION_TIMEOUT_S = 30.0  # a commit that takes longer failed (the broker is away)
 RECOVER_TIMEOUT_S = 10.0  # for each step of getting a new producer after a failed commit
 READER_BACKOFF_S = (0.5, 10.0)  # the decision reader's wait after a failure: first, at most
@@ -97,7 +106,7 @@ class WorkerState:
     idle_since: float | None = None
     flushed: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    encode_s: float = 0.0  # how long the last snapshot took to encode
+    encode_s: float = 0.0  # how long the last snapshot held the event loop (copied; compressed on a thread)
     committed_at: float = 0.0  # monotonic time of the last commit
     committed_offsets: Offsets = field(default_factory=dict)  # what the newest committed snapshot covers
     unresolved: _Unresolved | None = None  # a failed transaction, until the broker says what became of it
@@ -341,10 +350,10 @@ class WorkerState:
     async def commit(self, force: bool = False) -> int:
         """Write the outputs since the last commit with a snapshot covering them, in one transaction; then
         acknowledge the input they came from. Returns the records written. Unless ``force``d, a commit waits
-        at least ``SNAPSHOT_SHARE`` times as long as the last snapshot took to encode, so that a large state
-        (the event-time buffer) cannot take over the worker. A failed transaction raises
-        :class:`TransactionFailed` and is resolved by a later call (see the module); ``ProducerFenced``
-        is raised as it is."""
+        at least 1 / ``SNAPSHOT_SHARE`` times as long as the last snapshot held the event loop (copying the
+        state; its compression runs on a thread meanwhile), so that a large state cannot take over the worker.
+        A failed transaction raises :class:`TransactionFailed` and is resolved by a later call (see the
+        module); ``ProducerFenced`` is raised as it is."""
         async with self.lock:
             if self.unresolved is not None and not await self._resolve():
                 raise TransactionFailed(self.error)
@@ -355,11 +364,13 @@ class WorkerState:
             self.seq += 1
             snapshot = Snapshot(self.seq, self.processor, dict(self.offsets))
             started = time.monotonic()
-            parts = snapshot.encode()  # before any await: nothing may change the state while it is copied
-            self.encode_s, self.committed_at = time.monotonic() - started, time.monotonic()
-            ops.SNAPSHOT_SECONDS.observe(self.encode_s)
-            ops.SNAPSHOT_BYTES.observe(sum(map(len, parts)))
+            state = snapshot.pickled()  # before any await: nothing may change the state while it is copied
             outputs, acks, self.outputs, self.acks, self.dirty = self.outputs, self.acks, [], [], False
+            self.committed_at = time.monotonic()
+            self.encode_s = self.committed_at - started  # what the event loop spent (input waited meanwhile)
+            parts = await asyncio.to_thread(compressed, self.seq, state)  # input is processed meanwhile
+            ops.SNAPSHOT_SECONDS.observe(time.monotonic() - started)
+            ops.SNAPSHOT_BYTES.observe(sum(map(len, parts)))
             try:
                 marking = mark.encode() if mark != self.marked else None  # (a mark only when it changed)
                 await asyncio.wait_for(self.transactions.commit(parts, outputs, marking), TRANSACTION_TIMEOUT_S)

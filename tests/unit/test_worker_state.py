@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import threading
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,8 +71,8 @@ class Snap:
     def __init__(self, seq: int, processor: Any, offsets: Any) -> None:
         self.seq, self.offsets = seq, offsets
 
-    def encode(self) -> list[bytes]:
-        return [str(self.seq).encode()]
+    def pickled(self) -> bytes:
+        return str(self.seq).encode()
 
 
 @dataclass
@@ -96,6 +97,7 @@ class Stream:
 
 def task(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> WorkerState:
     monkeypatch.setattr("streams.worker_state.Snapshot", Snap)
+    monkeypatch.setattr("streams.worker_state.compressed", lambda seq, state: [state])
     return WorkerState(0, Processor(), FakeTransactions(broker), lambda t, p: None, 2.0)  # type: ignore[arg-type]
 
 
@@ -151,6 +153,38 @@ def test_a_redelivery_beyond_the_committed_snapshot_is_acknowledged_only_with_th
     take(state, stream, 1, "r1")
     assert state.covered("telemetry", 0, 1) and not state.durable("telemetry", 0, 1)
     assert state.durable("telemetry", 0, 0)
+
+
+def test_input_taken_while_a_snapshot_is_compressed_goes_with_the_next_transaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+    compressing, taken = threading.Event(), threading.Event()
+    during: list[bool] = []
+
+    def slow(seq: int, state: bytes) -> list[bytes]:  # on a thread, as zstd releases the GIL
+        compressing.set()
+        during.append(taken.wait(2.0))  # the event loop goes on during the compression
+        return [state]
+
+    monkeypatch.setattr("streams.worker_state.compressed", slow)
+
+    async def meanwhile() -> None:
+        while not compressing.is_set():
+            await asyncio.sleep(0.01)
+        take(state, stream, 1, "r1")
+        taken.set()
+
+    async def main() -> None:
+        take(state, stream, 0, "r0")
+        await asyncio.gather(state.commit(force=True), meanwhile())
+        assert during == [True] and broker.records == ["r0"]  # r1 came after the state was copied
+        assert state.committed_offsets == {("telemetry", 0): 1} and stream.acked == [0] and state.dirty
+        await state.commit(force=True)
+
+    asyncio.run(main())
+    assert broker.records == ["r0", "r1"] and broker.seq == 2 and sorted(stream.acked) == [0, 1]
 
 
 def test_a_fenced_producer_stops_the_task(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,6 +295,7 @@ def test_an_idle_task_writes_no_snapshot(monkeypatch: pytest.MonkeyPatch) -> Non
     broker = Broker()
     state = WorkerState(0, Processor(), FakeTransactions(broker), lambda t, p: 0, 0.0)  # type: ignore[arg-type]
     monkeypatch.setattr("streams.worker_state.Snapshot", Snap)
+    monkeypatch.setattr("streams.worker_state.compressed", lambda seq, state: [state])
     state.configure({"t": "telemetry"}, [("t", 0)])
 
     async def ticks() -> list[int]:
