@@ -368,7 +368,11 @@ class WorkerState:
             outputs, acks, self.outputs, self.acks, self.dirty = self.outputs, self.acks, [], [], False
             self.committed_at = time.monotonic()
             self.encode_s = self.committed_at - started  # what the event loop spent (input waited meanwhile)
-            parts = await asyncio.to_thread(compressed, self.seq, state)  # input is processed meanwhile
+            try:
+                parts = await asyncio.to_thread(compressed, self.seq, state)  # input is processed meanwhile
+            except BaseException:  # (cancelled, out of memory) the next snapshot covers these outputs too
+                self.outputs, self.acks, self.dirty = outputs + self.outputs, acks + self.acks, True
+                raise
             ops.SNAPSHOT_SECONDS.observe(time.monotonic() - started)
             ops.SNAPSHOT_BYTES.observe(sum(map(len, parts)))
             try:

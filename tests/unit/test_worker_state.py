@@ -187,6 +187,29 @@ def test_input_taken_while_a_snapshot_is_compressed_goes_with_the_next_transacti
     assert broker.records == ["r0", "r1"] and broker.seq == 2 and sorted(stream.acked) == [0, 1]
 
 
+def test_outputs_of_a_snapshot_whose_compression_failed_go_with_the_next_transaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+
+    def failing(seq: int, state: bytes) -> list[bytes]:
+        raise MemoryError
+
+    async def main() -> None:
+        take(state, stream, 0, "r0")
+        monkeypatch.setattr("streams.worker_state.compressed", failing)
+        with pytest.raises(MemoryError):
+            await state.commit(force=True)
+        assert broker.records == [] and stream.acked == [] and state.dirty
+        take(state, stream, 1, "r1")
+        monkeypatch.setattr("streams.worker_state.compressed", lambda seq, state: [state])
+        await state.commit(force=True)
+
+    asyncio.run(main())
+    assert broker.records == ["r0", "r1"] and sorted(stream.acked) == [0, 1]
+
+
 def test_a_fenced_producer_stops_the_task(monkeypatch: pytest.MonkeyPatch) -> None:
     broker, stream = Broker(fenced=True), Stream()
     state = task(broker, monkeypatch)
