@@ -233,7 +233,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         baseline_s=baseline_s,
         candidates=tuple(cands),
         counterfactual_s=healed[: len(healing)],
-        ends=ends[0],
+        ends=ends[0].copy(),  # (a view would keep every row read alive with the report)
         peer_median=peer_med,
         rank_ends=last_end_per_rank(g, ends[0]),
         ideal_rank_ends=last_end_per_rank(g, ends[1]),
