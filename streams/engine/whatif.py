@@ -24,7 +24,7 @@ end, without a row of durations each (:class:`decompose.Rows`: bounded memory at
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -63,11 +63,16 @@ class StepWhatIf:
     ideal_rank_ends: Floats  # per rank: its last span's end in the ideal from peers (from observed starts)
     healed_rank_ends: Floats | None  # per rank: its last span's end with the top rank candidate healed
     structural: Structural  # the ideal step from peers (not decomposed: see decomposed())
-    pending: Pending
+    pending: Pending | None  # None once the job has derived what it needs of the step (:meth:`released`)
 
     def decomposed(self) -> Structural:
         """The step's blocking slowdown decomposed over its candidate elements (:mod:`decompose`)."""
+        assert self.pending is not None, "released"
         return self.pending.run(self.structural.actual_s, self.structural.ideal_s)
+
+    def released(self) -> StepWhatIf:
+        """This what-if without its pending decomposition (which holds the step's whole graph)."""
+        return replace(self, pending=None)
 
     def gains(self) -> dict[str, float]:
         """Seconds the step would have been shorter with each candidate healed (≥ 0)."""
