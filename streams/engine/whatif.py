@@ -90,7 +90,6 @@ class Grouping:
         k = keys[self.order]
         starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
         self.counts = np.diff(np.r_[starts, len(k)])
-        self.group_of_sorted = np.repeat(np.arange(len(starts)), self.counts)
         self.starts = starts
         self.uniform = len(starts) > 0 and bool((self.counts == self.counts[0]).all())
         self.keys = k[starts] if len(k) else k
@@ -103,7 +102,7 @@ class Grouping:
         v = values[self.order]
         if self.uniform:
             return np.asarray(np.median(v.reshape(len(self.starts), -1), axis=1), np.float64)
-        v = v[np.lexsort((v, self.group_of_sorted))]
+        v = v[np.lexsort((v, np.repeat(np.arange(len(self.starts)), self.counts)))]  # (not kept: numpy only)
         middle: Floats = (v[self.starts + (self.counts - 1) // 2] + v[self.starts + self.counts // 2]) / 2
         return middle
 
