@@ -180,7 +180,7 @@ class JobState:
         """The end of the job's input (end of a file or replay, or idle past the eviction period): analyse
         every step still waiting for later ones."""
         self._findings(self.stragglers.flush(), out)  # first: a straggler's cascade is read from the last steps
-        self._on_reports(self.steps.flush(), out, final=True)
+        self._on_reports(self.steps.flushing(), out, final=True)  # one step at a time (one graph alive)
         self._rollups(self.window.flush(), out)
         self._findings(self.series.flush(), out)
 
@@ -240,12 +240,11 @@ class JobState:
         self.graph.add_ranks(positions)
         return True
 
-    def _on_reports(self, reports: list[StepReport], out: EngineOutput, final: bool = False) -> None:
+    def _on_reports(self, reports: Iterable[StepReport], out: EngineOutput, final: bool = False) -> None:
         derived = Derived()
-        reports = [self.accelerators.costed(r) for r in reports]  # partial tracing: the job's real count
-        self.derived.on_reports(reports, derived, final)
+        costed = map(self.accelerators.costed, reports)  # partial tracing: the job's real count
+        out.reports.extend(self.derived.on_reports(costed, derived, final))
         out.add(derived)
-        out.reports.extend(reports)
 
     def _findings(self, findings: list[Finding], out: EngineOutput) -> None:
         for f in findings:

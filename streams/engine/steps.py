@@ -13,6 +13,7 @@ a structure (the first steps of a job are assumed healthy; a detector warms up o
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,22 +101,25 @@ class JobSteps:
             part = {k: columns[k][rows] if k in columns else np.full(n, OPTIONAL[k]) for k in OP_COLUMNS}
             self._pending.setdefault(step, []).append(part)
         newest = max(self._pending, default=-1)
-        return self._analyse([s for s in sorted(self._pending) if s <= newest - LAG])
+        return list(self._analysed([s for s in sorted(self._pending) if s <= newest - LAG]))
 
     def flush(self) -> list[StepReport]:
-        return self._analyse(sorted(self._pending))
+        return list(self.flushing())
 
-    def _analyse(self, steps: list[int]) -> list[StepReport]:
-        reports = []
+    def flushing(self) -> Iterator[StepReport]:
+        """:meth:`flush`, one step at a time: a step is analysed once the caller is done with the report
+        before it (at the end of a large job, one step graph alive at a time, not one per pending step)."""
+        return self._analysed(sorted(self._pending))
+
+    def _analysed(self, steps: list[int]) -> Iterator[StepReport]:
         for step in steps:
             self._done_through = max(self._done_through, step)
             parts = self._pending.pop(step)
             _own_rows([p for rest in self._pending.values() for p in rest])
             try:
-                reports.append(self._report(step, _joined(parts)))
+                yield self._report(step, _joined(parts))
             except StepGraphError:
                 self.failed_steps += 1
-        return reports
 
     def _report(self, step: int, columns: dict[str, npt.NDArray[Any]]) -> StepReport:
         """The step's analysis; its columns are let go once its graph is built (the what-if is the peak of

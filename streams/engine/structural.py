@@ -10,6 +10,7 @@ seconds (:mod:`waste`).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -82,36 +83,43 @@ class JobDerivations:
     def on_decision(self, decision_id: str, time: float, targets: tuple[str, ...]) -> None:
         self._decisions.append(Decision(decision_id, time, targets))
 
-    def on_reports(self, reports: list[StepReport], out: Derived, final: bool = False) -> None:
-        for r in reports:
-            w = r.whatif
-            contains = {c.element: c.contains for c in w.candidates if c.contains}
-            pending = w.pending.without(self._systematic.update(w.pending.peers.deviations(w.pending.d0)))
-            s, chained = self._on_timeline(r, pending)
-            step = IdealStep(r.step, r.t0, r.t0 + w.observed_s, s.actual_s, s.ideal_s, r.ranks)
-            if self.structural.wants_causes(step):
-                s = pending.run(s.actual_s, s.ideal_s, chained)
-                kept = pending.sharing(self._together[-1][1] if self._together else None)
-                self._together.append((r.step, kept, chained.actual_before))
-            structural = StructuralGains(s.ideal_s, s.gains(), s.extra(), s.contains, s.decomposed, s.actual_s)
-            self.gains.append(StepGains(r.step, r.t0, w.step_s, w.baseline_s, r.ranks, w.gains(), contains, structural))
-            self._blocking(step, out)
-            self._cascades(r, out)
-            if self.cp_shift is None:
-                self.cp_shift = CriticalPathShift(self.job)
-            cp = r.critical_path
-            shifted = self.cp_shift.update(r.step, r.t0, r.t0 + w.observed_s, composition(cp.stages, cp.op_classes))
-            if shifted is not None:
-                out.findings.append(shifted)
-            self.phase = self.phase or PhaseDrift(self.job)
-            drifted = self.phase.update(r.step, r.t0, w.observed_s, r.replica_phase)
-            if drifted is not None:
-                out.findings.append(drifted)
-            out.rollups.extend(self._window_rollups(self._windows.add(r.t0, ((r.t0, w.observed_s, r.cost), step))))
+    def on_reports(self, reports: Iterable[StepReport], out: Derived, final: bool = False) -> list[StepReport]:
+        """The job's analysed steps, in order; returns them released (:meth:`StepWhatIf.released`). Taken one
+        at a time: with a lazy ``reports`` (:meth:`JobSteps.flushing`), one step's graph is alive at a time."""
+        released = list(map(partial(self._on_report, out=out), reports))  # (map keeps no earlier report)
         self._attribute(out, final)
         self._regressions(out)
         if final:  # the end of the job: its partial window too
             out.rollups.extend(self._window_rollups(self._windows.flush()))
+        return released
+
+    def _on_report(self, r: StepReport, out: Derived) -> StepReport:
+        w = r.whatif
+        assert w.pending is not None, "a report is derived once"
+        contains = {c.element: c.contains for c in w.candidates if c.contains}
+        pending = w.pending.without(self._systematic.update(w.pending.peers.deviations(w.pending.d0)))
+        s, chained = self._on_timeline(r, pending)
+        step = IdealStep(r.step, r.t0, r.t0 + w.observed_s, s.actual_s, s.ideal_s, r.ranks)
+        if self.structural.wants_causes(step):
+            s = pending.run(s.actual_s, s.ideal_s, chained)
+            kept = pending.sharing(self._together[-1][1] if self._together else None)
+            self._together.append((r.step, kept, chained.actual_before))
+        structural = StructuralGains(s.ideal_s, s.gains(), s.extra(), s.contains, s.decomposed, s.actual_s)
+        self.gains.append(StepGains(r.step, r.t0, w.step_s, w.baseline_s, r.ranks, w.gains(), contains, structural))
+        self._blocking(step, out)
+        self._cascades(r, out)
+        if self.cp_shift is None:
+            self.cp_shift = CriticalPathShift(self.job)
+        cp = r.critical_path
+        shifted = self.cp_shift.update(r.step, r.t0, r.t0 + w.observed_s, composition(cp.stages, cp.op_classes))
+        if shifted is not None:
+            out.findings.append(shifted)
+        self.phase = self.phase or PhaseDrift(self.job)
+        drifted = self.phase.update(r.step, r.t0, w.observed_s, r.replica_phase)
+        if drifted is not None:
+            out.findings.append(drifted)
+        out.rollups.extend(self._window_rollups(self._windows.add(r.t0, ((r.t0, w.observed_s, r.cost), step))))
+        return replace(r, whatif=w.released())
 
     def _on_timeline(self, r: StepReport, p: Pending) -> tuple[Structural, Chained]:
         """The step's actual and ideal time on the job's timelines (:mod:`carry`), not decomposed yet; ``p``:

@@ -24,7 +24,7 @@ end, without a row of durations each (:class:`decompose.Rows`: bounded memory at
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -63,11 +63,16 @@ class StepWhatIf:
     ideal_rank_ends: Floats  # per rank: its last span's end in the ideal from peers (from observed starts)
     healed_rank_ends: Floats | None  # per rank: its last span's end with the top rank candidate healed
     structural: Structural  # the ideal step from peers (not decomposed: see decomposed())
-    pending: Pending
+    pending: Pending | None  # None once the job has derived what it needs of the step (:meth:`released`)
 
     def decomposed(self) -> Structural:
         """The step's blocking slowdown decomposed over its candidate elements (:mod:`decompose`)."""
+        assert self.pending is not None, "released"
         return self.pending.run(self.structural.actual_s, self.structural.ideal_s)
+
+    def released(self) -> StepWhatIf:
+        """This what-if without its pending decomposition (which holds the step's whole graph)."""
+        return replace(self, pending=None)
 
     def gains(self) -> dict[str, float]:
         """Seconds the step would have been shorter with each candidate healed (≥ 0)."""
@@ -85,7 +90,6 @@ class Grouping:
         k = keys[self.order]
         starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
         self.counts = np.diff(np.r_[starts, len(k)])
-        self.group_of_sorted = np.repeat(np.arange(len(starts)), self.counts)
         self.starts = starts
         self.uniform = len(starts) > 0 and bool((self.counts == self.counts[0]).all())
         self.keys = k[starts] if len(k) else k
@@ -98,7 +102,7 @@ class Grouping:
         v = values[self.order]
         if self.uniform:
             return np.asarray(np.median(v.reshape(len(self.starts), -1), axis=1), np.float64)
-        v = v[np.lexsort((v, self.group_of_sorted))]
+        v = v[np.lexsort((v, np.repeat(np.arange(len(self.starts)), self.counts)))]  # (not kept: numpy only)
         middle: Floats = (v[self.starts + (self.counts - 1) // 2] + v[self.starts + self.counts // 2]) / 2
         return middle
 
@@ -233,7 +237,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         baseline_s=baseline_s,
         candidates=tuple(cands),
         counterfactual_s=healed[: len(healing)],
-        ends=ends[0],
+        ends=ends[0].copy(),  # (a view would keep every row read alive with the report)
         peer_median=peer_med,
         rank_ends=last_end_per_rank(g, ends[0]),
         ideal_rank_ends=last_end_per_rank(g, ends[1]),

@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from streams.engine.opgraph import OperatorGraph
 from streams.engine.steps import JobSteps, StepReport
+from streams.engine.structural import Derived, JobDerivations
 from tests.unit.test_structural_baseline import GAP, Job
 
 
@@ -58,3 +60,25 @@ def test_reports_are_the_same_from_slices_of_one_batch_as_from_copies() -> None:
     copied += js.flush()
     assert [summary(r) for r in sliced] == [summary(r) for r in copied]
     assert len(sliced) == 6
+
+
+def test_flushing_analyses_a_step_only_once_the_report_before_it_is_taken() -> None:
+    batch, step_of = one_batch(Job(dp=2, pp=2, jitter=0.05), 4)
+    js = JobSteps("j")
+    assert [r.step for r in add_as_slices(js, batch, step_of, upto=4)] == [0, 1]
+    flushing = js.flushing()
+    assert sorted(js._pending) == [2, 3]  # nothing analysed before a report is asked for
+    assert next(flushing).step == 2 and sorted(js._pending) == [3]
+    assert [r.step for r in flushing] == [3] and not js._pending
+
+
+def test_derived_reports_let_their_step_graph_and_rows_of_ends_go() -> None:
+    batch, step_of = one_batch(Job(dp=2, pp=2, jitter=0.05), 4)
+    reports = add_as_slices(JobSteps("j"), batch, step_of)
+    derived = JobDerivations("j", OperatorGraph("j"))
+    released = derived.on_reports(iter(reports), Derived(), final=True)
+    assert [r.step for r in released] == [0, 1, 2, 3]
+    assert all(r.whatif.pending is not None and r.whatif.pending.g.nodes for r in reports)
+    assert all(r.whatif.pending is None for r in released)
+    assert all(r.whatif.ends.base is None for r in reports)  # not a view keeping the other rows evaluated
+    assert [summary(r) for r in released] == [summary(r) for r in reports]
