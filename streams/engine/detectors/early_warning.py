@@ -99,7 +99,15 @@ import numpy.typing as npt
 
 from streams.engine.detectors.base import Detector
 from streams.engine.detectors.changepoint import ChangePoint
-from streams.engine.detectors.kendall import autocorrelation_trend, joint_trend, one_sided, variance_trend
+from streams.engine.detectors.kendall import (
+    autocorrelation_trend,
+    autocorrelation_z,
+    joint_of,
+    joint_trend,
+    one_sided,
+    variance_trend,
+    variance_z,
+)
 from streams.engine.detectors.rolling_trend import around_line, rolling_trend
 from streams.engine.detectors.surrogates import draw, seeded
 from streams.engine.findings import Finding
@@ -280,8 +288,9 @@ class EarlyWarning(Detector):
         severity = z if first == "ar_trend" else -NormalDist().inv_cdf(min(max(judged[first][1], 1e-300), 0.5))
         third = len(x) // 3
         (var_then, ac_then), (var_now, ac_now) = indicators(x[:third]), indicators(x[-third:])
-        (var_tau, var_p), (ac_tau, ac_p) = variance_trend(y), autocorrelation_trend(y)
-        joint_z, joint_p = joint_trend(y)
+        (var_tau, var_z), (ac_tau, ac_z) = variance_z(y), autocorrelation_z(y)  # each once: p-values and joint
+        var_p, ac_p = one_sided(var_z), one_sided(ac_z)
+        joint_z, joint_p = joint_of(var_z, ac_z)
         rolling_tau, rolling_p = rolling_trend(x)
         return Finding(
             kind="early_warning",

@@ -105,7 +105,12 @@ def joint_trend(r: F) -> tuple[float, float]:
     phi 0.9, 0.39-0.72 with white noise as large as the spread. Where either z-score is wider than
     standard normal the joint test inherits the excess: phi 0.9 with noise, 150 points, 0.15% of spans
     at 0.001 and 1.4% at 0.01. A slowing down raises both, and a rise of one alone counts half."""
-    z = (variance_z(r)[1] + autocorrelation_z(r)[1]) / 2
+    return joint_of(variance_z(r)[1], autocorrelation_z(r)[1])
+
+
+def joint_of(variance: float, autocorrelation: float) -> tuple[float, float]:
+    """:func:`joint_trend` from the two indicators' z-scores (already computed)."""
+    z = (variance + autocorrelation) / 2
     if not math.isfinite(z):
         return 0.0, 1.0
     return z, one_sided(z)
