@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine import elements
-from streams.engine.stepgraph import MEMBER, TRANSFER_KINDS, StepGraph
+from streams.engine.stepgraph import KINDS, MEMBER, TRANSFER_KINDS, StepGraph
 from streams.engine.whatif import StepWhatIf
 
 if TYPE_CHECKING:
@@ -56,6 +56,10 @@ def compute_seconds(columns: dict[str, npt.NDArray[Any]]) -> float:
     return float(columns["duration"][columns["op_class"] == "compute"].sum())
 
 
+_COMMUNICATION = np.isin(np.arange(KINDS), (MEMBER, *TRANSFER_KINDS))  # per node kind: a communication node
+_COMMUNICATION.flags.writeable = False
+
+
 def step_cost(g: StepGraph, result: StepWhatIf, path: npt.NDArray[np.int64], compute: float, ranks: int) -> StepCost:
     """``path``: the step's critical path (node indices); ``compute``: the step's compute op seconds."""
     allocated = ranks * result.observed_s
@@ -71,9 +75,6 @@ def step_cost(g: StepGraph, result: StepWhatIf, path: npt.NDArray[np.int64], com
     exposed = min(left, ranks * float(g.intrinsic[path][comm].sum()))
     left -= exposed
     return StepCost(allocated, compute, dict(zip(WASTE_CAUSES, (straggler, exposed, left), strict=True)))
-
-
-_COMMUNICATION = np.isin(np.arange(max(MEMBER, *TRANSFER_KINDS) + 1), (MEMBER, *TRANSFER_KINDS))  # per node kind
 
 
 @dataclass

@@ -61,7 +61,8 @@ EPS = 2e-6  # s: the least tolerance (epoch floats have ~0.24 µs resolution)
 MAX_TOLERANCE = 1e-3  # s: the most; and at most MAX_TOLERANCE_SHARE of the step
 MAX_TOLERANCE_SHARE = 0.01
 
-CHAIN, MEMBER, SEND, RECV, BARRIER, BLOCKING = range(6)  # node kinds (BLOCKING: a blocking transfer)
+KINDS = 6
+CHAIN, MEMBER, SEND, RECV, BARRIER, BLOCKING = range(KINDS)  # node kinds (BLOCKING: a blocking transfer)
 PROGRAM_KINDS = (CHAIN, MEMBER, BLOCKING)  # nodes in their rank's program order
 TRANSFER_KINDS = (SEND, RECV, BLOCKING)
 
