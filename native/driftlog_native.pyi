@@ -18,7 +18,8 @@ def dag_ends(
     order: Buffer, indptr: Buffer, indices: Buffer, floor: Buffer, durations: Buffer, ends: Buffer
 ) -> None: ...
 
-Part = tuple[str, int, int, list[tuple[bool, int, bytearray]]]  # kind, first position, rows, columns
+# kind, first position, rows, (float64, int64, bool, uint32) buffers: the part's columns of each type, joined
+Part = tuple[str, int, int, tuple[bytearray, bytearray, bytearray, bytearray]]
 
 class TelemetryDecoder:
     def __init__(

@@ -933,8 +933,9 @@ impl TelemetryDecoder {
     }
 
     /// decode(raw) -> None, or (source, seq or None, total samples, strings, parts): each part (kind,
-    /// first sample position, rows, columns in rule order), each column (repeated, type code, bytes): type
-    /// codes 0 float64, 1 int64, 2 bool, 3 uint32 codes into `strings`. None: the Python decoder decides.
+    /// first sample position, rows, (float64, int64, bool, uint32) buffers), each buffer the part's columns
+    /// of that type one after the other in rule order, every one `rows` long (a value standing for every row
+    /// written out `rows` times); uint32 values are codes into `strings`. None: the Python decoder decides.
     fn decode<'py>(&self, py: Python<'py>, raw: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
         let Ok(text) = std::str::from_utf8(raw) else {
             return Ok(None);
@@ -952,21 +953,18 @@ impl TelemetryDecoder {
         let list = PyList::new(py, strings.list.iter().map(|s| PyString::new(py, s)))?;
         let mut parts = Vec::with_capacity(envelope.parts.len());
         for part in &envelope.parts {
-            let mut columns = Vec::with_capacity(part.columns.len());
-            for column in &part.columns {
-                let (code, bytes) = match &column.values {
-                    Values::Floats(v) => (0u8, buffer(py, v)),
-                    Values::Ints(v) => (1, buffer(py, v)),
-                    Values::Bools(v) => (2, buffer(py, v)),
-                    Values::Codes(v, _) => (3, buffer(py, v)),
-                };
-                columns.push((column.repeat, code, bytes));
-            }
+            let joined = Joined::of(part);
+            let buffers = (
+                buffer(py, &joined.floats),
+                buffer(py, &joined.ints),
+                buffer(py, &joined.bools),
+                buffer(py, &joined.codes),
+            );
             parts.push((
                 self.kinds[part.kind].name.as_str(),
                 part.start,
                 part.n,
-                columns,
+                buffers,
             ));
         }
         let out = (
@@ -977,6 +975,39 @@ impl TelemetryDecoder {
             parts,
         );
         Ok(Some(out.into_pyobject(py)?.into_any()))
+    }
+}
+
+/// A part's columns joined by type, each `n` long: what numpy reads as one 2-D array per type.
+#[derive(Default)]
+struct Joined {
+    floats: Vec<f64>,
+    ints: Vec<i64>,
+    bools: Vec<u8>,
+    codes: Vec<u32>,
+}
+
+fn extend<T: Copy>(out: &mut Vec<T>, values: &[T], repeat: bool, n: usize) {
+    if repeat {
+        out.extend(std::iter::repeat_n(values[0], n));
+    } else {
+        out.extend_from_slice(values);
+    }
+}
+
+impl Joined {
+    fn of(part: &Part) -> Self {
+        let mut out = Self::default();
+        for column in &part.columns {
+            let (repeat, n) = (column.repeat, part.n);
+            match &column.values {
+                Values::Floats(v) => extend(&mut out.floats, v, repeat, n),
+                Values::Ints(v) => extend(&mut out.ints, v, repeat, n),
+                Values::Bools(v) => extend(&mut out.bools, v, repeat, n),
+                Values::Codes(v, _) => extend(&mut out.codes, v, repeat, n),
+            }
+        }
+        out
     }
 }
 

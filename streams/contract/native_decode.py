@@ -21,6 +21,7 @@ from streams.contract.schema import SAMPLE_KINDS, TELEMETRY_SCHEMA, FieldRule, s
 
 available = hasattr(native.core, "TelemetryDecoder")  # (an extension built before it has none)
 _DTYPES = (np.float64, np.int64, np.bool_, np.uint32)  # the native core's type codes
+_CODES = {"number": 0, "integer": 1, "boolean": 2, "string": 3}  # a field's type -> its code
 Parts = list[tuple[str, int, dict[str, npt.NDArray[Any]]]]
 
 
@@ -51,9 +52,22 @@ def _decoder() -> Any:
     return native.core.TelemetryDecoder(TELEMETRY_SCHEMA, MAX_COLUMN_ROWS, MAX_COLUMN_BATCHES, MAX_SEQ, kinds)
 
 
+@cache
+def _layout(kind: str) -> tuple[tuple[str, int, int], ...]:
+    """Per field of ``kind``, in rule order: (name, type code, row in its type's 2-D array)."""
+    seen = [0] * len(_DTYPES)
+    out = []
+    for rule in sample_rules(kind):
+        code = _CODES[rule.kind]
+        out.append((rule.name, code, seen[code]))
+        seen[code] += 1
+    return tuple(out)
+
+
 def decode_native(raw: bytes) -> tuple[str, int | None, Parts, int] | None:
     """(source, seq, [(kind, first sample position, columns)], total samples) as ``decode_fast`` gives it, or
-    None: the Python decoder decides (also when there is no native core)."""
+    None: the Python decoder decides (also when there is no native core). Each column is a row of one 2-D
+    array per type (strings: one gather of the part's codes), not an array made per column."""
     if not available:
         return None
     got = _decoder().decode(raw)
@@ -63,12 +77,10 @@ def decode_native(raw: bytes) -> tuple[str, int | None, Parts, int] | None:
     texts = np.empty(len(strings), dtype=object)
     texts[:] = strings
     out: Parts = []
-    for kind, start, n, columns in parts:
-        arrays: dict[str, npt.NDArray[Any]] = {}
-        for rule, (repeat, code, data) in zip(sample_rules(kind), columns, strict=True):
-            values = np.frombuffer(data, _DTYPES[code])
-            if code == 3:
-                values = texts[values]
-            arrays[rule.name] = np.repeat(values, n) if repeat else values
-        out.append((kind, start, arrays))
+    for kind, start, n, buffers in parts:
+        tables: list[npt.NDArray[Any]] = [
+            np.frombuffer(data, dtype).reshape(-1, n) for data, dtype in zip(buffers, _DTYPES, strict=True)
+        ]
+        tables[3] = texts[tables[3]]
+        out.append((kind, start, {name: tables[code][row] for name, code, row in _layout(kind)}))
     return source, seq, out, total
