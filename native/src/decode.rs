@@ -204,6 +204,12 @@ impl Rule {
             }
             (Values::Bools(out), Scalar::Bool(b)) => out.push(u8::from(b)),
             (Values::Codes(out, valid), Scalar::Text(text)) => {
+                if let Some(&last) = out.last() {
+                    if strings.list[last as usize] == text {
+                        out.push(last); // the value before it again (most are): no lookup, already valid
+                        return true;
+                    }
+                }
                 let code = strings.code(text);
                 let c = code as usize;
                 if !valid.get(c).is_some_and(|v| *v) {
