@@ -10,10 +10,10 @@ use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString};
+use pyo3::types::PyList;
 
-/// One column as passed in: a buffer, or the `str` objects of a list (borrowed: the list holds them for
-/// the call).
+/// One column as passed in: a buffer, or the `str` objects of an object array (borrowed: the array holds
+/// them for the call).
 enum Held {
     Float(PyBuffer<f64>),
     Int(PyBuffer<i64>),
@@ -29,19 +29,31 @@ enum Column<'a> {
     Str(&'a [*mut ffi::PyObject]),
 }
 
-/// The objects of a list of `n` strings; None if one is not exactly a `str`.
-fn strings(list: &Bound<'_, PyList>, n: usize) -> PyResult<Option<Vec<*mut ffi::PyObject>>> {
-    if list.len() != n {
-        return Err(PyValueError::new_err(format!("a column has not {n} rows")));
+/// The objects of a one-dimensional, contiguous numpy array of `n` Python objects (read through its
+/// `__array_interface__`, without a copy into a list); None if one is not exactly a `str`.
+fn strings(array: &Bound<'_, PyAny>, n: usize) -> PyResult<Option<Vec<*mut ffi::PyObject>>> {
+    let interface = array.getattr("__array_interface__")?;
+    let typestr: String = interface.get_item("typestr")?.extract()?;
+    let shape: Vec<usize> = interface.get_item("shape")?.extract()?;
+    if typestr != "|O" || shape != [n] || !interface.get_item("strides")?.is_none() {
+        return Err(PyValueError::new_err(format!(
+            "a string column is not a contiguous object array of {n} rows"
+        )));
     }
-    let mut values = Vec::with_capacity(n);
-    for item in list.iter() {
-        if !item.is_exact_instance_of::<PyString>() {
+    let (address, _): (usize, bool) = interface.get_item("data")?.extract()?;
+    if n == 0 {
+        return Ok(Some(Vec::new()));
+    }
+    // SAFETY: the array's data is `n` contiguous object pointers (checked above), held by the array, which
+    // the caller's list keeps alive for the call; the GIL is held, so nothing changes them meanwhile.
+    let values = unsafe { std::slice::from_raw_parts(address as *const *mut ffi::PyObject, n) };
+    for &value in values {
+        // SAFETY: a non-null pointer of an object array is a live object
+        if value.is_null() || unsafe { ffi::PyUnicode_CheckExact(value) } == 0 {
             return Ok(None);
         }
-        values.push(item.as_ptr()); // (the list keeps it alive after `item` is dropped)
     }
-    Ok(Some(values))
+    Ok(Some(values.to_vec()))
 }
 
 fn items<T: Element>(buf: &PyBuffer<T>, n: usize) -> PyResult<&[T]> {
@@ -97,7 +109,7 @@ impl Column<'_> {
 
 /// Fill `order` (int64, n rows) with the canonical order of the rows. `times`: float64 event times;
 /// `columns`/`kinds`: the other columns in the order they break ties, each a contiguous array of its kind
-/// (`f` float64, `i` int64, `b` booleans as uint8) or, for kind `s`, a list. False (and `order` untouched)
+/// (`f` float64, `i` int64, `b` booleans as uint8) or, for kind `s`, a contiguous object array. False (and `order` untouched)
 /// when a string column holds something other than `str`: the caller then orders by its definition.
 #[pyfunction]
 pub fn canonical_order(
@@ -117,7 +129,7 @@ pub fn canonical_order(
             b'f' => Held::Float(PyBuffer::get(&column)?),
             b'i' => Held::Int(PyBuffer::get(&column)?),
             b'b' => Held::Bool(PyBuffer::get(&column)?),
-            b's' => match strings(column.cast::<PyList>()?, n)? {
+            b's' => match strings(&column, n)? {
                 Some(values) => Held::Str(values),
                 None => return Ok(false),
             },

@@ -265,7 +265,7 @@ def _native_order(times: npt.NDArray[np.float64], others: list[npt.NDArray[Any]]
             return None
         kinds.append(kind)
         if kind == "s":
-            columns.append(values.tolist())
+            columns.append(np.ascontiguousarray(values))  # (read in place: no list of its objects)
         else:
             columns.append(np.ascontiguousarray(values.view(np.uint8) if kind == "b" else values))
     order = np.empty(len(times), np.int64)
