@@ -98,7 +98,8 @@ def parquet_columns(path: Path) -> Iterator[Message]:
     made only for a message the decoder must judge, or for a dead letter's original bytes."""
     source = f"file:{path.name}"
     position = 0
-    for seq, rows in enumerate(_slices(read_batches(path), ROWS_PER_MESSAGE)):
+    batches = read_batches(path, 13 * ROWS_PER_MESSAGE)  # (messages seldom straddle two batches: one chunk each)
+    for seq, rows in enumerate(_slices(batches, ROWS_PER_MESSAGE)):
         position += rows.num_rows
         where = SourcePosition(str(path), 0, position)
         parts = _by_kind(rows, narrow=True)

@@ -9,6 +9,7 @@ that the telemetry decoder refuses what it refuses, with its reasons (``tests/un
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -149,24 +150,52 @@ def _within(rule: FieldRule, values: npt.NDArray[Any]) -> bool:
 
 def _strings(rule: FieldRule, array: pa.ChunkedArray) -> npt.NDArray[Any] | None:
     """Each distinct string checked once and made a Python string once (a dictionary's entries no row uses
-    are not checked: they are no sample's)."""
+    are not checked: they are no sample's). A file's dictionary serves all the messages cut from its batch:
+    its strings and their checks are made once (:class:`_Dictionaries`)."""
     given = pa.types.is_dictionary(array.type)
     encoded = _unified(array) if given else pc.dictionary_encode(array.combine_chunks())
-    distinct = encoded.dictionary.to_pylist()
     codes = encoded.indices.to_numpy(zero_copy_only=False)
-    used = distinct
-    if given and len(distinct):
-        counts = np.bincount(codes, minlength=len(distinct))
-        used = [s for s, c in zip(distinct, counts.tolist(), strict=True) if c]
+    texts, valid = _DICTIONARIES.of(rule, encoded.dictionary) if given else _entries(rule, encoded.dictionary)
+    if len(codes) and not valid[codes].all():
+        return None
+    values: npt.NDArray[Any] = texts[codes]
+    return values
+
+
+def _entries(rule: FieldRule, dictionary: pa.Array) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
+    """A dictionary's strings as an object array, and which of them ``rule`` admits."""
+    distinct = dictionary.to_pylist()
     if rule.enum is not None:
-        if not set(used) <= rule.enum:
-            return None
+        valid = [s in rule.enum for s in distinct]
     else:
         lo = rule.min_length or 0
         hi = rule.max_length if rule.max_length is not None else np.inf
-        if any(not lo <= len(s) <= hi for s in used):
-            return None
+        valid = [lo <= len(s) <= hi for s in distinct]
     texts = np.empty(len(distinct), dtype=object)
     texts[:] = distinct
-    values: npt.NDArray[Any] = texts[codes]
-    return values
+    return texts, np.array(valid, dtype=np.bool_)
+
+
+class _Dictionaries:
+    """:func:`_entries` of the last few dictionaries seen, per rule. A dictionary is known by its buffers'
+    addresses, offset and length; each entry holds the dictionary itself, so that no other array can take
+    those addresses while it is remembered."""
+
+    KEEP = 64
+
+    def __init__(self) -> None:
+        self._known: OrderedDict[tuple[Any, ...], tuple[pa.Array, npt.NDArray[Any], npt.NDArray[np.bool_]]]
+        self._known = OrderedDict()
+
+    def of(self, rule: FieldRule, dictionary: pa.Array) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
+        where = tuple(0 if b is None else b.address for b in dictionary.buffers())
+        key = (rule, dictionary.type, where, dictionary.offset, len(dictionary))
+        known = self._known.get(key)
+        if known is None:
+            known = self._known[key] = (dictionary, *_entries(rule, dictionary))
+            if len(self._known) > self.KEEP:
+                self._known.popitem(last=False)
+        return known[1], known[2]
+
+
+_DICTIONARIES = _Dictionaries()
