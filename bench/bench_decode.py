@@ -6,6 +6,11 @@ Prints samples/CPU-s and CPU µs/sample (medians over repeats) for each form and
 interleaved in one run: the native core's decoder (native/src/decode.rs, the default when it is built) and
 the Python one it stands in for (msgspec, then the precise path), and the ratio to the goals of issue 3
 (row-wise >= 300k samples/s, columnar >= 1M samples/s). Op spans are the heaviest kind (15 fields).
+
+Beside them, interleaved too, a library's parse alone: ``orjson.loads`` (Python objects, no checks, no
+columns), the floor for any decoder that reads the same JSON. (sonic-rs in place of serde_json inside the
+native decoder, measured in s7 on the simulator's 64-rank messages: 1.25x faster parse, but it reads
+``-0.0`` as 0.0 and crashed on 200,000-deep nesting (tests/unit/test_contract_edges.py), so it is not used.)
 """
 
 from __future__ import annotations
@@ -60,6 +65,14 @@ def measure(messages: list[bytes], per_message: int) -> float:
     return elapsed
 
 
+def parse_only(messages: list[bytes]) -> float:
+    """CPU seconds for ``orjson.loads`` of every message once (the library's parse, nothing else)."""
+    started = time.process_time()
+    for m in messages:
+        orjson.loads(m)
+    return time.process_time() - started
+
+
 def python_only() -> contextlib.AbstractContextManager[object]:
     """The Python decoder (as without the native core)."""
     return mock.patch.object(envelope, "decode_native", lambda raw: None)
@@ -83,9 +96,13 @@ def main() -> None:
             for name, context in decoders.items():
                 with context():
                     cpu.setdefault((form, name), []).append(measure(messages, n))
+            cpu.setdefault((form, "orjson"), []).append(parse_only(messages))
     print(f"op spans, {n} per message, {args.messages} messages, CPU time, median of {args.repeats}")
     for (form, name), values in cpu.items():
         rate = len(forms[form]) * n / statistics.median(values)
+        if name == "orjson":
+            print(f"  {form} orjson.loads alone (no checks, no columns): {rate:>12,.0f} samples/CPU-s")
+            continue
         print(f"  {form} {name:>6}: {rate:>12,.0f} samples/CPU-s, {1e6 / rate:5.3f} CPU µs/sample "
               f"({rate / goals[form]:.2f}x the goal)  bytes/sample {len(forms[form][0]) / n:.0f}")  # fmt: skip
     if len(decoders) == 2:
