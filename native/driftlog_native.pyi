@@ -14,9 +14,7 @@ def chain_links(
 def classify_values(
     values: tuple[Buffer, Buffer, Buffer | None, int], n: int, types: list[str]
 ) -> tuple[bytes, bytes, bytes]: ...
-def dag_ends(
-    order: Buffer, indptr: Buffer, indices: Buffer, floor: Buffer, durations: Buffer, ends: Buffer
-) -> None: ...
+def dag_ends(layout: DagLayout, floor: Buffer, durations: Buffer, ends: Buffer) -> None: ...
 
 Part = tuple[str, int, int, list[tuple[bool, int, bytearray]]]  # kind, first position, rows, columns
 
@@ -31,9 +29,7 @@ class TelemetryDecoder:
     ) -> None: ...
     def decode(self, raw: bytes) -> tuple[str, int | None, int, list[str], list[Part]] | None: ...
 def dag_masked_step_ends(
-    order: Buffer,
-    indptr: Buffer,
-    indices: Buffer,
+    layout: DagLayout,
     floor: Buffer,
     base: Buffer,
     alt: Buffer,
@@ -42,9 +38,7 @@ def dag_masked_step_ends(
     out: Buffer,
 ) -> None: ...
 def dag_valued_step_ends(
-    order: Buffer,
-    indptr: Buffer,
-    indices: Buffer,
+    layout: DagLayout,
     floor: Buffer,
     base: Buffer,
     mask_ptr: Buffer,
@@ -59,3 +53,7 @@ def dag_critical_path(indptr: Buffer, indices: Buffer, floor: Buffer, ends: Buff
 def medians_excluding_each_row(values: Buffer, rows: int, out: Buffer) -> None: ...
 def canonical_order(times: Buffer, columns: list[object], kinds: str, order: Buffer) -> bool: ...
 def codes_of(values: list[object], codes: dict[str, int], missing: int, out: Buffer) -> bool: ...
+
+class DagLayout: ...
+
+def dag_layout(order: Buffer, indptr: Buffer, indices: Buffer) -> DagLayout: ...
