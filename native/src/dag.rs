@@ -345,9 +345,10 @@ fn ends_later(v: f64, i: usize, best: Option<(f64, usize)>) -> bool {
 impl Walk<'_> {
     /// Each row's step end (see `dag_masked_step_ends`): row `k` has every node at `base`, except the nodes
     /// `masks[mask_ptr[k]..mask_ptr[k + 1]]`, each at `value(at, node)` (`at`: its position in `masks`).
-    /// Rows a block at a time over a scratch of the graph's live ends (`Layout::slots`) x the block, each
-    /// row's latest end kept as its nodes are evaluated: memory bounded by the graph's width, not its nodes
-    /// (after `check`, with masks and pointers checked by the caller).
+    /// Each row's latest end is kept as a plain maximum (`Walk::blocks`), which is numpy's `max` unless the
+    /// row holds a NaN or ends at a zero (whose sign depends on which node comes first in index order):
+    /// those rows only are evaluated again, keeping the node each end is from (after `check`, with masks and
+    /// pointers checked by the caller).
     fn step_ends(
         &self,
         base: &[f64],
@@ -356,11 +357,43 @@ impl Walk<'_> {
         mask_ptr: &[i64],
         masks: &[i64],
     ) {
+        let again = self.blocks(base, result, &value, mask_ptr, masks, false);
+        if again.is_empty() {
+            return;
+        }
+        let (mut ptr, mut nodes, mut at) = (vec![0i64], Vec::new(), Vec::new());
+        for &r in &again {
+            let span = mask_ptr[r] as usize..mask_ptr[r + 1] as usize;
+            nodes.extend_from_slice(&masks[span.clone()]);
+            at.extend(span);
+            ptr.push(nodes.len() as i64);
+        }
+        let mut ends = vec![0.0; again.len()];
+        self.blocks(base, &mut ends, &|a, i| value(at[a], i), &ptr, &nodes, true);
+        for (r, e) in again.into_iter().zip(ends) {
+            result[r] = e;
+        }
+    }
+
+    /// `step_ends` over rows a block at a time over a scratch of the graph's live ends (`Layout::slots`) x
+    /// the block, each row's latest end kept as its nodes are evaluated: memory bounded by the graph's
+    /// width, not its nodes. `exact`: the latest end as numpy's `max` picks it (`ends_later`); else the
+    /// plain maximum, and the rows it may not equal numpy's for (a NaN in the block, a zero) are returned.
+    fn blocks(
+        &self,
+        base: &[f64],
+        result: &mut [f64],
+        value: &impl Fn(usize, usize) -> f64,
+        mask_ptr: &[i64],
+        masks: &[i64],
+        exact: bool,
+    ) -> Vec<usize> {
         let n = self.floor.len();
         let rows = result.len();
+        let mut again = Vec::new();
         if n == 0 {
             result.fill(f64::NAN);
-            return;
+            return again;
         }
         let walk = self;
         let live = self.live;
@@ -372,6 +405,7 @@ impl Walk<'_> {
         let mut changed: Vec<(usize, f64)> = Vec::new();
         let mut end = vec![0usize; n];
         let mut top: Vec<Option<(f64, usize)>> = vec![None; block_rows];
+        let mut peak = vec![f64::NEG_INFINITY; block_rows];
         for first in (0..rows).step_by(block_rows) {
             let width = block_rows.min(rows - first);
             let block = |j: usize| mask_ptr[first + j] as usize..mask_ptr[first + j + 1] as usize;
@@ -404,6 +438,9 @@ impl Walk<'_> {
             let mut next = 0;
             let top = &mut top[..width];
             top.fill(None);
+            let peak = &mut peak[..width];
+            peak.fill(f64::NEG_INFINITY);
+            let mut nan = false;
             let ends = &mut ends[..live * width];
             walk.evaluate_with(width, ends, |k, i, floor, ready, out| {
                 let d = base[i];
@@ -422,16 +459,30 @@ impl Walk<'_> {
                     };
                 }
                 next = end[k];
-                for (t, &e) in top.iter_mut().zip(out.iter()) {
-                    if ends_later(e, i, *t) {
-                        *t = Some((e, i));
+                if exact {
+                    for (t, &e) in top.iter_mut().zip(out.iter()) {
+                        if ends_later(e, i, *t) {
+                            *t = Some((e, i));
+                        }
+                    }
+                } else {
+                    for (p, &e) in peak.iter_mut().zip(out.iter()) {
+                        nan |= e.is_nan();
+                        *p = if e > *p { e } else { *p };
                     }
                 }
             });
-            for (r, t) in result[first..first + width].iter_mut().zip(top.iter()) {
-                *r = t.map_or(f64::NAN, |(e, _)| e);
+            for (j, r) in result[first..first + width].iter_mut().enumerate() {
+                if exact {
+                    *r = top[j].map_or(f64::NAN, |(e, _)| e);
+                } else if nan || peak[j] == 0.0 {
+                    again.push(first + j); // (a positive, negative or infinite maximum: any node's, the same bits)
+                } else {
+                    *r = peak[j];
+                }
             }
         }
+        again
     }
 }
 
