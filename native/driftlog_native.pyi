@@ -14,9 +14,7 @@ def chain_links(
 def classify_values(
     values: tuple[Buffer, Buffer, Buffer | None, int], n: int, types: list[str]
 ) -> tuple[bytes, bytes, bytes]: ...
-def dag_ends(
-    order: Buffer, indptr: Buffer, indices: Buffer, floor: Buffer, durations: Buffer, ends: Buffer
-) -> None: ...
+def dag_ends(layout: DagLayout, floor: Buffer, durations: Buffer, ends: Buffer) -> None: ...
 
 # kind, first position, rows, (float64, int64, bool, uint32) buffers: the part's columns of each type, joined
 Part = tuple[str, int, int, tuple[bytearray, bytearray, bytearray, bytearray]]
@@ -32,9 +30,7 @@ class TelemetryDecoder:
     ) -> None: ...
     def decode(self, raw: bytes) -> tuple[str, int | None, int, list[str], list[Part]] | None: ...
 def dag_masked_step_ends(
-    order: Buffer,
-    indptr: Buffer,
-    indices: Buffer,
+    layout: DagLayout,
     floor: Buffer,
     base: Buffer,
     alt: Buffer,
@@ -43,9 +39,7 @@ def dag_masked_step_ends(
     out: Buffer,
 ) -> None: ...
 def dag_valued_step_ends(
-    order: Buffer,
-    indptr: Buffer,
-    indices: Buffer,
+    layout: DagLayout,
     floor: Buffer,
     base: Buffer,
     mask_ptr: Buffer,
@@ -62,3 +56,7 @@ def canonical_order(
     times: Buffer, columns: list[object], kinds: str, order: Buffer
 ) -> bool: ...  # kind s: a contiguous object array
 def codes_of(values: list[object], codes: dict[str, int], missing: int, out: Buffer) -> bool: ...
+
+class DagLayout: ...
+
+def dag_layout(order: Buffer, indptr: Buffer, indices: Buffer) -> DagLayout: ...

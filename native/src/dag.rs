@@ -1,6 +1,7 @@
 //! The longest-path evaluation of a step's dependency graph (streams/engine/stepgraph.py,
 //! `StepGraph.evaluate`): per row of intrinsic durations, every node's end, with numpy's semantics (a NaN
 //! anywhere in a maximum makes it NaN), so that the results equal the vectorised definition's bit for bit.
+//! A graph's layout (`dag_layout`, checked once) serves every call over it.
 
 use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::PyValueError;
@@ -24,174 +25,83 @@ fn maximum(a: f64, b: f64) -> f64 {
     }
 }
 
-/// The graph: nodes in a topological order, predecessors in CSR form, each node's floor (start without a
-/// predecessor). Checked once: indices in range, and every predecessor placed before its node.
-struct Graph<'a> {
-    order: &'a [i64],
-    indptr: &'a [i64],
-    indices: &'a [i64],
-    floor: &'a [f64],
-}
-
-impl<'a> Graph<'a> {
-    /// The graph of these buffers, checked.
-    fn checked(
-        order: &'a PyBuffer<i64>,
-        indptr: &'a PyBuffer<i64>,
-        indices: &'a PyBuffer<i64>,
-        floor: &'a PyBuffer<f64>,
-    ) -> PyResult<Self> {
-        let graph = Graph {
-            order: items(order, "order")?,
-            indptr: items(indptr, "indptr")?,
-            indices: items(indices, "indices")?,
-            floor: items(floor, "floor")?,
-        };
-        graph.check().map_err(PyValueError::new_err)?;
-        Ok(graph)
+/// Checks of a graph given as nodes in a topological order and predecessors in CSR form, over `n` nodes:
+/// indices in range, and every predecessor placed before its node.
+fn check(order: &[i64], indptr: &[i64], indices: &[i64], n: usize) -> Result<(), String> {
+    if n >= u32::MAX as usize || indices.len() >= u32::MAX as usize {
+        return Err(format!("{n} nodes: too large a graph (places are u32)"));
     }
-
-    fn check(&self) -> Result<(), String> {
-        let n = self.floor.len();
-        if n >= u32::MAX as usize || self.indices.len() >= u32::MAX as usize {
-            return Err(format!("{n} nodes: too large a graph (places are u32)"));
+    if indptr.len() != n + 1 || order.len() != n {
+        return Err(format!(
+            "{n} nodes, but indptr has {} entries and order {}",
+            indptr.len(),
+            order.len()
+        ));
+    }
+    let mut placed = vec![false; n];
+    for &node in order {
+        let i = usize::try_from(node)
+            .ok()
+            .filter(|&i| i < n && !placed[i])
+            .ok_or("order is not a permutation")?;
+        let (a, b) = (indptr[i], indptr[i + 1]);
+        if a < 0 || b < a || b as usize > indices.len() {
+            return Err(format!("bad indptr at node {i}"));
         }
-        if self.indptr.len() != n + 1 || self.order.len() != n {
-            return Err(format!(
-                "{n} nodes, but indptr has {} entries and order {}",
-                self.indptr.len(),
-                self.order.len()
-            ));
-        }
-        let mut placed = vec![false; n];
-        for &node in self.order {
-            let i = usize::try_from(node)
-                .ok()
-                .filter(|&i| i < n && !placed[i])
-                .ok_or("order is not a permutation")?;
-            let (a, b) = (self.indptr[i], self.indptr[i + 1]);
-            if a < 0 || b < a || b as usize > self.indices.len() {
-                return Err(format!("bad indptr at node {i}"));
+        for &p in &indices[a as usize..b as usize] {
+            if !usize::try_from(p).is_ok_and(|p| p < n && placed[p]) {
+                return Err(format!("node {i}: predecessor {p} is not placed before it"));
             }
-            for &p in &self.indices[a as usize..b as usize] {
-                if !usize::try_from(p).is_ok_and(|p| p < n && placed[p]) {
-                    return Err(format!("node {i}: predecessor {p} is not placed before it"));
-                }
-            }
-            placed[i] = true;
         }
-        Ok(())
+        placed[i] = true;
     }
-
-    /// Ends of every node (after `check`): `durations` holds each row's value of every node (row-major),
-    /// `ends` each node's `rows` values side by side (node-major). The walk keeps the ends of the nodes
-    /// still to be read (`Walk::slots`), all rows side by side, so that a node's maximum over its
-    /// predecessors runs over contiguous memory for every row at once and the graph is read once, whatever
-    /// the number of rows; each node's ends are copied out as it is evaluated.
-    fn evaluate(&self, rows: usize, durations: &[f64], ends: &mut [f64]) {
-        let n = self.floor.len();
-        let walk = self.walk();
-        let (slot, live) = walk.slots();
-        let mut live_ends = vec![0.0; live * rows];
-        let slot_of = |k: usize| slot[k] as usize;
-        walk.evaluate_with(rows, slot_of, &mut live_ends, |_, i, floor, ready, out| {
-            let own = durations[i..].iter().step_by(n); // row j's at j * n + i
-            match ready {
-                None => out.iter_mut().zip(own).for_each(|(e, d)| *e = floor + d),
-                Some(ready) => {
-                    for ((e, r), d) in out.iter_mut().zip(ready).zip(own) {
-                        *e = maximum(*r, floor) + d;
-                    }
-                }
-            }
-            ends[i * rows..(i + 1) * rows].copy_from_slice(out);
-        });
-    }
-
-    /// The graph in its order of evaluation (after `check`).
-    fn walk(&self) -> Walk<'_> {
-        let n = self.floor.len();
-        let mut place = vec![0u32; n];
-        for (k, &i) in self.order.iter().enumerate() {
-            place[i as usize] = k as u32;
-        }
-        let mut ptr = Vec::with_capacity(n + 1);
-        let mut preds = Vec::with_capacity(self.indices.len());
-        ptr.push(0);
-        for &i in self.order {
-            let (a, b) = (
-                self.indptr[i as usize] as usize,
-                self.indptr[i as usize + 1] as usize,
-            );
-            preds.extend(self.indices[a..b].iter().map(|&p| place[p as usize]));
-            ptr.push(preds.len() as u32);
-        }
-        Walk {
-            floor: self.floor,
-            order: self.order,
-            place,
-            ptr,
-            preds,
-        }
-    }
+    Ok(())
 }
 
 /// A graph laid out in its order of evaluation: the ends of the node evaluated `k`-th are kept at place
-/// `k` (or at its slot, `Walk::slots`), so that a walk writes them one after another and reads its
+/// `k` (or at its slot, `Layout::slots`), so that a walk writes them one after another and reads its
 /// predecessors from the places just before (the previous levels), not from all over the nodes' array.
-/// Places and positions are u32 (`Graph::check` refuses a larger graph): half the memory of usize.
-struct Walk<'a> {
-    floor: &'a [f64],
-    order: &'a [i64], // per place: its node
-    place: Vec<u32>,  // per node: its place
-    ptr: Vec<u32>,    // per place: where its predecessors (their places) begin in `preds`
+/// Places and positions are u32 (`check` refuses a larger graph): half the memory of usize.
+pub struct Layout {
+    order: Vec<u32>, // per place: its node
+    place: Vec<u32>, // per node: its place
+    ptr: Vec<u32>,   // per place: where its predecessors (their places) begin in `preds`
     preds: Vec<u32>,
+    slot: Vec<u32>, // per place: where a walk keeps its ends (`Layout::slots`)
+    live: usize,    // slots
 }
 
-impl Walk<'_> {
+impl Layout {
+    /// The layout of a graph (`check`ed over `n` nodes).
+    fn checked(order: &[i64], indptr: &[i64], indices: &[i64], n: usize) -> PyResult<Self> {
+        check(order, indptr, indices, n).map_err(PyValueError::new_err)?;
+        let mut place = vec![0u32; n];
+        for (k, &i) in order.iter().enumerate() {
+            place[i as usize] = k as u32;
+        }
+        let mut ptr = Vec::with_capacity(n + 1);
+        let mut preds = Vec::with_capacity(indices.len());
+        ptr.push(0);
+        for &i in order {
+            let (a, b) = (indptr[i as usize] as usize, indptr[i as usize + 1] as usize);
+            preds.extend(indices[a..b].iter().map(|&p| place[p as usize]));
+            ptr.push(preds.len() as u32);
+        }
+        let mut layout = Layout {
+            order: order.iter().map(|&i| i as u32).collect(),
+            place,
+            ptr,
+            preds,
+            slot: Vec::new(),
+            live: 0,
+        };
+        (layout.slot, layout.live) = layout.slots();
+        Ok(layout)
+    }
+
     /// The places of place `k`'s predecessors.
     fn preds_of(&self, k: usize) -> &[u32] {
         &self.preds[self.ptr[k] as usize..self.ptr[k + 1] as usize]
-    }
-
-    /// Per place in order, the row-wise maximum of its predecessors' ends (None for a node without
-    /// predecessors), from which `finish(place, node, floor, ready, ends at the place)` sets its ends; `ends`:
-    /// `rows` values per slot, the place `k`'s at slot `slot(k)` (which no predecessor of `k` still being
-    /// read shares: `Walk::slots`).
-    fn evaluate_with(
-        &self,
-        rows: usize,
-        slot: impl Fn(usize) -> usize,
-        ends: &mut [f64],
-        mut finish: impl FnMut(usize, usize, f64, Option<&[f64]>, &mut [f64]),
-    ) {
-        let mut ready = vec![0.0; rows];
-        for (k, &i) in self.order.iter().enumerate() {
-            let i = i as usize;
-            let floor = self.floor[i];
-            let s = slot(k);
-            let (below, from) = ends.split_at_mut(s * rows);
-            let (out, above) = from.split_at_mut(rows);
-            let at = |p: u32| match slot(p as usize) {
-                t if t < s => &below[t * rows..(t + 1) * rows],
-                t => &above[(t - s - 1) * rows..(t - s) * rows],
-            };
-            match *self.preds_of(k) {
-                [] => finish(k, i, floor, None, out),
-                [p] => finish(k, i, floor, Some(at(p)), out), // most nodes: read in place
-                [p, q, ref rest @ ..] => {
-                    for ((r, x), y) in ready.iter_mut().zip(at(p)).zip(at(q)) {
-                        *r = maximum(*x, *y);
-                    }
-                    for &p in rest {
-                        for (r, e) in ready.iter_mut().zip(at(p)) {
-                            *r = maximum(*r, *e);
-                        }
-                    }
-                    finish(k, i, floor, Some(&ready), out);
-                }
-            }
-        }
     }
 
     /// Per place, a slot for its ends, and the number of slots: a place's slot is free again once its last
@@ -227,22 +137,129 @@ impl Walk<'_> {
     }
 }
 
-/// Fill `ends` (nodes x rows, C order, float64) with the end of every node for each row of `durations`
-/// (rows x nodes, C order: the transposed shape): `end = max(predecessor ends, floor) + duration`, a node without
-/// predecessors at its floor.
+/// A graph's layout, made once (`dag_layout`) for the calls over it.
+#[pyclass(frozen, module = "driftlog_native")]
+pub struct DagLayout(Layout);
+
+/// The layout of the graph of nodes `order` (a topological order) with predecessors `indptr`/`indices`
+/// (CSR), checked: every predecessor placed before its node.
 #[pyfunction]
-pub fn dag_ends(
-    py: Python<'_>,
+pub fn dag_layout(
     order: PyBuffer<i64>,
     indptr: PyBuffer<i64>,
     indices: PyBuffer<i64>,
+) -> PyResult<DagLayout> {
+    let order = items(&order, "order")?;
+    let layout = Layout::checked(
+        order,
+        items(&indptr, "indptr")?,
+        items(&indices, "indices")?,
+        order.len(),
+    )?;
+    Ok(DagLayout(layout))
+}
+
+/// A layout with each node's floor (start without a predecessor): what a walk reads.
+struct Walk<'a> {
+    floor: &'a [f64],
+    l: &'a Layout,
+}
+
+impl<'a> std::ops::Deref for Walk<'a> {
+    type Target = Layout;
+    fn deref(&self) -> &Layout {
+        self.l
+    }
+}
+
+impl<'a> Walk<'a> {
+    /// The walk of `layout` with `floor`, one per node.
+    fn of(l: &'a Layout, floor: &'a PyBuffer<f64>) -> PyResult<Self> {
+        let floor = items(floor, "floor")?;
+        if floor.len() != l.order.len() {
+            return Err(PyValueError::new_err("floor: one value per node"));
+        }
+        Ok(Walk { floor, l })
+    }
+
+    /// Per place in order, the row-wise maximum of its predecessors' ends (None for a node without
+    /// predecessors), from which `finish(place, node, floor, ready, ends at the place)` sets its ends; `ends`:
+    /// `rows` values per slot, the place `k`'s at its slot (which no predecessor of `k` still being read
+    /// shares: `Layout::slots`).
+    fn evaluate_with(
+        &self,
+        rows: usize,
+        ends: &mut [f64],
+        mut finish: impl FnMut(usize, usize, f64, Option<&[f64]>, &mut [f64]),
+    ) {
+        let mut ready = vec![0.0; rows];
+        let slot = |k: usize| self.slot[k] as usize;
+        for (k, &i) in self.order.iter().enumerate() {
+            let i = i as usize;
+            let floor = self.floor[i];
+            let s = slot(k);
+            let (below, from) = ends.split_at_mut(s * rows);
+            let (out, above) = from.split_at_mut(rows);
+            let at = |p: u32| match slot(p as usize) {
+                t if t < s => &below[t * rows..(t + 1) * rows],
+                t => &above[(t - s - 1) * rows..(t - s) * rows],
+            };
+            match *self.preds_of(k) {
+                [] => finish(k, i, floor, None, out),
+                [p] => finish(k, i, floor, Some(at(p)), out), // most nodes: read in place
+                [p, q, ref rest @ ..] => {
+                    for ((r, x), y) in ready.iter_mut().zip(at(p)).zip(at(q)) {
+                        *r = maximum(*x, *y);
+                    }
+                    for &p in rest {
+                        for (r, e) in ready.iter_mut().zip(at(p)) {
+                            *r = maximum(*r, *e);
+                        }
+                    }
+                    finish(k, i, floor, Some(&ready), out);
+                }
+            }
+        }
+    }
+
+    /// Ends of every node: `durations` holds each row's value of every node (row-major), `ends` the same
+    /// shape. The walk keeps the ends of the nodes still to be read (`Layout::slots`), all rows side by
+    /// side, so that a node's maximum over its predecessors runs over contiguous memory for every row at
+    /// once and the graph is read once, whatever the number of rows; each node's ends are copied out to
+    /// its column as it is evaluated (the rows contiguous for their readers).
+    fn evaluate(&self, rows: usize, durations: &[f64], ends: &mut [f64]) {
+        let n = self.floor.len();
+        let mut live_ends = vec![0.0; self.live * rows];
+        self.evaluate_with(rows, &mut live_ends, |_, i, floor, ready, out| {
+            let own = durations[i..].iter().step_by(n); // row j's at j * n + i
+            match ready {
+                None => out.iter_mut().zip(own).for_each(|(e, d)| *e = floor + d),
+                Some(ready) => {
+                    for ((e, r), d) in out.iter_mut().zip(ready).zip(own) {
+                        *e = maximum(*r, floor) + d;
+                    }
+                }
+            }
+            let column = ends[i..].iter_mut().step_by(n);
+            column.zip(out.iter()).for_each(|(e, v)| *e = *v);
+        });
+    }
+}
+
+/// Fill `ends` (rows x nodes, C order, float64) with the end of every node of the graph `layout`
+/// (`dag_layout`) for each row of `durations` (the same shape): `end = max(predecessor ends, floor) +
+/// duration`, a node without predecessors at its floor.
+#[pyfunction]
+pub fn dag_ends(
+    py: Python<'_>,
+    layout: &Bound<'_, DagLayout>,
     floor: PyBuffer<f64>,
     durations: PyBuffer<f64>,
     ends: PyBuffer<f64>,
 ) -> PyResult<()> {
-    let graph = Graph::checked(&order, &indptr, &indices, &floor)?;
+    let walk = Walk::of(&layout.get().0, &floor)?;
     let d = items(&durations, "durations")?;
-    let n = graph.floor.len();
+    let n = walk.floor.len();
     if ends.readonly()
         || !ends.is_c_contiguous()
         || ends.item_count() != d.len()
@@ -258,23 +275,21 @@ pub fn dag_ends(
     let out =
         unsafe { std::slice::from_raw_parts_mut(ends.buf_ptr() as *mut f64, ends.item_count()) };
     if n > 0 {
-        py.detach(|| graph.evaluate(d.len() / n, d, out));
+        py.detach(|| walk.evaluate(d.len() / n, d, out));
     }
     Ok(())
 }
 
 /// The step end (the latest node end) of each row of a decomposition, without holding any row: row `k` has
 /// every node at `base`, except the nodes `masks[mask_ptr[k]..mask_ptr[k + 1]]`, at `alt`. Rows are
-/// evaluated a block at a time over a scratch of the graph's live ends (`Graph::step_ends`: memory bounded
-/// by the graph's width, whatever the number of rows), with `dag_ends`' arithmetic, so each row's end
-/// equals the maximum of its `dag_ends` row bit for bit (numpy's, a NaN anywhere: NaN).
+/// evaluated a block at a time over a scratch of the graph's live ends (`Walk::step_ends`: memory bounded
+/// by the graph's width, whatever the number of rows), with `dag_ends`' arithmetic, so each row's end equals
+/// the maximum of its `dag_ends` row bit for bit (numpy's, a NaN anywhere: NaN).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub fn dag_masked_step_ends(
     py: Python<'_>,
-    order: PyBuffer<i64>,
-    indptr: PyBuffer<i64>,
-    indices: PyBuffer<i64>,
+    layout: &Bound<'_, DagLayout>,
     floor: PyBuffer<f64>,
     base: PyBuffer<f64>,
     alt: PyBuffer<f64>,
@@ -282,38 +297,37 @@ pub fn dag_masked_step_ends(
     masks: PyBuffer<i64>,
     out: PyBuffer<f64>,
 ) -> PyResult<()> {
-    let graph = Graph::checked(&order, &indptr, &indices, &floor)?;
-    let n = graph.floor.len();
+    let walk = Walk::of(&layout.get().0, &floor)?;
     let (base, alt) = (items(&base, "base")?, items(&alt, "alt")?);
-    let (mask_ptr, masks) = (items(&mask_ptr, "mask_ptr")?, items(&masks, "masks")?);
-    if base.len() != n || alt.len() != n {
+    if base.len() != walk.floor.len() || alt.len() != walk.floor.len() {
         return Err(PyValueError::new_err("base, alt: one value per node"));
     }
+    let (mask_ptr, masks) = (items(&mask_ptr, "mask_ptr")?, items(&masks, "masks")?);
     let value = |_: usize, node: usize| alt[node];
-    step_ends_into(py, &graph, base, mask_ptr, masks, value, &out)
+    step_ends_into(py, &walk, base, mask_ptr, masks, value, &out)
 }
 
-/// The step ends of `mask_ptr`/`masks`' rows (`Graph::step_ends`) into `out`: computed without the GIL
+/// The step ends of `mask_ptr`/`masks`' rows (`Walk::step_ends`) into `out`: computed without the GIL
 /// into a buffer of their own, then copied, so `out` may be any writable buffer (even one of the inputs').
 fn step_ends_into(
     py: Python<'_>,
-    graph: &Graph<'_>,
+    walk: &Walk<'_>,
     base: &[f64],
     mask_ptr: &[i64],
     masks: &[i64],
     value: impl Fn(usize, usize) -> f64 + Send + Sync,
     out: &PyBuffer<f64>,
 ) -> PyResult<()> {
-    let rows = rows_of(mask_ptr, masks, graph.floor.len(), out)?;
+    let rows = rows_of(mask_ptr, masks, walk.floor.len(), out)?;
     let mut ends = vec![0.0; rows];
-    py.detach(|| graph.step_ends(base, &mut ends, value, mask_ptr, masks));
+    py.detach(|| walk.step_ends(base, &mut ends, value, mask_ptr, masks));
     // SAFETY: a writable C-contiguous buffer of `rows` f64 held by `out` for this call; no other slice of it.
     let result = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, rows) };
     result.copy_from_slice(&ends);
     Ok(())
 }
 
-/// Rows evaluated at once by `Graph::step_ends`: at most `BLOCK`, and as many as fit a scratch of
+/// Rows evaluated at once by `Walk::step_ends`: at most `BLOCK`, and as many as fit a scratch of
 /// `SCRATCH` bytes (at least one).
 const BLOCK: usize = 64;
 const SCRATCH: usize = 4 << 20;
@@ -328,13 +342,13 @@ fn ends_later(v: f64, i: usize, best: Option<(f64, usize)>) -> bool {
         Some((t, b)) => v.is_nan() || v > t || (v == t && i < b),
     }
 }
-
-impl Graph<'_> {
+impl Walk<'_> {
     /// Each row's step end (see `dag_masked_step_ends`): row `k` has every node at `base`, except the nodes
     /// `masks[mask_ptr[k]..mask_ptr[k + 1]]`, each at `value(at, node)` (`at`: its position in `masks`).
-    /// Rows a block at a time over a scratch of the graph's live ends (`Walk::slots`) x the block, each
-    /// row's latest end kept as its nodes are evaluated: memory bounded by the graph's width, not its nodes
-    /// (after `check`, with masks and pointers checked by the caller).
+    /// Each row's latest end is kept as a plain maximum (`Walk::blocks`), which is numpy's `max` unless the
+    /// row holds a NaN or ends at a zero (whose sign depends on which node comes first in index order):
+    /// those rows only are evaluated again, keeping the node each end is from (after `check`, with masks and
+    /// pointers checked by the caller).
     fn step_ends(
         &self,
         base: &[f64],
@@ -343,14 +357,46 @@ impl Graph<'_> {
         mask_ptr: &[i64],
         masks: &[i64],
     ) {
-        let n = self.floor.len();
-        let rows = result.len();
-        if n == 0 {
-            result.fill(f64::NAN);
+        let again = self.blocks(base, result, &value, mask_ptr, masks, false);
+        if again.is_empty() {
             return;
         }
-        let walk = self.walk();
-        let (slot, live) = walk.slots();
+        let (mut ptr, mut nodes, mut at) = (vec![0i64], Vec::new(), Vec::new());
+        for &r in &again {
+            let span = mask_ptr[r] as usize..mask_ptr[r + 1] as usize;
+            nodes.extend_from_slice(&masks[span.clone()]);
+            at.extend(span);
+            ptr.push(nodes.len() as i64);
+        }
+        let mut ends = vec![0.0; again.len()];
+        self.blocks(base, &mut ends, &|a, i| value(at[a], i), &ptr, &nodes, true);
+        for (r, e) in again.into_iter().zip(ends) {
+            result[r] = e;
+        }
+    }
+
+    /// `step_ends` over rows a block at a time over a scratch of the graph's live ends (`Layout::slots`) x
+    /// the block, each row's latest end kept as its nodes are evaluated: memory bounded by the graph's
+    /// width, not its nodes. `exact`: the latest end as numpy's `max` picks it (`ends_later`); else the
+    /// plain maximum, and the rows it may not equal numpy's for (a NaN in the block, a zero) are returned.
+    fn blocks(
+        &self,
+        base: &[f64],
+        result: &mut [f64],
+        value: &impl Fn(usize, usize) -> f64,
+        mask_ptr: &[i64],
+        masks: &[i64],
+        exact: bool,
+    ) -> Vec<usize> {
+        let n = self.floor.len();
+        let rows = result.len();
+        let mut again = Vec::new();
+        if n == 0 {
+            result.fill(f64::NAN);
+            return again;
+        }
+        let walk = self;
+        let live = self.live;
         let block_rows = (SCRATCH / (live * 8)).clamp(1, BLOCK).min(rows.max(1));
         let mut ends = vec![0.0; live * block_rows];
         // the block's masked values (row in the block, duration) by place of their node, in order of
@@ -359,6 +405,7 @@ impl Graph<'_> {
         let mut changed: Vec<(usize, f64)> = Vec::new();
         let mut end = vec![0usize; n];
         let mut top: Vec<Option<(f64, usize)>> = vec![None; block_rows];
+        let mut peak = vec![f64::NEG_INFINITY; block_rows];
         for first in (0..rows).step_by(block_rows) {
             let width = block_rows.min(rows - first);
             let block = |j: usize| mask_ptr[first + j] as usize..mask_ptr[first + j + 1] as usize;
@@ -391,9 +438,11 @@ impl Graph<'_> {
             let mut next = 0;
             let top = &mut top[..width];
             top.fill(None);
+            let peak = &mut peak[..width];
+            peak.fill(f64::NEG_INFINITY);
+            let mut nan = false;
             let ends = &mut ends[..live * width];
-            let slot_of = |k: usize| slot[k] as usize;
-            walk.evaluate_with(width, slot_of, ends, |k, i, floor, ready, out| {
+            walk.evaluate_with(width, ends, |k, i, floor, ready, out| {
                 let d = base[i];
                 match ready {
                     None => out.fill(floor + d),
@@ -410,16 +459,30 @@ impl Graph<'_> {
                     };
                 }
                 next = end[k];
-                for (t, &e) in top.iter_mut().zip(out.iter()) {
-                    if ends_later(e, i, *t) {
-                        *t = Some((e, i));
+                if exact {
+                    for (t, &e) in top.iter_mut().zip(out.iter()) {
+                        if ends_later(e, i, *t) {
+                            *t = Some((e, i));
+                        }
+                    }
+                } else {
+                    for (p, &e) in peak.iter_mut().zip(out.iter()) {
+                        nan |= e.is_nan();
+                        *p = if e > *p { e } else { *p };
                     }
                 }
             });
-            for (r, t) in result[first..first + width].iter_mut().zip(top.iter()) {
-                *r = t.map_or(f64::NAN, |(e, _)| e);
+            for (j, r) in result[first..first + width].iter_mut().enumerate() {
+                if exact {
+                    *r = top[j].map_or(f64::NAN, |(e, _)| e);
+                } else if nan || peak[j] == 0.0 {
+                    again.push(first + j); // (a positive, negative or infinite maximum: any node's, the same bits)
+                } else {
+                    *r = peak[j];
+                }
             }
         }
+        again
     }
 }
 
@@ -458,9 +521,7 @@ fn rows_of(mask_ptr: &[i64], masks: &[i64], n: usize, out: &PyBuffer<f64>) -> Py
 #[allow(clippy::too_many_arguments)]
 pub fn dag_valued_step_ends(
     py: Python<'_>,
-    order: PyBuffer<i64>,
-    indptr: PyBuffer<i64>,
-    indices: PyBuffer<i64>,
+    layout: &Bound<'_, DagLayout>,
     floor: PyBuffer<f64>,
     base: PyBuffer<f64>,
     mask_ptr: PyBuffer<i64>,
@@ -468,21 +529,16 @@ pub fn dag_valued_step_ends(
     values: PyBuffer<f64>,
     out: PyBuffer<f64>,
 ) -> PyResult<()> {
-    let graph = Graph::checked(&order, &indptr, &indices, &floor)?;
-    let n = graph.floor.len();
-    let base = items(&base, "base")?;
-    let (mask_ptr, masks, values) = (
-        items(&mask_ptr, "mask_ptr")?,
-        items(&masks, "masks")?,
-        items(&values, "values")?,
-    );
-    if base.len() != n || values.len() != masks.len() {
+    let walk = Walk::of(&layout.get().0, &floor)?;
+    let (base, values) = (items(&base, "base")?, items(&values, "values")?);
+    let (mask_ptr, masks) = (items(&mask_ptr, "mask_ptr")?, items(&masks, "masks")?);
+    if base.len() != walk.floor.len() || values.len() != masks.len() {
         return Err(PyValueError::new_err(
             "base: one value per node; values: one per masked node",
         ));
     }
     let value = |at: usize, _: usize| values[at];
-    step_ends_into(py, &graph, base, mask_ptr, masks, value, &out)
+    step_ends_into(py, &walk, base, mask_ptr, masks, value, &out)
 }
 
 /// numpy's `argmax` over `values` at `at`: the first largest, or the first NaN.

@@ -7,7 +7,8 @@ those definitions run."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import weakref
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from audit import native
 if TYPE_CHECKING:
     from streams.engine.stepgraph import Floats, Ints, Schedule
 
-available = hasattr(native.core, "dag_ends")  # (an extension built before it has no dag_ends: the definition)
+available = hasattr(native.core, "dag_layout")  # (an extension built before it: the definitions)
 walks = hasattr(native.core, "dag_critical_path")
 KEEP = 64  # schedules whose topological order is kept (a job has a few structures: MAX_STRUCTURES)
 _orders: dict[int, tuple[Schedule, Ints]] = {}  # id(schedule) -> (schedule, its order): a cache
@@ -34,17 +35,34 @@ def topological(schedule: Schedule) -> Ints:
     return order
 
 
-def ends(schedule: Schedule, indptr: Ints, indices: Ints, floor: Floats, durations: Floats) -> Floats:
-    """End times of every node for each row of ``durations`` (rows x nodes)."""
+_layouts: dict[tuple[int, int, int], tuple[Any, ...]] = {}  # a graph's arrays' ids -> (weakrefs, layout)
+
+
+def layout(schedule: Schedule, indptr: Ints, indices: Ints) -> Any:
+    """The native layout of the graph (``dag_layout``: checked once), kept while its arrays live (a step's
+    what-if and decomposition make several calls over one graph)."""
+    key = (id(schedule), id(indptr), id(indices))
+    kept = _layouts.get(key)
+    if kept is not None and all(ref() is a for ref, a in zip(kept[:3], (schedule, indptr, indices), strict=True)):
+        return kept[3]
     assert native.core is not None
-    d = np.ascontiguousarray(durations, np.float64)  # (as it is: no node-major copy)
-    out = np.empty(d.shape[::-1])  # node-major, as the native core writes it
     i64 = (np.ascontiguousarray(a, np.int64) for a in (topological(schedule), indptr, indices))
-    native.core.dag_ends(*i64, np.ascontiguousarray(floor, np.float64), d, out)
-    return out.T
+    made = native.core.dag_layout(*i64)
+    _layouts[key] = (weakref.ref(schedule), weakref.ref(indptr), weakref.ref(indices), made)
+    weakref.finalize(indptr, _layouts.pop, key, None)  # (the layout goes with the graph)
+    return made
 
 
-masked_available = hasattr(native.core, "dag_masked_step_ends")
+def ends(schedule: Schedule, indptr: Ints, indices: Ints, floor: Floats, durations: Floats) -> Floats:
+    """End times of every node for each row of ``durations`` (rows x nodes, each row contiguous)."""
+    assert native.core is not None
+    d = np.ascontiguousarray(durations, np.float64)
+    out = np.empty(d.shape)
+    native.core.dag_ends(layout(schedule, indptr, indices), np.ascontiguousarray(floor, np.float64), d, out)
+    return out
+
+
+masked_available = available
 
 
 def masked_step_ends(
@@ -54,9 +72,8 @@ def masked_step_ends(
     ``base``, without a row of durations per mask (``native/src/dag.rs``, ``dag_masked_step_ends``)."""
     assert native.core is not None
     out = np.empty(len(masks))
-    i64 = (np.ascontiguousarray(a, np.int64) for a in (topological(schedule), indptr, indices))
     f64 = (np.ascontiguousarray(a, np.float64) for a in (floor, base, alt))
-    native.core.dag_masked_step_ends(*i64, *f64, *_flat(masks), out)
+    native.core.dag_masked_step_ends(layout(schedule, indptr, indices), *f64, *_flat(masks), out)
     return out
 
 
@@ -67,7 +84,7 @@ def _flat(masks: list[Ints]) -> tuple[Ints, Ints]:
     return ptr, np.concatenate(masks).astype(np.int64) if masks else np.zeros(0, np.int64)
 
 
-valued_available = hasattr(native.core, "dag_valued_step_ends")
+valued_available = available
 
 
 def valued_step_ends(
@@ -79,9 +96,8 @@ def valued_step_ends(
     assert native.core is not None
     out = np.empty(len(masks))
     flat_values = np.concatenate(values).astype(np.float64) if values else np.zeros(0)
-    i64 = (np.ascontiguousarray(a, np.int64) for a in (topological(schedule), indptr, indices))
     f64 = (np.ascontiguousarray(a, np.float64) for a in (floor, base))
-    native.core.dag_valued_step_ends(*i64, *f64, *_flat(masks), flat_values, out)
+    native.core.dag_valued_step_ends(layout(schedule, indptr, indices), *f64, *_flat(masks), flat_values, out)
     return out
 
 

@@ -42,6 +42,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from streams.engine.codes import compact
 from streams.engine.medians import LOWER, MIDDLE, grouped
@@ -106,6 +107,13 @@ class Unsystematic:
         self.middle = Grouped(keys, MIDDLE)
         self.lower = self.middle.by(LOWER)
         self.paired = (self.middle.sizes() >= 2) & (unit >= 0)
+        self._kept: tuple[bytes, tuple[npt.NDArray[np.bool_], Grouped] | None] | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_kept": None}  # (a cache: not in a snapshot)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update({"_kept": None, **state})  # (a snapshot made before the cache: without it)
 
     def deviations(self, values: Floats) -> tuple[Floats, Floats]:
         """Per unit: the sum over its paired positions of their group's middle times the sign of their
@@ -121,17 +129,30 @@ class Unsystematic:
 
     def typical(self, values: Floats, slow: Ints = NONE) -> Floats:
         """``values`` with each grouped position at the middle of its group's members not on units ``slow``."""
-        excluded = self.paired & np.isin(self.unit, slow)
-        if not excluded.any():
+        without = self._without(slow)
+        if without is None:
             return self.middle.typical(values)
-        kept = Grouped(np.where(excluded, -1, self.keys), MIDDLE).typical(values)
+        excluded, groups = without
+        kept = groups.typical(values)
         per_key = np.full(int(self.keys.max()) + 1, np.nan)
         held = (self.keys >= 0) & ~excluded
         per_key[self.keys[held]] = kept[held]
         out = np.where(self.keys >= 0, per_key[np.maximum(self.keys, 0)], values)
         every = (self.keys >= 0) & np.isnan(out)  # a group of systematic ranks only: its lower median
-        out[every] = self.lower.typical(values)[every]
+        if every.any():
+            out[every] = self.lower.typical(values)[every]
         return out
+
+    def _without(self, slow: Ints) -> tuple[npt.NDArray[np.bool_], Grouped] | None:
+        """The paired positions on units ``slow`` and the groups without them (None: none left out), kept for
+        the last ``slow`` asked (a job's systematically slow units stay the same from step to step)."""
+        key = slow.dtype.str.encode() + slow.tobytes()
+        if self._kept is not None and self._kept[0] == key:
+            return self._kept[1]
+        excluded = self.paired & np.isin(self.unit, slow)
+        made = (excluded, Grouped(np.where(excluded, -1, self.keys), MIDDLE)) if excluded.any() else None
+        self._kept = (key, made)
+        return made
 
 
 @dataclass

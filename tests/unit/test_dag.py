@@ -33,20 +33,25 @@ def test_native_ends_equal_the_definition(name: str, ranks: int, monkeypatch: py
     rows[3, rng.integers(0, g.nodes, 5)] = np.nan
     rows[3, rng.integers(0, g.nodes, 2)] = np.inf
     native = g.evaluate(rows)
-    assert native.shape == rows.shape
+    assert native.shape == rows.shape and native.flags.c_contiguous  # each row's ends side by side
     assert np.array_equal(native, definition(g, rows, monkeypatch), equal_nan=True)
     assert np.isnan(native[3]).any()  # NaN propagates through a maximum, as numpy's does
 
 
 def test_a_graph_out_of_order_is_refused() -> None:
     assert dag.native.core is not None
-    one = np.zeros(1)
     with pytest.raises(ValueError, match="not placed before"):  # node 0 waits for node 1, evaluated after it
-        dag.native.core.dag_ends(
-            np.array([0, 1]), np.array([0, 1, 1]), np.array([1]), np.zeros(2), np.zeros((1, 2)), np.zeros((1, 2))
-        )
+        dag.native.core.dag_layout(np.array([0, 1]), np.array([0, 1, 1]), np.array([1]))
+    with pytest.raises(ValueError, match="not a permutation"):
+        dag.native.core.dag_layout(np.array([0, 0]), np.array([0, 0, 0]), np.zeros(0, np.int64))
+    layout = dag.native.core.dag_layout(np.array([0, 1]), np.array([0, 0, 1]), np.array([0]))
+    with pytest.raises(ValueError, match="floor"):
+        dag.native.core.dag_ends(layout, np.zeros(3), np.zeros((1, 2)), np.zeros((1, 2)))
     with pytest.raises(ValueError, match="writable"):
-        dag.native.core.dag_ends(np.array([0]), np.array([0, 0]), np.zeros(0, np.int64), one, one, np.zeros(2))
+        dag.native.core.dag_ends(layout, np.zeros(2), np.zeros((1, 2)), np.zeros(3))
+    ends = np.zeros((2, 2))  # rows x nodes, each row contiguous
+    dag.native.core.dag_ends(layout, np.array([1.0, -np.inf]), np.array([[2.0, 3.0], [0.0, 1.0]]), ends)
+    assert ends.tolist() == [[3.0, 6.0], [1.0, 2.0]]
 
 
 def definition_path(g: StepGraph, ends: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -76,3 +81,15 @@ def test_a_bad_graph_has_no_critical_path() -> None:
     assert dag.native.core is not None
     with pytest.raises(ValueError, match="bad graph"):
         dag.native.core.dag_critical_path(np.array([0, 1, 1]), np.array([5]), np.zeros(2), np.zeros(2))
+
+
+def test_a_graph_keeps_its_layout_while_its_arrays_live() -> None:
+    g = build(op_columns(SCENARIOS["training-fabric"](2, 16, 12), 10), Codebook(), Codebook(), {})
+    first = dag.layout(g.schedule, g.indptr, g.indices)
+    assert dag.layout(g.schedule, g.indptr, g.indices) is first
+    indptr = g.indptr.copy()  # another array, even with the same content: its own layout
+    other = dag.layout(g.schedule, indptr, g.indices)
+    assert other is not first
+    kept = len(dag._layouts)
+    del indptr
+    assert len(dag._layouts) == kept - 1  # it went with its graph's array

@@ -49,16 +49,19 @@ def test_masked_step_ends_equal_the_full_rows(name: str, ranks: int, monkeypatch
 def test_bad_masks_are_refused() -> None:
     assert dag.native.core is not None
     z = np.zeros(1)
-    order, ptr, none = np.array([0]), np.array([0, 0]), np.zeros(0, np.int64)
+    none = np.zeros(0, np.int64)
+    one = dag.native.core.dag_layout(np.array([0]), np.array([0, 0]), none)
     with pytest.raises(ValueError, match="out of range"):
-        dag.native.core.dag_masked_step_ends(order, ptr, none, z, z, z, np.array([0, 1]), np.array([3]), np.zeros(1))
+        dag.native.core.dag_masked_step_ends(one, z, z, z, np.array([0, 1]), np.array([3]), np.zeros(1))
     with pytest.raises(ValueError, match="not increasing"):
-        dag.native.core.dag_masked_step_ends(order, ptr, none, z, z, z, np.array([0, 2]), np.array([0]), np.zeros(1))
+        dag.native.core.dag_masked_step_ends(one, z, z, z, np.array([0, 2]), np.array([0]), np.zeros(1))
     with pytest.raises(ValueError, match="one value per row"):
-        dag.native.core.dag_masked_step_ends(order, ptr, none, z, z, z, np.array([0, 0]), none, np.zeros(2))
+        dag.native.core.dag_masked_step_ends(one, z, z, z, np.array([0, 0]), none, np.zeros(2))
+    with pytest.raises(ValueError, match="one value per node"):
+        dag.native.core.dag_masked_step_ends(one, z, np.zeros(2), z, np.array([0, 0]), none, np.zeros(1))
 
 
-@pytest.mark.skipif(not dag.valued_available, reason="native core without dag_valued_step_ends")
+@pytest.mark.skipif(not dag.valued_available, reason="native core without dag_layout")
 @pytest.mark.parametrize(("name", "ranks"), CASES)
 def test_valued_step_ends_equal_the_rows_of_each_alternative(name: str, ranks: int) -> None:
     """Rows healing to different durations in one call (the what-if's candidates) give each row's masked
@@ -97,14 +100,12 @@ def test_the_step_end_is_numpys_max_over_the_nodes_in_index_order() -> None:
     first of the largest ends in index order (-0.0 before 0.0 ends the step at -0.0, and 0.0 before -0.0 at
     0.0), though the native core keeps only a few nodes' ends at a time."""
     assert dag.native.core is not None
-    order, ptr, none = np.array([2, 1, 0]), np.array([0, 0, 0, 0]), np.zeros(0, np.int64)
+    layout = dag.native.core.dag_layout(np.array([2, 1, 0]), np.array([0, 0, 0, 0]), np.zeros(0, np.int64))
     floor, base = np.array([-0.0, 0.0, -1.0]), np.array([-0.0, 0.0, 0.5])
     for alt, want in (([0.0, -0.0, 0.5], 0.0), ([-0.0, 0.0, 0.5], -0.0), ([0.0, np.nan, np.nan], np.nan)):
         out = np.zeros(2)
         ptr_rows = np.array([0, 0, 3])  # row 0: every node at base; row 1: every node at alt
-        dag.native.core.dag_masked_step_ends(
-            order, ptr, none, floor, base, np.array(alt), ptr_rows, np.array([0, 1, 2]), out
-        )
+        dag.native.core.dag_masked_step_ends(layout, floor, base, np.array(alt), ptr_rows, np.array([0, 1, 2]), out)
         assert np.signbit(out[0]) and out[0] == 0.0  # base: -0.0 (node 0) before 0.0 (node 1)
         assert np.array_equal(out[1:], [want], equal_nan=True) and np.signbit(out[1]) == np.signbit(want)
         assert np.array_equal(out[1:], [(floor + np.array(alt)).max()], equal_nan=True)
