@@ -301,14 +301,13 @@ def _laid_out(
     columns = (rank, mb, peer, _per_group(seq, grp), op, grp, role, dp, pp, tp)
     found = layouts.find(columns, order, start, end) if pair_blocking else None  # (kept only from paired builds)
     if found is not None:
-        layout, partner = found
-        identity = layout.identity  # (equal to this step's: not gathered again)
+        layout, partner = found  # (its identity equals this step's: not gathered again)
     else:
-        identity = _in_node_order(columns, order)
         rows = (rank, mb, peer, direction)
         layout, partner = _layout(
-            identity, order, len(ci), start, end, rows, blocks, member, grp, seq, node_of, pair_blocking
-        )
+            _in_node_order(columns, order), order, len(ci), start, end, rows, blocks, member, grp, seq, node_of,
+            pair_blocking,
+        )  # fmt: skip
     del columns, op, op_class, grp, seq, role, dp, pp, tp  # (the identity's: let go before the draft is made)
     mi, barrier_of = layout.members, layout.barrier_of
     n_barrier = int(barrier_of.max()) + 1 if len(mi) else 0
@@ -331,9 +330,12 @@ def _laid_out(
     )
 
 
+PER_NODE = {"rank": 0, "microbatch": 1, "peer": 2, "op": 4, "dp": 7, "pp": 8, "tp": 9}  # graph columns: identity's
+
+
 def _in_node_order(columns: tuple[Ints, ...], order: Ints) -> Ints:
-    """The identity columns x span nodes (``order``: the rows in node order), as int32 when they fit (kept
-    with the layout: half the memory, the same values)."""
+    """The identity columns x span nodes (``order``: the rows in node order), as int32 when they fit (the
+    layout keeps them, and the graph's node columns made of them, so: half the memory, the same values)."""
     identity = np.empty((len(columns), len(order)), np.int32 if fits_int32(*columns) else np.int64)
     for into, column in zip(identity, columns, strict=True):
         into[:] = column[order]
@@ -372,16 +374,18 @@ def _layout(
     n = len(order) + (int(barrier_of.max()) + 1 if len(mi) else 0) + int((direction[order[n_chain:]] == TO).sum())
 
     def per_node(values: Ints, pad: int = -1) -> Ints:
-        return layouts.frozen(np.concatenate([values, np.full(n - len(order), pad, np.int64)]))
+        return layouts.frozen(np.concatenate([values, np.full(n - len(order), pad, identity.dtype)]))
 
-    columns = {"rank": 0, "microbatch": 1, "peer": 2, "op": 4, "dp": 7, "pp": 8, "tp": 9}
-    nodes = {name: per_node(identity[i], 0 if name == "op" else -1) for name, i in columns.items()}
+    nodes = {name: per_node(identity[i], 0 if name == "op" else -1) for name, i in PER_NODE.items()}
     paired = np.flatnonzero(partner[order] >= 0)
     by_midpoint = layouts.Order.of(node_of[ends_in_order], same_end)
     paired, partner_node, mi, barrier_of = (
         layouts.frozen(a) for a in (paired, node_of[partner[order[paired]]], mi, barrier_of)
     )
-    return layouts.Layout(identity, by_midpoint, paired, partner_node, mi, barrier_of, nodes), partner
+    own = {i: layouts.frozen(identity[i].copy()) for i in range(len(identity)) if i not in PER_NODE.values()}
+    spans = {i: nodes[name][: len(order)] for name, i in PER_NODE.items()}  # (views: not kept twice)
+    kept = tuple(own[i] if i in own else spans[i] for i in range(len(identity)))
+    return layouts.Layout(kept, by_midpoint, paired, partner_node, mi, barrier_of, nodes), partner
 
 
 def _edges(step: _LaidOut, cache: dict[bytes, Schedule], paired: bool) -> layouts.Edges:
