@@ -245,7 +245,7 @@ def _build(
         schedule=edges.schedule,
         signature=edges.signature,
         tolerance=step.tol,
-        span=np.concatenate([step.order, np.full(step.n - len(step.order), -1, np.int64)]),
+        span=compact(np.concatenate([step.order, np.full(step.n - len(step.order), -1, np.int64)])),
         **layout.per_node,
     )
 
@@ -272,9 +272,7 @@ class _LaidOut:
     dst: Ints
 
 
-def _laid_out(
-    c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook, pair_blocking: bool
-) -> _LaidOut:
+def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook, pair_blocking: bool) -> _LaidOut:
     """The step's nodes (on a kept layout when there is one), their floors and intrinsic durations, and the
     edges its times decide."""
     start_abs = np.asarray(c["start"], np.float64)
@@ -393,7 +391,7 @@ def _edges(step: _LaidOut, cache: dict[bytes, Schedule], paired: bool) -> layout
     own edges are let go once in CSR form, kept compact to compare with later steps')."""
     n, n_chain, mi, identity = step.n, step.n_chain, step.layout.members, step.layout.identity
     direction, blocks = (identity[6] >> 4) - 1, (identity[6] >> 3) & 1  # (the role column)
-    kind = np.full(n, BARRIER, np.int64)
+    kind: Ints = np.full(n, BARRIER, "int8")  # (the KINDS fit a byte; typed as the other node columns)
     kind[:n_chain] = CHAIN
     kind[mi] = np.where(blocks[mi] > 0, BLOCKING, MEMBER)
     kind[n_chain : len(direction)] = np.where(direction[n_chain:] == FROM, RECV, SEND)
@@ -402,9 +400,9 @@ def _edges(step: _LaidOut, cache: dict[bytes, Schedule], paired: bool) -> layout
     np.cumsum(np.bincount(step.dst, minlength=n), out=indptr[1:])
     kept = (compact(step.src), compact(step.dst))  # (compared with later steps' edges: by value)
     step.src = step.dst = _NONE
-    signature = _signature(indptr, indices, kind)
+    signature = _signature(indptr, indices, kind.astype(np.int64))  # (as when kinds were int64)
     schedule = _schedule(indptr, indices, signature, cache, paired)
-    with_predecessor = np.flatnonzero((np.diff(indptr) > 0) & (kind != BARRIER))
+    with_predecessor = compact(np.flatnonzero((np.diff(indptr) > 0) & (kind != BARRIER)))
     frozen = layouts.frozen
     return layouts.Edges(*kept, frozen(kind), frozen(indptr), frozen(indices), with_predecessor, signature, schedule)
 
