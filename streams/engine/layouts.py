@@ -81,7 +81,7 @@ class Layout:
     """The identity-decided part of a step's graph (see the module's note), by node: spans come first, in
     node order (each rank's program spans by midpoint, then the asynchronous transfers)."""
 
-    identity: Ints  # identity columns x span nodes
+    identity: tuple[Ints, ...]  # identity columns, per span node (those of the graph's: views of ``per_node``)
     by_midpoint: Order  # the span nodes whose order paired the transfers' ends
     paired: Ints  # span nodes with a transfer partner
     partner: Ints  # per paired node: its partner's node
@@ -89,6 +89,10 @@ class Layout:
     barrier_of: Ints  # per member: its barrier
     per_node: dict[str, Ints]  # node columns (but ``span``, the rows, which are each step's own)
     edges: Edges | None = None
+
+    @property
+    def spans(self) -> int:
+        return len(self.identity[0])
 
     def partners(self, order: Ints, start: Floats, end: Floats) -> Ints | None:
         """Per span row (``order``: the rows in node order), the row of its transfer's other end, or -1: the
@@ -110,7 +114,7 @@ def find(columns: Sequence[Ints], order: Ints, start: Floats, end: Floats) -> tu
     row = np.empty(len(order), np.int64)
     for i in range(len(_kept) - 1, -1, -1):
         layout = _kept[i]
-        if layout.identity.shape == (len(columns), len(order)) and all(
+        if len(layout.identity) == len(columns) and layout.spans == len(order) and all(
             np.array_equal(np.take(column, order, out=row), kept)
             for column, kept in zip(columns, layout.identity, strict=True)
         ):
@@ -124,9 +128,9 @@ def find(columns: Sequence[Ints], order: Ints, start: Floats, end: Floats) -> tu
 def keep(layout: Layout) -> None:
     """Keep ``layout`` as the most recently used (the least recently used beyond ``KEEP`` layouts or
     ``KEEP_NODES`` nodes are dropped)."""
-    kept, nodes = [layout], layout.identity.shape[1]
+    kept, nodes = [layout], layout.spans
     for other in reversed(_kept):
-        nodes += other.identity.shape[1]
+        nodes += other.spans
         if other is not layout and len(kept) < KEEP and nodes <= KEEP_NODES:
             kept.append(other)
     _kept[:] = kept[::-1]

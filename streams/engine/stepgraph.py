@@ -222,6 +222,59 @@ def _build(
     cache: dict[bytes, Schedule],
     pair_blocking: bool,
 ) -> StepGraph:
+    step = _laid_out(c, ops, groups, pair_blocking)  # (the per-span temporaries go before the CSR is made)
+    layout = step.layout
+    edges = layout.edges if pair_blocking else None
+    if edges is None or not edges.same(step.src, step.dst):
+        edges = _edges(step, cache, pair_blocking and step.paired)
+        if pair_blocking:
+            layout.edges = edges
+            layouts.keep(layout)
+    step.src = step.dst = _NONE  # (compared with the kept edges)
+    cache.setdefault(edges.signature, edges.schedule)  # (the caller reads a new structure's schedule there)
+    step.floor[edges.with_predecessor] = -np.inf  # a span with a predecessor starts when that lets it
+    return StepGraph(
+        t0=step.t0,
+        observed_s=step.observed_s,
+        kind=edges.kind,
+        n_chain=step.n_chain,
+        intrinsic=step.intrinsic,
+        floor=step.floor,
+        indptr=edges.indptr,
+        indices=edges.indices,
+        schedule=edges.schedule,
+        signature=edges.signature,
+        tolerance=step.tol,
+        span=compact(np.concatenate([step.order, np.full(step.n - len(step.order), -1, np.int64)])),
+        **layout.per_node,
+    )
+
+
+_NONE = np.zeros(0, np.int64)
+
+
+@dataclass
+class _LaidOut:
+    """A step's spans laid out, before its CSR form: what :func:`_build` keeps of them (its per-span columns
+    and the draft are let go before the CSR and the schedule are made, the high-water of a large step)."""
+
+    t0: float
+    observed_s: float
+    tol: float
+    order: Ints  # span rows in node order
+    n_chain: int
+    n: int  # nodes
+    layout: layouts.Layout
+    paired: bool  # some blocking transfer has a traced peer (a cycle may come from pairing them)
+    floor: Floats
+    intrinsic: Floats
+    src: Ints  # edges
+    dst: Ints
+
+
+def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook, pair_blocking: bool) -> _LaidOut:
+    """The step's nodes (on a kept layout when there is one), their floors and intrinsic durations, and the
+    edges its times decide."""
     start_abs = np.asarray(c["start"], np.float64)
     t0 = float(start_abs.min())
     start = start_abs - t0
@@ -246,14 +299,14 @@ def _build(
     columns = (rank, mb, peer, _per_group(seq, grp), op, grp, role, dp, pp, tp)
     found = layouts.find(columns, order, start, end) if pair_blocking else None  # (kept only from paired builds)
     if found is not None:
-        layout, partner = found
-        identity = layout.identity  # (equal to this step's: not gathered again)
+        layout, partner = found  # (its identity equals this step's: not gathered again)
     else:
-        identity = _in_node_order(columns, order)
         rows = (rank, mb, peer, direction)
         layout, partner = _layout(
-            identity, order, len(ci), start, end, rows, blocks, member, grp, seq, node_of, pair_blocking
-        )
+            _in_node_order(columns, order), order, len(ci), start, end, rows, blocks, member, grp, seq, node_of,
+            pair_blocking,
+        )  # fmt: skip
+    del columns, op, op_class, grp, seq, role, dp, pp, tp  # (the identity's: let go before the draft is made)
     mi, barrier_of = layout.members, layout.barrier_of
     n_barrier = int(barrier_of.max()) + 1 if len(mi) else 0
     async_sends = np.flatnonzero(direction[pi] == TO)  # p2p positions; each has a launch node after the barriers
@@ -268,36 +321,19 @@ def _build(
     _program_order(draft, mi, barrier_of, n_barrier, _external_arrivals(draft, mi, blocks))
     _transfers(draft)
 
-    s_all, d_all = np.concatenate(draft.src), np.concatenate(draft.dst)
-    edges = layout.edges if pair_blocking else None
-    if edges is None or not edges.same(s_all, d_all):
-        paired = pair_blocking and bool((blocks & (partner >= 0)).any())
-        edges = _edges(s_all, d_all, n, len(ci), mi, identity, cache, paired)
-        if pair_blocking:
-            layout.edges = edges
-            layouts.keep(layout)
-    cache.setdefault(edges.signature, edges.schedule)  # (the caller reads a new structure's schedule there)
-    draft.floor[edges.with_predecessor] = -np.inf  # a span with a predecessor starts when that lets it
-    return StepGraph(
-        t0=t0,
-        observed_s=float(end.max()),
-        kind=edges.kind,
-        n_chain=len(ci),
-        intrinsic=draft.intrinsic,
-        floor=draft.floor,
-        indptr=edges.indptr,
-        indices=edges.indices,
-        schedule=edges.schedule,
-        signature=edges.signature,
-        tolerance=tol,
-        span=np.concatenate([order, np.full(n - len(order), -1, np.int64)]),
-        **layout.per_node,
+    src, dst = np.concatenate(draft.src), np.concatenate(draft.dst)
+    paired = bool((blocks & (partner >= 0)).any())
+    return _LaidOut(
+        t0, float(end.max()), tol, order, len(ci), n, layout, paired, draft.floor, draft.intrinsic, src, dst
     )
 
 
+PER_NODE = {"rank": 0, "microbatch": 1, "peer": 2, "op": 4, "dp": 7, "pp": 8, "tp": 9}  # graph columns: identity's
+
+
 def _in_node_order(columns: tuple[Ints, ...], order: Ints) -> Ints:
-    """The identity columns x span nodes (``order``: the rows in node order), as int32 when they fit (kept
-    with the layout: half the memory, the same values)."""
+    """The identity columns x span nodes (``order``: the rows in node order), as int32 when they fit (the
+    layout keeps them, and the graph's node columns made of them, so: half the memory, the same values)."""
     identity = np.empty((len(columns), len(order)), np.int32 if fits_int32(*columns) else np.int64)
     for into, column in zip(identity, columns, strict=True):
         into[:] = column[order]
@@ -336,36 +372,47 @@ def _layout(
     n = len(order) + (int(barrier_of.max()) + 1 if len(mi) else 0) + int((direction[order[n_chain:]] == TO).sum())
 
     def per_node(values: Ints, pad: int = -1) -> Ints:
-        return layouts.frozen(np.concatenate([values, np.full(n - len(order), pad, np.int64)]))
+        return layouts.frozen(np.concatenate([values, np.full(n - len(order), pad, identity.dtype)]))
 
-    columns = {"rank": 0, "microbatch": 1, "peer": 2, "op": 4, "dp": 7, "pp": 8, "tp": 9}
-    nodes = {name: per_node(identity[i], 0 if name == "op" else -1) for name, i in columns.items()}
+    nodes = {name: per_node(identity[i], 0 if name == "op" else -1) for name, i in PER_NODE.items()}
     paired = np.flatnonzero(partner[order] >= 0)
     by_midpoint = layouts.Order.of(node_of[ends_in_order], same_end)
     paired, partner_node, mi, barrier_of = (
         layouts.frozen(a) for a in (paired, node_of[partner[order[paired]]], mi, barrier_of)
     )
-    return layouts.Layout(identity, by_midpoint, paired, partner_node, mi, barrier_of, nodes), partner
+    own = {i: layouts.frozen(identity[i].copy()) for i in range(len(identity)) if i not in PER_NODE.values()}
+    spans = {i: nodes[name][: len(order)] for name, i in PER_NODE.items()}  # (views: not kept twice)
+    kept = tuple(own[i] if i in own else spans[i] for i in range(len(identity)))
+    return layouts.Layout(kept, by_midpoint, paired, partner_node, mi, barrier_of, nodes), partner
 
 
-def _edges(
-    src: Ints, dst: Ints, n: int, n_chain: int, mi: Ints, identity: Ints, cache: dict[bytes, Schedule], paired: bool
-) -> layouts.Edges:
-    """A graph's node kinds, predecessors in CSR form, signature and schedule, from its edges."""
+def _edges(step: _LaidOut, cache: dict[bytes, Schedule], paired: bool) -> layouts.Edges:
+    """A graph's node kinds, predecessors in CSR form, signature and schedule, from its edges (the step's
+    own edges are let go once in CSR form, kept compact to compare with later steps')."""
+    n, n_chain, mi, identity = step.n, step.n_chain, step.layout.members, step.layout.identity
     direction, blocks = (identity[6] >> 4) - 1, (identity[6] >> 3) & 1  # (the role column)
-    kind = np.full(n, BARRIER, np.int64)
+    kind: Ints = np.full(n, BARRIER, "int8")  # (the KINDS fit a byte; typed as the other node columns)
     kind[:n_chain] = CHAIN
     kind[mi] = np.where(blocks[mi] > 0, BLOCKING, MEMBER)
     kind[n_chain : len(direction)] = np.where(direction[n_chain:] == FROM, RECV, SEND)
-    indices = src[np.argsort(dst, kind="stable")]
+    indices = step.src[np.argsort(step.dst, kind="stable")]
     indptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(dst, minlength=n), out=indptr[1:])
-    signature = hashlib.blake2b(indptr.tobytes() + indices.tobytes() + kind.tobytes(), digest_size=16).digest()
+    np.cumsum(np.bincount(step.dst, minlength=n), out=indptr[1:])
+    kept = (compact(step.src), compact(step.dst))  # (compared with later steps' edges: by value)
+    step.src = step.dst = _NONE
+    signature = _signature(indptr, indices, kind.astype(np.int64))  # (as when kinds were int64)
     schedule = _schedule(indptr, indices, signature, cache, paired)
-    with_predecessor = np.flatnonzero((np.diff(indptr) > 0) & (kind != BARRIER))
+    with_predecessor = compact(np.flatnonzero((np.diff(indptr) > 0) & (kind != BARRIER)))
     frozen = layouts.frozen
-    kept = (compact(src), compact(dst))  # (compared with later steps' edges: by value)
     return layouts.Edges(*kept, frozen(kind), frozen(indptr), frozen(indices), with_predecessor, signature, schedule)
+
+
+def _signature(*arrays: Ints) -> bytes:
+    """A structure's signature: the hash of its arrays' bytes, one after the other (read in place)."""
+    h = hashlib.blake2b(digest_size=16)
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).data)
+    return h.digest()
 
 
 def _schedule(indptr: Ints, indices: Ints, signature: bytes, cache: dict[bytes, Schedule], paired: bool) -> Schedule:
@@ -572,14 +619,11 @@ def _not_host_time(d: _Draft, consumers: Ints, ready: Floats) -> None:
 def compile_schedule(indptr: Ints, indices: Ints) -> Schedule:
     """Kahn's algorithm, a whole level at a time (vectorised)."""
     n = len(indptr) - 1
-    indeg = np.diff(indptr)
-    dst = np.repeat(np.arange(n), indeg)
-    by_src = np.argsort(indices, kind="stable")
-    succ = dst[by_src]
+    remaining = np.diff(indptr)  # per node: predecessors not placed yet
+    succ = np.repeat(np.arange(n), remaining)[np.argsort(indices, kind="stable")]  # successors, by node
     sptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(indices, minlength=n), out=sptr[1:])
-    remaining = indeg.copy()
-    frontier = np.flatnonzero(indeg == 0)
+    frontier = np.flatnonzero(remaining == 0)
     sources = frontier
     levels = []
     placed = len(frontier)

@@ -35,8 +35,10 @@ Mask = npt.NDArray[np.bool_]
 def directions(c: Mapping[str, npt.NDArray[Any]], op: Ints, ops: Codebook, comm: Mask, eligible: Mask) -> Ints:
     """Per span: TO, FROM, BOTH, or NONE for a span that is not a transfer (``comm``: of op class comm;
     ``eligible``: may be a transfer)."""
-    inferred = np.where(np.isin(op, ops.of(SEND_OPS)), TO, np.where(np.isin(op, ops.of(RECV_OPS)), FROM, NONE))
-    out = np.where(comm, inferred, NONE)
+    inferred = np.full(len(ops.names), NONE, np.int64)  # per op code (a lookup, not a search per span)
+    inferred[ops.of(SEND_OPS)] = TO
+    inferred[ops.of(RECV_OPS)] = FROM
+    out = np.where(comm, inferred[op], NONE)
     declared = c.get("p2p")
     if declared is not None:
         names = np.asarray(declared, dtype=object)

@@ -122,18 +122,24 @@ def test_kept_layouts_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_kept_layout_is_compact_and_wide_values_stay_exact(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A layout keeps its identity columns and edges as int32 (half the memory of a large job's), and a
-    step whose columns do not fit int32 keeps them as int64: the graph's own columns are int64 either way,
-    with the same values."""
+    """A layout keeps its identity columns, the graph's node columns and its edges as int32 (half the memory
+    of a large job's; node kinds as int8), the identity columns that are the graph's as views of its node
+    columns (not twice), and a step whose columns do not fit int32 keeps them as int64, with the same values."""
     c = sim_steps("training-fabric")[0]
     kept: list[layouts.Layout] = []
     g = built(c, kept, monkeypatch)
-    assert kept[-1].identity.dtype == np.int32 and kept[-1].edges is not None
-    assert kept[-1].edges.src.dtype == np.int32 and kept[-1].edges.dst.dtype == np.int32
+    layout = kept[-1]
+    assert all(col.dtype == np.int32 for col in layout.identity) and layout.edges is not None
+    assert layout.edges.src.dtype == np.int32 and layout.edges.dst.dtype == np.int32
+    assert all(g_col.dtype == np.int32 for g_col in (g.rank, g.dp, g.pp, g.tp, g.op, g.microbatch, g.peer))
+    assert sum(col.base is not None for col in layout.identity) == 7  # rank, microbatch, peer, op, dp, pp, tp
+    assert g.kind.dtype == np.int8 and g.span.dtype == np.int32  # (node kinds fit a byte; rows an int32)
+    assert np.shares_memory(layout.identity[0], g.rank)
     assert_same(built(c, kept, monkeypatch), g)  # reused: the same graph
     wide = {**c, "dp": np.asarray(c["dp"], np.int64) + 2**40}
     wide_kept: list[layouts.Layout] = []
     w = built(wide, wide_kept, monkeypatch)
-    assert wide_kept[-1].identity.dtype == np.int64
-    assert np.array_equal(w.dp[w.span >= 0], g.dp[g.span >= 0] + 2**40) and w.dp.dtype == np.int64
+    assert all(col.dtype == np.int64 for col in wide_kept[-1].identity)
+    assert np.array_equal(w.dp[w.span >= 0], g.dp[g.span >= 0].astype(np.int64) + 2**40) and w.dp.dtype == np.int64
+    assert np.array_equal(w.rank, g.rank)
     assert_same(built(wide, wide_kept, monkeypatch), w)
