@@ -276,16 +276,19 @@ async def produce_in_one_transaction(bootstrap: str, topics: dict[str, str], ite
     ``read_committed`` reader sees none of them until the commit, then all of them (a topic pre-filled under
     the nose of a formed consumer group). The last ones are sent just after the commit: the commit's marker
     takes an offset after a partition's messages, and a worker that never sees a message there would never
-    count itself caught up (its idle flush, the end of its input, wait for that). Returns when the commit was
-    done (``time.perf_counter``)."""
+    count itself caught up (its idle flush, the end of its input, wait for that); they wait for the markers
+    (which the broker writes after it has answered the commit). Returns when the commit was done
+    (``time.perf_counter``)."""
     from uuid import uuid4
 
-    from aiokafka import AIOKafkaProducer
+    from aiokafka import AIOKafkaProducer, TopicPartition
     from aiokafka.partitioner import murmur2
 
-    by_partition = {(murmur2(key.encode()) & 0x7FFFFFFF) % parts: n for n, (kind, key, _) in enumerate(items)
-                    if kind == "telemetry"}  # fmt: skip
+    telemetry = [((murmur2(key.encode()) & 0x7FFFFFFF) % parts, n) for n, (k, key, _) in enumerate(items)
+                 if k == "telemetry"]  # fmt: skip
+    by_partition = dict(telemetry)  # partition -> its last message
     last = sorted(by_partition.values())
+    held_back = {TopicPartition(topics["telemetry"], p): sum(1 for q, _ in telemetry if q == p) for p in by_partition}
     held = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_request_size=8 << 20,
                             transactional_id=f"bench-{uuid4()}", transaction_timeout_ms=300_000)  # fmt: skip
     tail = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=8 << 20)
@@ -297,6 +300,13 @@ async def produce_in_one_transaction(bootstrap: str, topics: dict[str, str], ite
                 if n not in by_partition.values():
                     await held.send(topics[kind], value, key=key.encode())
         committed = time.perf_counter()
+        markers = AIOKafkaConsumer(bootstrap_servers=bootstrap)  # (a partition's end: its messages + 1 marker)
+        await markers.start()
+        try:
+            while any(end < held_back[tp] for tp, end in (await markers.end_offsets(list(held_back))).items()):
+                await asyncio.sleep(0.01)
+        finally:
+            await markers.stop()
         for n in last:
             kind, key, value = items[n]
             await tail.send_and_wait(topics[kind], value, key=key.encode())
