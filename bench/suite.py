@@ -11,7 +11,9 @@ in every repeat, so that their ratio is measured side by side):
   job); ``driftlog worker`` ×N and ``driftlog sink`` started; from every worker healthy to telemetry lag 0
   (samples/s, and per worker), and to every audit row committed (includes the worker's idle flush);
 - **workers, balanced jobs**: 1 and 2 workers (each pinned to its own CPU) on four alike jobs keyed to four
-  partitions (``Workload.balanced``: the mixed workload above is 99.5% one job, which one worker must carry);
+  partitions (``Workload.balanced``: the mixed workload above is 99.5% one job, which one worker must carry),
+  draining a pre-filled topic: the workload is held back in one producer transaction until the group has
+  formed, and timed from its commit (the producer is not on the workers' cores while they are timed);
 - **replay** of the topics' whole range and **analyze** of the same messages as a JSONL file;
 - **sink**: audit records drained from Kafka into DuckDB (``bench_sink_kafka``), beside aiokafka alone;
 - **finding latency** p50/p99 of a job whose exporters send ~10 k and ~100 k samples/s **in real time** (each
@@ -190,13 +192,23 @@ def ceiling(cfg: Settings, w: Workload, figures: Figures) -> None:
 
 
 def live(
-    cfg: Settings, w: Workload, figures: Figures, workers: int, logs: Path, label: str = "live", pin: bool = False
+    cfg: Settings,
+    w: Workload,
+    figures: Figures,
+    workers: int,
+    logs: Path,
+    label: str = "live",
+    pin: bool = False,
+    prefilled: bool = False,
 ) -> None:
     """A fresh namespace per run: the workers start on empty topics, and once every one of them holds its
     partitions the workload is produced; measured from the first message sent to telemetry lag 0 (so neither
     the workers' start nor their group's join counts), and the workers' own CPU time from then to the end of
     their input (the idle flush, which emits what the watermark still held). ``pin``: worker ``i`` on CPU
-    ``i`` (modulo the CPUs this process may use; the producer, broker and sink are not pinned)."""
+    ``i`` (modulo the CPUs this process may use; the producer, broker and sink are not pinned).
+    ``prefilled``: the workload is produced in one transaction and measured from its commit (the workers read
+    ``read_committed``: they see all of it at once), so the producer is not on the workers' cores while
+    they are timed: a drain of a pre-filled topic by a group already formed."""
     from tests.integration.test_scale_out import produce_keyed, wait_for_split
 
     tag = f"{workers}w-{time.monotonic_ns()}"
@@ -222,10 +234,15 @@ def live(
             child.wait_healthy(port, timeout=180)
         if workers > 1:
             wait_for_split(run.telemetry_topic, ports)
-        started, cpu = time.perf_counter(), [cpu_seconds(c.proc.pid) for c in children]
-        topics = {"telemetry": run.telemetry_topic, "decisions": run.decisions_topic}
-        asyncio.run(produce_keyed(run.kafka_bootstrap_servers, topics, w.items))
-        produced = time.perf_counter()
+        topics, parts = {"telemetry": run.telemetry_topic, "decisions": run.decisions_topic}, run.topic_partitions
+        held = started = time.perf_counter()
+        cpu = [cpu_seconds(c.proc.pid) for c in children]
+        if prefilled:
+            started = asyncio.run(produce_in_one_transaction(run.kafka_bootstrap_servers, topics, w.items, parts))
+            cpu = [cpu_seconds(c.proc.pid) for c in children]  # (idle while it was held back)
+        else:
+            asyncio.run(produce_keyed(run.kafka_bootstrap_servers, topics, w.items))
+        producing = time.perf_counter() - held
         messages = sum(1 for k, _, _ in w.items if k == "telemetry")
         processed = _until(lambda: sum(map(processed_messages, ports)) >= messages, children, 900)
         lag = _lag(run, run.worker_group, run.telemetry_topic)
@@ -238,10 +255,12 @@ def live(
         for child in [*children, sink]:
             child.stop()
     name = f"{label}, {workers} worker{'s' * (workers > 1)}"
+    since = "from the commit of the transaction holding the workload" if prefilled else "from the first message sent"
     figures.add(f"{name}: to every message processed", w.samples / (processed - started), "samples/s",
-                "from the first message sent; the workers' own count (lag 0 trails it by the acknowledgements)")
-    figures.add(f"{name}: to lag 0", w.samples / (drained - started), "samples/s", "from the first message sent")
-    figures.add(f"{name}: producing the workload", produced - started, "s", "while the workers consume it")
+                f"{since}; the workers' own count (lag 0 trails it by the acknowledgements)")
+    figures.add(f"{name}: to lag 0", w.samples / (drained - started), "samples/s", since)
+    figures.add(f"{name}: producing the workload", producing, "s",
+                "before the timing, held back in one transaction" if prefilled else "while the workers consume it")
     figures.add(f"{name}: to lag 0, per worker", w.samples / (drained - started) / workers, "samples/s")
     figures.add(f"{name}: CPU", used / w.samples * 1e6, "CPU µs/sample",
                 "the workers' own CPU time to their input's end, idle flush included: "
@@ -250,6 +269,51 @@ def live(
                 f"includes the idle flush of {run.idle_flush_s:g} s")
     figures.add(f"{name}: records stored / expected", len(stored_records(run.db_path)) / w.records, "share",
                 f"{w.records:,} expected (the in-process run)")
+
+
+async def produce_in_one_transaction(bootstrap: str, topics: dict[str, str], items: list[Item], parts: int) -> float:
+    """``items`` keyed by job, all but each telemetry partition's last message in one producer transaction: a
+    ``read_committed`` reader sees none of them until the commit, then all of them (a topic pre-filled under
+    the nose of a formed consumer group). The last ones are sent just after the commit: the commit's marker
+    takes an offset after a partition's messages, and a worker that never sees a message there would never
+    count itself caught up (its idle flush, the end of its input, wait for that); they wait for the markers
+    (which the broker writes after it has answered the commit). Returns when the commit was done
+    (``time.perf_counter``)."""
+    from uuid import uuid4
+
+    from aiokafka import AIOKafkaProducer, TopicPartition
+    from aiokafka.partitioner import murmur2
+
+    telemetry = [((murmur2(key.encode()) & 0x7FFFFFFF) % parts, n) for n, (k, key, _) in enumerate(items)
+                 if k == "telemetry"]  # fmt: skip
+    by_partition = dict(telemetry)  # partition -> its last message
+    last = sorted(by_partition.values())
+    held_back = {TopicPartition(topics["telemetry"], p): sum(1 for q, _ in telemetry if q == p) for p in by_partition}
+    held = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_request_size=8 << 20,
+                            transactional_id=f"bench-{uuid4()}", transaction_timeout_ms=300_000)  # fmt: skip
+    tail = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=8 << 20)
+    await held.start()
+    await tail.start()
+    try:
+        async with held.transaction():
+            for n, (kind, key, value) in enumerate(items):
+                if n not in by_partition.values():
+                    await held.send(topics[kind], value, key=key.encode())
+        committed = time.perf_counter()
+        markers = AIOKafkaConsumer(bootstrap_servers=bootstrap)  # (a partition's end: its messages + 1 marker)
+        await markers.start()
+        try:
+            while any(end < held_back[tp] for tp, end in (await markers.end_offsets(list(held_back))).items()):
+                await asyncio.sleep(0.01)
+        finally:
+            await markers.stop()
+        for n in last:
+            kind, key, value = items[n]
+            await tail.send_and_wait(topics[kind], value, key=key.encode())
+        return committed
+    finally:
+        await held.stop()
+        await tail.stop()
 
 
 def processed_messages(port: int) -> int:
@@ -555,7 +619,7 @@ def main() -> int:
             print(f"repeat {r + 1}/{repeats} ...", flush=True)
             one_repeat(cfg, w, figures, only, [int(n) for n in args.workers.split(",")], work, args.smoke)
             for n in (1, 2) if balanced is not None else ():  # pinned, a core each (if the machine has two)
-                live(cfg, balanced, figures, n, work, label=BALANCED_LABEL, pin=True)
+                live(cfg, balanced, figures, n, work, label=BALANCED_LABEL, pin=True, prefilled=True)
         if "sink" in only:
             records = 50_000 if args.smoke else 500_000
             _fill_audit(cfg, records)

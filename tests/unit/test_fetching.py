@@ -9,7 +9,7 @@ import asyncio
 import faust
 
 from streams.config import Settings
-from streams.kafka.fetching import FETCH_MAX_WAIT_MS
+from streams.kafka.fetching import FETCH_MAX_WAIT_MS, ISOLATION_LEVEL
 from streams.worker import build_app
 
 
@@ -30,5 +30,6 @@ def test_the_worker_fetches_with_a_short_wait_and_faust_otherwise_unchanged(tmp_
     settings = Settings(kafka_bootstrap_servers="127.0.0.1:1", home=tmp_path)  # (nothing connects)
     ours, theirs = _consumers(settings)
     assert ours._fetch_max_wait_ms == FETCH_MAX_WAIT_MS < theirs._fetch_max_wait_ms  # type: ignore[attr-defined]
+    assert (ours._isolation_level, theirs._isolation_level) == (ISOLATION_LEVEL, "read_uncommitted")  # type: ignore[attr-defined]
     assert ours._group_id == settings.worker_group  # type: ignore[attr-defined]
     assert not ours._enable_auto_commit  # type: ignore[attr-defined]  # (acknowledged after the snapshots)

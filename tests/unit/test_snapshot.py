@@ -8,8 +8,9 @@ import duckdb
 import orjson
 import pytest
 
+from audit import snapshot
 from audit.duckdb_store import DuckDBStore
-from audit.snapshot import FAN_IN, MANIFEST, Manifest, Publisher, open_snapshot
+from audit.snapshot import FAN_IN, MANIFEST, SCHEMA_CATALOG, Manifest, Publisher, _migration_views, open_snapshot
 from audit.store import RawRecord
 
 
@@ -153,3 +154,28 @@ def test_rows_the_sink_pokes_about_are_published_as_soon_as_the_interval_allows(
     finally:
         publisher.stop()
     assert rows(snap_dir) == store.con.execute('SELECT "partition", "offset" FROM audit_log ORDER BY rowid').fetchall()
+
+
+def test_each_version_is_queried_over_its_own_files_through_the_migrations_views(
+    store: DuckDBStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A version's catalog is a copy of one built once per set of migrations, its file views replaced: the
+    record views answer over that version's rows; other migrations get a catalog of their own."""
+    snap_dir = tmp_path / "snap"
+    publisher = Publisher(store.con.cursor(), snap_dir, 0.1, grace_s=3600)
+    counts = []
+    for k in range(3):
+        write(store, 10 * k, 10)
+        publisher.publish(publisher.changes())
+        snap = open_snapshot(snap_dir)
+        assert snap is not None
+        counts.append(snap.con.execute("SELECT count(*), max(start_time) FROM findings").fetchall()[0])
+    assert counts == [(10, 9), (20, 19), (30, 29)]
+    assert len(list(snap_dir.glob(f"{SCHEMA_CATALOG}*"))) == 1
+    extra = "CREATE VIEW newest_finding AS SELECT max(start_time) AS n FROM findings"
+    monkeypatch.setattr(snapshot, "_migration_views", lambda: (*_migration_views(), extra))
+    write(store, 30, 10)
+    publisher.publish(publisher.changes())
+    snap = open_snapshot(snap_dir)
+    assert snap is not None and snap.con.execute("SELECT n FROM newest_finding").fetchall() == [(39,)]
+    assert len(list(snap_dir.glob(f"{SCHEMA_CATALOG}*"))) == 2
