@@ -127,8 +127,9 @@ class StepGraph:
         return len(self.kind)
 
     def evaluate(self, durations: Floats, floor: Floats | None = None) -> Floats:
-        """End times of every node for each row of ``durations`` (rows × nodes of intrinsic durations);
-        ``floor``: other floors than the observed ones (the what-if's carried starts, :mod:`streams.engine.carry`)."""
+        """End times of every node for each row of ``durations`` (rows × nodes of intrinsic durations; the
+        ends' rows contiguous); ``floor``: other floors than the observed ones (the what-if's carried starts,
+        :mod:`streams.engine.carry`)."""
         floors = self.floor if floor is None else floor
         if dag.available:  # the same ends from the native core (streams/engine/dag.py)
             return dag.ends(self.schedule, self.indptr, self.indices, floors, durations)
@@ -141,7 +142,7 @@ class StepGraph:
         for nodes, (flat, offsets) in zip(self.schedule.levels, gathers, strict=True):
             ready = np.maximum.reduceat(ends[flat], offsets, axis=0)
             ends[nodes] = np.maximum(ready, floor[nodes]) + d[nodes]
-        return ends.T
+        return np.ascontiguousarray(ends.T)  # (rows contiguous, as the native core writes them)
 
     def critical_path(self, ends: Floats) -> Ints:
         """The chain of nodes that determined the step's end (first to last), for one row of end times."""

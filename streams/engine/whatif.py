@@ -224,7 +224,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     # every node's end only where it is read (the step as modelled, its ideal, the top rank healed); the other
     # candidates' step ends without a row of durations each (:class:`decompose.Rows`)
     top = [np.where(healing[0][1], healing[0][0], d0)] if top_ranks else []
-    ends = np.ascontiguousarray(g.evaluate(np.stack([d0, ideal, *top])))  # (rows read whole: not strided)
+    ends = g.evaluate(np.stack([d0, ideal, *top]))
     step_ends = ends.max(axis=1)
     actual_s, ideal_s = float(step_ends[0]), float(step_ends[1])
     structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)
