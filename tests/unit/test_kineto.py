@@ -121,7 +121,7 @@ def test_detects_traces_by_name_or_content(tmp_path: Path) -> None:
     [
         ("cut.pt.trace.json", b'{"traceEvents": [{"ph": "X", ', "damaged JSON"),
         ("bad.json.gz", b"not gzip at all", "cannot read it"),
-        ("cut.json.gz", gzip.compress(b'{"traceEvents": []}')[:-6], "cannot read it"),
+        ("cut.json.gz", gzip.compress(b'{"traceEvents": []}', mtime=0)[:-6], "cannot read it"),
         ("other.json", b'{"schemaVersion": 1, "events": []}', "no traceEvents"),
         (
             "nosteps.json",
