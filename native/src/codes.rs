@@ -12,6 +12,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+use crate::objects;
+
 /// A hash of an object's address (objects are at least 16-byte aligned, so the low bits say little).
 #[derive(Default)]
 struct Address(u64);
@@ -30,17 +32,19 @@ impl Hasher for Address {
     }
 }
 
-/// codes_of(values, codes, missing, out) -> bool: `out[i] = codes[values[i]]`; a value that is not a key
-/// takes `missing` when it is not negative, else the call stops and answers false (the caller then runs the
-/// definition, which adds new names). A lookup's error (an unhashable value) is raised.
+/// codes_of(values, codes, missing, out) -> bool or None: `out[i] = codes[values[i]]`; a value that is not a
+/// key takes `missing` when it is not negative, else the call stops and answers false (the caller then runs
+/// the definition, which adds new names). A lookup's error (an unhashable value) is raised. `values`: a list,
+/// or a one-dimensional contiguous numpy object array, read in place; for an array holding anything but
+/// `str` the answer is None (the caller passes its list instead).
 #[pyfunction]
 pub fn codes_of(
-    values: &Bound<'_, PyList>,
+    values: &Bound<'_, PyAny>,
     codes: &Bound<'_, PyDict>,
     missing: i64,
     out: PyBuffer<i64>,
-) -> PyResult<bool> {
-    let n = values.len();
+) -> PyResult<Option<bool>> {
+    let n = values.len()?;
     if out.readonly() || !out.is_c_contiguous() || out.item_count() != n {
         return Err(PyValueError::new_err(
             "out: a writable contiguous int64 buffer of one item per value",
@@ -48,6 +52,49 @@ pub fn codes_of(
     }
     // SAFETY: a writable C-contiguous buffer of `n` i64 held by `out` for this call; no other slice of it.
     let result = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut i64, n) };
+    if let Ok(list) = values.cast::<PyList>() {
+        return Ok(Some(of_list(list, codes, missing, result)?));
+    }
+    let py = values.py();
+    let pointers = objects::pointers(values, n)?;
+    if !pointers.iter().all(|&value| objects::is_str(value)) {
+        return Ok(None);
+    }
+    // per object looked up: its code, by address; the array holds each object for the call, and a str's
+    // lookup runs no Python code that could change the array, so an address names one object all along
+    let mut seen: HashMap<usize, i64, BuildHasherDefault<Address>> = HashMap::default();
+    let mut last = (std::ptr::null_mut(), 0i64); // the previous value: runs of one object are common
+    for (slot, &address) in result.iter_mut().zip(pointers) {
+        if address == last.0 {
+            *slot = last.1;
+            continue;
+        }
+        let code = match seen.get(&(address as usize)) {
+            Some(code) => *code,
+            None => {
+                // SAFETY: a live object (a str, checked above), held by the array
+                let value = unsafe { Bound::from_borrowed_ptr(py, address) };
+                let code = match codes.get_item(&value)? {
+                    Some(code) => code.extract::<i64>()?,
+                    None if missing >= 0 => missing,
+                    None => return Ok(Some(false)),
+                };
+                seen.insert(address as usize, code);
+                code
+            }
+        };
+        last = (address, code);
+        *slot = code;
+    }
+    Ok(Some(true))
+}
+
+fn of_list(
+    values: &Bound<'_, PyList>,
+    codes: &Bound<'_, PyDict>,
+    missing: i64,
+    result: &mut [i64],
+) -> PyResult<bool> {
     // per object looked up: its code, by address; each object is held, so its address names it all along
     let mut seen: HashMap<usize, i64, BuildHasherDefault<Address>> = HashMap::default();
     let mut held = Vec::new();

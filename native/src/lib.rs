@@ -13,6 +13,7 @@ mod columns;
 mod dag;
 mod decode;
 mod median;
+mod objects;
 mod sort;
 
 #[pymodule]

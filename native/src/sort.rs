@@ -12,6 +12,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
+use crate::objects;
+
 /// One column as passed in: a buffer, or the `str` objects of an object array (borrowed: the array holds
 /// them for the call).
 enum Held {
@@ -32,26 +34,9 @@ enum Column<'a> {
 /// The objects of a one-dimensional, contiguous numpy array of `n` Python objects (read through its
 /// `__array_interface__`, without a copy into a list); None if one is not exactly a `str`.
 fn strings(array: &Bound<'_, PyAny>, n: usize) -> PyResult<Option<Vec<*mut ffi::PyObject>>> {
-    let interface = array.getattr("__array_interface__")?;
-    let typestr: String = interface.get_item("typestr")?.extract()?;
-    let shape: Vec<usize> = interface.get_item("shape")?.extract()?;
-    if typestr != "|O" || shape != [n] || !interface.get_item("strides")?.is_none() {
-        return Err(PyValueError::new_err(format!(
-            "a string column is not a contiguous object array of {n} rows"
-        )));
-    }
-    let (address, _): (usize, bool) = interface.get_item("data")?.extract()?;
-    if n == 0 {
-        return Ok(Some(Vec::new()));
-    }
-    // SAFETY: the array's data is `n` contiguous object pointers (checked above), held by the array, which
-    // the caller's list keeps alive for the call; the GIL is held, so nothing changes them meanwhile.
-    let values = unsafe { std::slice::from_raw_parts(address as *const *mut ffi::PyObject, n) };
-    for &value in values {
-        // SAFETY: a non-null pointer of an object array is a live object
-        if value.is_null() || unsafe { ffi::PyUnicode_CheckExact(value) } == 0 {
-            return Ok(None);
-        }
+    let values = objects::pointers(array, n)?;
+    if !values.iter().all(|&value| objects::is_str(value)) {
+        return Ok(None);
     }
     Ok(Some(values.to_vec()))
 }

@@ -24,10 +24,10 @@ class Codebook:
     names: list[str] = field(default_factory=lambda: [""])
 
     def encode(self, values: npt.NDArray[Any]) -> Ints:
-        items = values.tolist()
-        known = _native(items, self.codes, -1)
+        known = _native(values, self.codes, -1)
         if known is not None:
             return known
+        items = values.tolist()
         try:
             return np.fromiter(map(self.codes.__getitem__, items), np.int64, len(items))
         except KeyError:
@@ -44,26 +44,31 @@ class Codebook:
 def classes(values: npt.NDArray[Any], names: tuple[str, ...]) -> Ints:
     """Per value: 1 + the index in ``names`` of the name it equals, 0 when none (a column's few classes,
     compared once instead of once per name)."""
-    items = values.tolist()
     try:
-        known = _native(items, {name: i + 1 for i, name in enumerate(names)}, 0)
+        known = _native(values, {name: i + 1 for i, name in enumerate(names)}, 0)
     except TypeError:  # an unhashable value: the comparisons say it equals none
         known = None
     if known is not None:
         return known
-    out = np.zeros(len(items), np.int64)
+    out = np.zeros(len(values), np.int64)
     for i, name in enumerate(names):
         out[values == name] = i + 1
     return out
 
 
-def _native(items: list[Any], codes: dict[str, int], missing: int) -> Ints | None:
-    """``codes[item]`` per item (``missing`` for an item that is not a key, or None when ``missing`` is
-    negative) from the native core; None also without it."""
+def _native(values: npt.NDArray[Any], codes: dict[str, int], missing: int) -> Ints | None:
+    """``codes[value]`` per value (``missing`` for a value that is not a key, or None when ``missing`` is
+    negative) from the native core; None also without it. An object array of ``str`` is read in place;
+    anything else as its list."""
     if not native_codes or native.core is None:
         return None
-    out = np.empty(len(items), np.int64)
-    return out if native.core.codes_of(items, codes, missing, out) else None
+    out = np.empty(len(values), np.int64)
+    answer = None
+    if values.dtype == object and values.ndim == 1 and values.flags.c_contiguous:
+        answer = native.core.codes_of(values, codes, missing, out)
+    if answer is None:
+        answer = native.core.codes_of(values.tolist(), codes, missing, out)
+    return out if answer else None
 
 
 def dense(*cols: Ints) -> Ints:

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from streams.engine.codes import classes
+
 KEEP_STEPS = 8
 MIN_EXCESS = 1.05
 
@@ -20,7 +22,7 @@ class RankCompute:
 
     def add(self, c: dict[str, Any]) -> None:
         """Op span columns of one job."""
-        mask = c["op_class"] == "compute"
+        mask = classes(c["op_class"], ("compute",)) == 1
         if not mask.any():
             return
         steps, ranks = c["step"][mask], c["rank"][mask]

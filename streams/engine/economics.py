@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine import elements
+from streams.engine.codes import classes
 from streams.engine.stepgraph import KINDS, MEMBER, TRANSFER_KINDS, StepGraph
 from streams.engine.whatif import StepWhatIf
 
@@ -53,7 +54,7 @@ class StepCost:
 
 def compute_seconds(columns: dict[str, npt.NDArray[Any]]) -> float:
     """A step's compute op seconds (every rank's): its productive time."""
-    return float(columns["duration"][columns["op_class"] == "compute"].sum())
+    return float(columns["duration"][classes(columns["op_class"], ("compute",)) == 1].sum())
 
 
 _COMMUNICATION = np.isin(np.arange(KINDS), (MEMBER, *TRANSFER_KINDS))  # per node kind: a communication node

@@ -16,6 +16,7 @@ import numpy as np
 
 from streams.engine import elements
 from streams.engine import series as named_series
+from streams.engine.codes import classes
 from streams.engine.compute import RankCompute
 from streams.engine.detectors.changepoint import ChangePoint
 from streams.engine.detectors.coherence import ControlCoherence
@@ -130,7 +131,7 @@ class JobState:
         self._on_reports(self.steps.add(c["step"], c), out)
         # communication collectives (all-reduce, ...): sync barriers are judged on the step's dependency graph
         # every call, rows or not: later steps complete earlier ones' collectives
-        rows = (c["seq"] >= 0) & (c["group"] != "") & (c["op_class"] == "comm")
+        rows = (c["seq"] >= 0) & (classes(c["group"], ("",)) == 0) & (classes(c["op_class"], ("comm",)) == 1)
         found = self.stragglers.update(
             c["group"][rows], c["seq"][rows], c["step"][rows], c["rank"][rows], c["start"][rows],
             c["duration"][rows],

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from streams.engine.codes import Codebook, Ints, radix_key
+from streams.engine.codes import Codebook, Ints, classes, radix_key
 
 SEND_OPS = ("send", "isend")
 RECV_OPS = ("recv", "irecv")
@@ -42,7 +42,7 @@ def directions(c: Mapping[str, npt.NDArray[Any]], op: Ints, ops: Codebook, comm:
     declared = c.get("p2p")
     if declared is not None:
         names = np.asarray(declared, dtype=object)
-        given = np.flatnonzero(names != "")  # '' (the default) infers the direction from op
+        given = np.flatnonzero(classes(names, ("",)) == 0)  # '' (the default) infers the direction from op
         out[given] = np.fromiter((DECLARED.get(v, NONE) for v in names[given].tolist()), np.int64, len(given))
     peer = np.asarray(c["peer"], np.int64)
     return np.where(eligible & (peer >= 0), out, NONE).astype(np.int64)

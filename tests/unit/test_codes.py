@@ -79,6 +79,26 @@ def test_the_native_core_answers_known_names_and_defers_new_ones() -> None:
     assert codes.native.core.codes_of(["b", "c"], book.codes, 0, out[:2]) and out[:2].tolist() == [2, 0]
 
 
+@pytest.mark.skipif(not codes.native_codes, reason="the native core is not built (or DRIFTLOG_NATIVE=0)")
+def test_the_native_core_reads_an_object_array_in_place_and_defers_one_not_all_str() -> None:
+    """An object array of str is read without a list: the same codes, equal strings of distinct objects
+    alike; an array holding anything else is answered None (the caller passes its list)."""
+    book = Codebook()
+    book.encode(np.array(["alpha", "beta"], object))
+    assert codes.native.core is not None
+    column = np.empty(4, object)
+    column[:] = ["beta", "alpha", "".join(["be", "ta"]), "beta"]
+    assert column[2] is not column[0]
+    out = np.empty(4, np.int64)
+    assert codes.native.core.codes_of(column, book.codes, -1, out) and out.tolist() == [2, 1, 2, 2]
+    column[1] = "gamma"
+    assert codes.native.core.codes_of(column, book.codes, -1, out) is False
+    column[1] = 3
+    assert codes.native.core.codes_of(column, book.codes, 0, out) is None
+    with pytest.raises(ValueError, match="not a contiguous object array"):
+        codes.native.core.codes_of(column[::2], book.codes, 0, out[:2])
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_key_sums_are_the_sums_over_the_distinct_keys(seed: int) -> None:
     """Keys ascending and each sum added in the input's order, as over np.unique's inverse: also with a
