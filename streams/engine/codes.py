@@ -75,7 +75,14 @@ def dense(*cols: Ints) -> Ints:
     """One small integer per distinct tuple of the integer columns (0, 1, ... in the tuples' sorted order)."""
     if not len(cols[0]):
         return np.zeros(0, np.int64)
-    _, inverse = np.unique(radix_key(*cols), return_inverse=True)
+    key = radix_key(*cols)
+    low, span = int(key.min()), int(key.max()) - int(key.min())
+    if span <= 4 * len(key) + 1024:  # (few possible keys: marked in a table, not sorted)
+        seen = np.zeros(span + 1, bool)
+        seen[key - low] = True
+        below = np.cumsum(seen, dtype=np.int64) - 1  # per possible key: the distinct keys below it
+        return below[key - low]
+    _, inverse = np.unique(key, return_inverse=True)
     return np.asarray(inverse, np.int64).ravel()
 
 

@@ -113,3 +113,20 @@ def test_key_sums_are_the_sums_over_the_distinct_keys(seed: int) -> None:
         found = key_sums(keys, weights)
         assert np.array_equal(found[0], present)
         assert np.array_equal(found[1], np.bincount(inverse.ravel(), weights, minlength=len(present)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_dense_numbers_the_distinct_tuples_in_their_sorted_order(seed: int) -> None:
+    """As np.unique's inverse over the radix keys: with few possible keys (marked in a table) and with keys
+    spread far wider than their count (sorted), negative values and empty columns included."""
+    from streams.engine.codes import dense, radix_key
+
+    rng = np.random.default_rng(seed)
+    for high in (3, 50, 10**6):
+        for width in (1, 2, 3):
+            cols = [rng.integers(-5, high, size=int(rng.integers(0, 3000))) for _ in range(1)]
+            cols += [rng.integers(-5, high, size=len(cols[0])) for _ in range(width - 1)]
+            want = np.unique(radix_key(*cols), return_inverse=True)[1] if len(cols[0]) else np.zeros(0, np.int64)
+            got = dense(*cols)
+            assert got.dtype == np.int64
+            assert np.array_equal(got, np.asarray(want, np.int64).ravel())
