@@ -19,7 +19,9 @@ length (``a + b·log n``: the more splits were tried, the more evidence a change
 
 On an alarm the change is located at the best split (not at the alarm), reported, and the detector
 restarts from the points after it: they are the new segment, its noise is learned again from them once
-there are ``warmup`` of them. State per series: two rows of ``window`` floats and a few scalars.
+there are ``warmup`` of them. State per series: two rows of ``window`` floats and a few scalars. The tests
+run in the native core when it is built (``native/src/change.rs``: the same values, bit for bit, without the
+numpy definition's ~100 calls a test, which made a test of a few series all call overhead).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from typing import NamedTuple, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
+
+from audit import native
 
 F = npt.NDArray[np.float64]
 I = npt.NDArray[np.int64]  # noqa: E741
@@ -165,21 +169,9 @@ class ChangePoint:
         self._sigma[rows] = np.maximum(mad * MAD_TO_SIGMA, np.maximum(level, 1.0) * 1e-9)
 
     def _test(self, rows: I) -> list[Change]:
-        """Both tests on these rows, computed time-major (window × rows: the prefix sums run along
-        contiguous memory)."""
-        w, m = self.window, self.min_side
+        """Both tests on these rows (:meth:`_statistics`), each over its threshold; the alarms reported."""
         n_seg = self._n[rows]
-        k = np.minimum(n_seg, w)
-        cols = np.arange(w)[:, None]
-        valid = cols >= (w - k)[None, :]
-        sigma = self._sigma[rows]
-        x = _winsorise(np.ascontiguousarray(self._x[rows].T), valid, self.clip * sigma)
-        z = np.where(valid, (x - x[-1:]) / sigma[None, :], 0.0)
-        line, line_at, line_slope = _line_glr(z, valid, k, m)
-        y_valid = cols > (w - k)[None, :]  # the first point of a segment has no difference
-        floor, top = 2 * np.log(1e-2 * sigma), 2 * np.log(6 * sigma)
-        y = _clip(np.ascontiguousarray(self._y[rows].T), floor[None, :], top[None, :])
-        var, var_at = _mean_glr(np.where(y_valid, y, 0.0), y_valid, m)
+        line, line_at, line_slope, var, var_at = self._statistics(rows, np.minimum(n_seg, self.window))
         log_n = np.log(n_seg.astype(np.float64))
         line_score = line / (self.line_a + self.line_b * log_n)
         var_score = var / (self.var_a + self.var_b * log_n) / LOG_CHI2_VAR
@@ -191,6 +183,29 @@ class ChangePoint:
             kind = ("slope" if line_slope[i] else "level") if by_line else "variance"
             changes.append(self._report(int(rows[i]), split, kind, float(max(line_score[i], var_score[i]))))
         return changes
+
+    def _statistics(self, rows: I, k: I) -> tuple[F, I, npt.NDArray[np.bool_], F, I]:
+        """Per row (``k``: its window's valid length): the line test's statistic, its split and whether a
+        slope change is best, and the variance test's statistic and split. In the native core when it is
+        built (the same values, without ~100 numpy calls a test); else computed time-major (window × rows:
+        the prefix sums run along contiguous memory)."""
+        w, m = self.window, self.min_side
+        sigma = self._sigma[rows]
+        floor, top = 2 * np.log(1e-2 * sigma), 2 * np.log(6 * sigma)
+        if native.core is not None and hasattr(native.core, "change_tests"):
+            out = np.empty((rows.size, 5))
+            if native.core.change_tests(self._x[rows], self._y[rows], k, sigma, floor, top, self.clip, m, out):
+                at = out[:, [1, 4]].astype(np.int64)
+                return out[:, 0], at[:, 0], out[:, 2] > 0, out[:, 3], at[:, 1]
+        cols = np.arange(w)[:, None]
+        valid = cols >= (w - k)[None, :]
+        x = _winsorise(np.ascontiguousarray(self._x[rows].T), valid, self.clip * sigma)
+        z = np.where(valid, (x - x[-1:]) / sigma[None, :], 0.0)
+        line, line_at, line_slope = _line_glr(z, valid, k, m)
+        y_valid = cols > (w - k)[None, :]  # the first point of a segment has no difference
+        y = _clip(np.ascontiguousarray(self._y[rows].T), floor[None, :], top[None, :])
+        var, var_at = _mean_glr(np.where(y_valid, y, 0.0), y_valid, m)
+        return line, line_at, line_slope, var, var_at
 
     def _report(self, row: int, split: int, kind: str, score: float) -> Change:
         w = self.window
