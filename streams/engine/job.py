@@ -167,14 +167,13 @@ class JobState:
         its energy: a sample's value holds until the entity's next sample (gaps over ``MAX_POWER_GAP_S``
         are not counted)."""
         self.last_time = max(self.last_time, float(c["time"].max()))
-        rows = zip(c["entity"].tolist(), c["name"].tolist(), c["value"].tolist(), c["time"].tolist(), strict=True)
+        rows = list(zip(c["entity"].tolist(), c["name"].tolist(), c["value"].tolist(), c["time"].tolist(),
+                        strict=True))  # fmt: skip  # (entity, name, value, time), once for all three uses
         findings, attributions = self.services.metrics(rows)
         out.findings.extend(findings)
         out.attributions.extend(attributions)
-        p = c["name"] == "power_w"
-        self._power_samples(list(zip(c["entity"][p].tolist(), c["time"][p].tolist(), c["value"][p].tolist(),
-                                     strict=True)))  # fmt: skip
-        self._series(named_series.of_metrics(c), out)
+        self._power_samples([(e, t, v) for e, n, v, t in rows if n == "power_w"])
+        self._series(named_series.of_metrics(rows), out)
 
     def close(self, out: EngineOutput) -> None:
         """The end of the job's input (end of a file or replay, or idle past the eviction period): analyse

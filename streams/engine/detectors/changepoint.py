@@ -127,18 +127,24 @@ class ChangePoint:
             rows, values = rows[ok], values[ok]
         if rows.size == 0:
             return []
-        self._append(rows, values)
-        learn = rows[np.isnan(self._sigma[rows]) & (self._n[rows] >= self.warmup)]
-        n = self._n[rows]
+        n = self._append(rows, values)
+        sigma = self._sigma[rows]
+        learn = np.isnan(sigma) & (n >= self.warmup)
         # relearned as the segment doubles, then once per window: a longer segment, a better estimate
-        refresh = rows[((n & (n - 1)) == 0) & (n > self.warmup) & (n <= self.window) | (n % self.window == 0)]
-        self._learn(np.concatenate([learn, refresh]))
-        due = (self._seen[rows] + self._phase[rows]) % self.every == 0  # spread over calls
-        ready = rows[np.isfinite(self._sigma[rows]) & (self._n[rows] >= 2 * self.min_side) & due]
+        refresh = ((n & (n - 1)) == 0) & (n > self.warmup) & (n <= self.window) | (n % self.window == 0)
+        relearn = learn | refresh
+        if relearn.any():
+            self._learn(rows[relearn])
+            sigma = self._sigma[rows]
+        ready = np.isfinite(sigma) & (n >= 2 * self.min_side)
+        if self.every > 1:
+            ready &= (self._seen[rows] + self._phase[rows]) % self.every == 0  # spread over calls
+        ready = rows[ready]
         # in chunks, so that the tests' temporaries (a dozen arrays of chunk x window) stay small
         return [c for i in range(0, ready.size, CHUNK) for c in self._test(ready[i : i + CHUNK])]
 
-    def _append(self, rows: I, values: F) -> None:
+    def _append(self, rows: I, values: F) -> I:
+        """Each row's value appended to its window; the rows' new segment lengths."""
         x, n = self._x[rows], self._n[rows]
         d = np.where(n > 0, values - x[:, -1], np.nan)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -147,8 +153,10 @@ class ChangePoint:
         self._x[rows, -1] = values
         self._y[rows, :-1] = self._y[rows, 1:]
         self._y[rows, -1] = y
-        self._n[rows] = n + 1
+        n = n + 1
+        self._n[rows] = n
         self._seen[rows] += 1
+        return n
 
     def _learn(self, rows: I) -> None:
         """The noise of each row's segment: the median absolute deviation of the first differences in its
