@@ -136,10 +136,10 @@ class ChangePoint:
         if relearn.any():
             self._learn(rows[relearn])
             sigma = self._sigma[rows]
-        ready = np.isfinite(sigma) & (n >= 2 * self.min_side)
+        tested = np.isfinite(sigma) & (n >= 2 * self.min_side)
         if self.every > 1:
-            ready &= (self._seen[rows] + self._phase[rows]) % self.every == 0  # spread over calls
-        ready = rows[ready]
+            tested &= (self._seen[rows] + self._phase[rows]) % self.every == 0  # spread over calls
+        ready = rows[tested]
         # in chunks, so that the tests' temporaries (a dozen arrays of chunk x window) stay small
         return [c for i in range(0, ready.size, CHUNK) for c in self._test(ready[i : i + CHUNK])]
 
