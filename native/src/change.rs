@@ -8,6 +8,8 @@
 //! (sums and cumulative sums row after row, `np.maximum`/`np.minimum` propagating NaN, `argmax` taking the
 //! first NaN or else the first maximum); the logarithms stay in the definition (`floor`, `top`).
 
+use std::collections::HashMap;
+
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -282,13 +284,10 @@ pub fn change_tests(
     let result = py.detach(|| {
         let mut result = vec![0.0; rows * 5];
         let (mut z, mut e, mut stat) = (vec![0.0; w], vec![0.0; w], vec![0.0; w]);
-        let mut terms: Option<(usize, LineTerms)> = None;
+        let mut terms: HashMap<usize, LineTerms> = HashMap::new(); // per valid length: most windows are full
         for r in 0..rows {
             let kr = k[r] as usize;
-            if terms.as_ref().is_none_or(|(kt, _)| *kt != kr) {
-                terms = Some((kr, line_terms(w, kr, m)));
-            }
-            let c = &terms.as_ref().expect("set above").1;
+            let c = terms.entry(kr).or_insert_with(|| line_terms(w, kr, m));
             let window = &x[r * w..(r + 1) * w];
             standardised(window, kr, sigma[r], clip_at * sigma[r], &mut z);
             let (line, line_at, slope) = line_glr(&z, kr, c, &mut e);

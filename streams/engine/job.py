@@ -229,6 +229,9 @@ class JobState:
     def _add_ranks(self, c: dict[str, Any]) -> bool:
         """Ranks not seen before join the job's operator graph; whether there were any."""
         seen = self._ranks_seen
+        low, high = int(c["rank"].min()), int(c["rank"].max())
+        if high - low < len(seen) and all(r in seen for r in range(low, high + 1)):
+            return False  # every rank from the lowest to the highest seen before (the usual batch)
         new = ~np.isin(c["rank"], np.fromiter(seen, np.int64, len(seen)))
         if not new.any():
             return False

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
 
-from streams.engine.detectors.changepoint import Change, ChangePoint
+from streams.engine.detectors.changepoint import Change, ChangePoint, _nanmedian_of_tails
 
 
 def run(x: np.ndarray) -> list[Change]:
@@ -155,3 +156,21 @@ def test_changes_do_not_depend_on_how_series_were_batched_into_updates() -> None
                 found_apart.append((t, c.series, pickle.dumps(c)))
     assert found_together, "the shifts were found"
     assert sorted(found_together) == sorted(found_apart)
+
+
+def test_the_noise_medians_equal_nanmedian_bit_for_bit() -> None:
+    """The windows' medians (rows whose values are their last ``count``) equal ``np.nanmedian``'s: ties,
+    quantised values, rows of several counts at once, an empty row and a stray NaN."""
+    rng = np.random.default_rng(0)
+    for trial in range(600):
+        rows, w = int(rng.integers(1, 40)), int(rng.choice([16, 40, 128]))
+        a = rng.standard_normal((rows, w - 1)) * 10.0 ** rng.integers(-8, 8)
+        if trial % 3 == 0:
+            a = np.round(a)
+        count = rng.integers(0, w, rows) if trial % 2 else np.full(rows, int(rng.integers(1, w)))
+        a[np.arange(w - 1)[None, :] < (w - 1 - count)[:, None]] = np.nan
+        if trial % 7 == 0:
+            a[0, -1] = np.nan
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows, as np.nanmedian warns of them
+            assert _nanmedian_of_tails(a, count).tobytes() == np.nanmedian(a, axis=1).tobytes()

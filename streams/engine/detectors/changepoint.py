@@ -169,8 +169,8 @@ class ChangePoint:
         valid = np.arange(1, w)[None, :] > (w - k)[:, None]
         d = np.where(valid, np.diff(self._x[rows], axis=1), np.nan)
         with np.errstate(all="ignore"):
-            dev = np.abs(d - np.nanmedian(d, axis=1)[:, None])
-            mad = np.nanmedian(dev, axis=1)
+            dev = np.abs(d - _nanmedian_of_tails(d, k - 1)[:, None])
+            mad = _nanmedian_of_tails(dev, k - 1)
             # quantised or constant data: the mean absolute deviation instead, then a floor far below
             mad = np.where(mad > 0, mad, np.nanmean(dev, axis=1) / 1.2533)
         level = np.abs(self._x[rows, -1])
@@ -255,6 +255,19 @@ class ChangePoint:
         with np.errstate(all="ignore"):
             out: F = np.nanmedian(x, axis=1) if x.size else np.zeros(0)
         return out
+
+
+def _nanmedian_of_tails(a: F, count: I) -> F:
+    """``np.nanmedian(a, axis=1)``, the same values, of rows whose values are their last ``count`` (NaN before
+    them): ``np.median`` of the rows of each count at once, without nanmedian's masked-array path for small
+    inputs or its loop over rows (a row holding another NaN goes to ``np.nanmedian``)."""
+    out = np.empty(a.shape[0])
+    for c in np.unique(count).tolist():
+        pick = count == c
+        tail = a[pick, a.shape[1] - c :]
+        with np.errstate(all="ignore"):
+            out[pick] = np.median(tail, axis=1) if c > 0 and not np.isnan(tail).any() else np.nanmedian(a[pick], axis=1)
+    return out
 
 
 def _winsorise(x: F, valid: npt.NDArray[np.bool_], bound: F) -> F:
