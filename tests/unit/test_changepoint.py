@@ -174,3 +174,25 @@ def test_the_noise_medians_equal_nanmedian_bit_for_bit() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows, as np.nanmedian warns of them
             assert _nanmedian_of_tails(a, count).tobytes() == np.nanmedian(a, axis=1).tobytes()
+
+
+@pytest.mark.parametrize("every", [1, 4])
+def test_a_series_updated_alone_is_updated_as_among_others(every: int) -> None:
+    """One series a call (a job's step time) takes a path of its own: the same windows, noise and changes,
+    bit for bit, as the same series updated with others, through steps, a change of noise, NaN and a run of
+    equal values."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 700))
+    x[:, 200:] += 4.0
+    x[:, 400:] *= 3.0
+    x[:, 500:540] = 7.0
+    x[0, 300] = np.nan
+    alone, together = ChangePoint(1, every=every), ChangePoint(3, every=every)
+    found_alone, found_together = [], []
+    for t in range(x.shape[1]):
+        found_alone += alone.update(np.array([0]), x[:1, t])
+        found_together += [c for c in together.update(np.arange(3), x[:, t]) if c.series == 0]
+    assert len(found_alone) >= 3  # the changes were found: there is something to compare
+    assert found_alone == found_together
+    for name in ("_x", "_y", "_n", "_seen", "_sigma"):
+        assert getattr(alone, name)[0].tobytes() == getattr(together, name)[0].tobytes(), name

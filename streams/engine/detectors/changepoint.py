@@ -30,7 +30,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -122,6 +122,8 @@ class ChangePoint:
     def update(self, rows: I, values: F) -> list[Change]:
         rows = np.asarray(rows, np.int64)
         values = np.asarray(values, np.float64)
+        if rows.size == 1:  # one series (a job's step time, its output per step): Python numbers
+            return self._update_one(int(rows[0]), float(values[0]))
         ok = np.isfinite(values)
         if not ok.all():
             rows, values = rows[ok], values[ok]
@@ -129,19 +131,46 @@ class ChangePoint:
             return []
         n = self._append(rows, values)
         sigma = self._sigma[rows]
-        learn = np.isnan(sigma) & (n >= self.warmup)
-        # relearned as the segment doubles, then once per window: a longer segment, a better estimate
-        refresh = ((n & (n - 1)) == 0) & (n > self.warmup) & (n <= self.window) | (n % self.window == 0)
-        relearn = learn | refresh
+        relearn = self._relearns(n, np.isnan(sigma))
         if relearn.any():
             self._learn(rows[relearn])
             sigma = self._sigma[rows]
-        tested = np.isfinite(sigma) & (n >= 2 * self.min_side)
-        if self.every > 1:
-            tested &= (self._seen[rows] + self._phase[rows]) % self.every == 0  # spread over calls
-        ready = rows[tested]
+        ready = rows[self._tested(n, np.isfinite(sigma), rows)]
         # in chunks, so that the tests' temporaries (a dozen arrays of chunk x window) stay small
         return [c for i in range(0, ready.size, CHUNK) for c in self._test(ready[i : i + CHUNK])]
+
+    def _update_one(self, row: int, value: float) -> list[Change]:
+        """:meth:`update` of one series, its bookkeeping in Python numbers (numpy's per-call overhead was most
+        of its cost): the same steps, the same values."""
+        if not math.isfinite(value):
+            return []
+        x, y, n = self._x[row], self._y[row], int(self._n[row])
+        d = np.array([value - float(x[-1]) if n > 0 else math.nan])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logged = np.log(d * d)  # numpy's log, as :meth:`_append` takes it
+        x[:-1], x[-1] = x[1:], value
+        y[:-1], y[-1] = y[1:], logged[0]
+        n += 1
+        self._n[row] = n
+        self._seen[row] += 1
+        if self._relearns(n, math.isnan(self._sigma[row])):
+            self._learn(np.array([row]))
+        return self._test(np.array([row])) if self._tested(n, math.isfinite(self._sigma[row]), row) else []
+
+    def _relearns(self, n: Any, unlearned: Any) -> Any:
+        """Whether each series (``n``: its segment's points, arrays or one series' numbers) learns its noise now:
+        at ``warmup`` points, then as the segment doubles, then once per window (a longer segment, a better
+        estimate)."""
+        refresh = ((n & (n - 1)) == 0) & (n > self.warmup) & (n <= self.window) | (n % self.window == 0)
+        return unlearned & (n >= self.warmup) | refresh
+
+    def _tested(self, n: Any, finite: Any, rows: Any) -> Any:
+        """Whether each series is tested now: its noise is known, its segment long enough, and (with ``every``
+        > 1) it is its turn, which spreads the tests over calls."""
+        tested = finite & (n >= 2 * self.min_side)
+        if self.every > 1:
+            tested = tested & ((self._seen[rows] + self._phase[rows]) % self.every == 0)
+        return tested
 
     def _append(self, rows: I, values: F) -> I:
         """Each row's value appended to its window; the rows' new segment lengths."""
