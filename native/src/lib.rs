@@ -1,12 +1,14 @@
 //! driftlog's native core, over Arrow column buffers and without the GIL: the audit hash chain
 //! (`chain`), a fast path for the record classification (`classify`), the longest-path evaluation and
 //! critical path of a step's dependency graph (`dag`), the telemetry decoder (`decode`), grouped medians
-//! (`median`) and the canonical order of an epoch's samples (`sort`). Each has a Python definition it
-//! equals bit for bit, which runs without the extension (or with DRIFTLOG_NATIVE=0).
+//! (`median`), the canonical order of an epoch's samples (`sort`) and the change detector's tests
+//! (`change`). Each has a Python definition it equals bit for bit, which runs without the extension (or
+//! with DRIFTLOG_NATIVE=0).
 
 use pyo3::prelude::*;
 
 mod chain;
+mod change;
 mod classify;
 mod codes;
 mod columns;
@@ -31,5 +33,6 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codes::codes_of, m)?)?;
     m.add_class::<dag::DagLayout>()?;
     m.add_function(wrap_pyfunction!(dag::dag_layout, m)?)?;
+    m.add_function(wrap_pyfunction!(change::change_tests, m)?)?;
     Ok(())
 }

@@ -168,14 +168,13 @@ class JobState:
         its energy: a sample's value holds until the entity's next sample (gaps over ``MAX_POWER_GAP_S``
         are not counted)."""
         self.last_time = max(self.last_time, float(c["time"].max()))
-        rows = zip(c["entity"].tolist(), c["name"].tolist(), c["value"].tolist(), c["time"].tolist(), strict=True)
+        rows = list(zip(c["entity"].tolist(), c["name"].tolist(), c["value"].tolist(), c["time"].tolist(),
+                        strict=True))  # fmt: skip  # (entity, name, value, time), once for all three uses
         findings, attributions = self.services.metrics(rows)
         out.findings.extend(findings)
         out.attributions.extend(attributions)
-        p = c["name"] == "power_w"
-        self._power_samples(list(zip(c["entity"][p].tolist(), c["time"][p].tolist(), c["value"][p].tolist(),
-                                     strict=True)))  # fmt: skip
-        self._series(named_series.of_metrics(c), out)
+        self._power_samples([(e, t, v) for e, n, v, t in rows if n == "power_w"])
+        self._series(named_series.of_metrics(rows), out)
 
     def close(self, out: EngineOutput) -> None:
         """The end of the job's input (end of a file or replay, or idle past the eviction period): analyse
@@ -231,6 +230,9 @@ class JobState:
     def _add_ranks(self, c: dict[str, Any]) -> bool:
         """Ranks not seen before join the job's operator graph; whether there were any."""
         seen = self._ranks_seen
+        low, high = int(c["rank"].min()), int(c["rank"].max())
+        if high - low < len(seen) and all(r in seen for r in range(low, high + 1)):
+            return False  # every rank from the lowest to the highest seen before (the usual batch)
         new = ~np.isin(c["rank"], np.fromiter(seen, np.int64, len(seen)))
         if not new.any():
             return False

@@ -5,7 +5,6 @@ utilisation and power; cost and energy per output from the job's roll-up windows
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from streams.engine import elements
 from streams.engine.detectors.series_drift import series_key
@@ -24,12 +23,12 @@ def of_steps(job: str, rows: Iterable[tuple[float, float]]) -> Series:
     return [key] * len(starts), list(starts), list(outputs)
 
 
-def of_metrics(c: dict[str, Any]) -> Series:
-    """Metric columns: the named metrics per entity, and p99/p50 where a service reported both at once."""
-    rows = list(zip(c["entity"].tolist(), c["name"].tolist(), c["time"].tolist(), c["value"].tolist(), strict=True))
-    p50 = {(e, t): v for e, n, t, v in rows if n == "latency_p50_s"}
+def of_metrics(rows: list[tuple[str, str, float, float]]) -> Series:
+    """Metric rows (entity, name, value, time): the named metrics per entity, and p99/p50 where a service
+    reported both at once."""
+    p50 = {(e, t): v for e, n, v, t in rows if n == "latency_p50_s"}
     keys, times, values = [], [], []
-    for entity, name, t, v in rows:
+    for entity, name, v, t in rows:
         if name in METRICS:
             keys.append(series_key(entity, name))
             times.append(t)

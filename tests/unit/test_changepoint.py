@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
 
-from streams.engine.detectors.changepoint import Change, ChangePoint
+from streams.engine.detectors.changepoint import Change, ChangePoint, _nanmedian_of_tails
 
 
 def run(x: np.ndarray) -> list[Change]:
@@ -155,3 +156,43 @@ def test_changes_do_not_depend_on_how_series_were_batched_into_updates() -> None
                 found_apart.append((t, c.series, pickle.dumps(c)))
     assert found_together, "the shifts were found"
     assert sorted(found_together) == sorted(found_apart)
+
+
+def test_the_noise_medians_equal_nanmedian_bit_for_bit() -> None:
+    """The windows' medians (rows whose values are their last ``count``) equal ``np.nanmedian``'s: ties,
+    quantised values, rows of several counts at once, an empty row and a stray NaN."""
+    rng = np.random.default_rng(0)
+    for trial in range(600):
+        rows, w = int(rng.integers(1, 40)), int(rng.choice([16, 40, 128]))
+        a = rng.standard_normal((rows, w - 1)) * 10.0 ** rng.integers(-8, 8)
+        if trial % 3 == 0:
+            a = np.round(a)
+        count = rng.integers(0, w, rows) if trial % 2 else np.full(rows, int(rng.integers(1, w)))
+        a[np.arange(w - 1)[None, :] < (w - 1 - count)[:, None]] = np.nan
+        if trial % 7 == 0:
+            a[0, -1] = np.nan
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows, as np.nanmedian warns of them
+            assert _nanmedian_of_tails(a, count).tobytes() == np.nanmedian(a, axis=1).tobytes()
+
+
+@pytest.mark.parametrize("every", [1, 4])
+def test_a_series_updated_alone_is_updated_as_among_others(every: int) -> None:
+    """One series a call (a job's step time) takes a path of its own: the same windows, noise and changes,
+    bit for bit, as the same series updated with others, through steps, a change of noise, NaN and a run of
+    equal values."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 700))
+    x[:, 200:] += 4.0
+    x[:, 400:] *= 3.0
+    x[:, 500:540] = 7.0
+    x[0, 300] = np.nan
+    alone, together = ChangePoint(1, every=every), ChangePoint(3, every=every)
+    found_alone, found_together = [], []
+    for t in range(x.shape[1]):
+        found_alone += alone.update(np.array([0]), x[:1, t])
+        found_together += [c for c in together.update(np.arange(3), x[:, t]) if c.series == 0]
+    assert len(found_alone) >= 3  # the changes were found: there is something to compare
+    assert found_alone == found_together
+    for name in ("_x", "_y", "_n", "_seen", "_sigma"):
+        assert getattr(alone, name)[0].tobytes() == getattr(together, name)[0].tobytes(), name

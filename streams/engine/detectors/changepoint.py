@@ -19,7 +19,9 @@ length (``a + b·log n``: the more splits were tried, the more evidence a change
 
 On an alarm the change is located at the best split (not at the alarm), reported, and the detector
 restarts from the points after it: they are the new segment, its noise is learned again from them once
-there are ``warmup`` of them. State per series: two rows of ``window`` floats and a few scalars.
+there are ``warmup`` of them. State per series: two rows of ``window`` floats and a few scalars. The tests
+run in the native core when it is built (``native/src/change.rs``: the same values, bit for bit, without the
+numpy definition's ~100 calls a test, which made a test of a few series all call overhead).
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
+
+from audit import native
 
 F = npt.NDArray[np.float64]
 I = npt.NDArray[np.int64]  # noqa: E741
@@ -118,23 +122,58 @@ class ChangePoint:
     def update(self, rows: I, values: F) -> list[Change]:
         rows = np.asarray(rows, np.int64)
         values = np.asarray(values, np.float64)
+        if rows.size == 1:  # one series (a job's step time, its output per step): Python numbers
+            return self._update_one(int(rows[0]), float(values[0]))
         ok = np.isfinite(values)
         if not ok.all():
             rows, values = rows[ok], values[ok]
         if rows.size == 0:
             return []
-        self._append(rows, values)
-        learn = rows[np.isnan(self._sigma[rows]) & (self._n[rows] >= self.warmup)]
-        n = self._n[rows]
-        # relearned as the segment doubles, then once per window: a longer segment, a better estimate
-        refresh = rows[((n & (n - 1)) == 0) & (n > self.warmup) & (n <= self.window) | (n % self.window == 0)]
-        self._learn(np.concatenate([learn, refresh]))
-        due = (self._seen[rows] + self._phase[rows]) % self.every == 0  # spread over calls
-        ready = rows[np.isfinite(self._sigma[rows]) & (self._n[rows] >= 2 * self.min_side) & due]
+        n = self._append(rows, values)
+        sigma = self._sigma[rows]
+        relearn = self._relearns(n, np.isnan(sigma))
+        if relearn.any():
+            self._learn(rows[relearn])
+            sigma = self._sigma[rows]
+        ready = rows[self._tested(n, np.isfinite(sigma), rows)]
         # in chunks, so that the tests' temporaries (a dozen arrays of chunk x window) stay small
         return [c for i in range(0, ready.size, CHUNK) for c in self._test(ready[i : i + CHUNK])]
 
-    def _append(self, rows: I, values: F) -> None:
+    def _update_one(self, row: int, value: float) -> list[Change]:
+        """:meth:`update` of one series, its bookkeeping in Python numbers (numpy's per-call overhead was most
+        of its cost): the same steps, the same values."""
+        if not math.isfinite(value):
+            return []
+        x, y, n = self._x[row], self._y[row], int(self._n[row])
+        d = np.array([value - float(x[-1]) if n > 0 else math.nan])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logged = np.log(d * d)  # numpy's log, as :meth:`_append` takes it
+        x[:-1], x[-1] = x[1:], value
+        y[:-1], y[-1] = y[1:], logged[0]
+        n += 1
+        self._n[row] = n
+        self._seen[row] += 1
+        if self._relearns(n, math.isnan(self._sigma[row])):
+            self._learn(np.array([row]))
+        return self._test(np.array([row])) if self._tested(n, math.isfinite(self._sigma[row]), row) else []
+
+    def _relearns(self, n: Any, unlearned: Any) -> Any:
+        """Whether each series (``n``: its segment's points, arrays or one series' numbers) learns its noise now:
+        at ``warmup`` points, then as the segment doubles, then once per window (a longer segment, a better
+        estimate)."""
+        refresh = ((n & (n - 1)) == 0) & (n > self.warmup) & (n <= self.window) | (n % self.window == 0)
+        return unlearned & (n >= self.warmup) | refresh
+
+    def _tested(self, n: Any, finite: Any, rows: Any) -> Any:
+        """Whether each series is tested now: its noise is known, its segment long enough, and (with ``every``
+        > 1) it is its turn, which spreads the tests over calls."""
+        tested = finite & (n >= 2 * self.min_side)
+        if self.every > 1:
+            tested = tested & ((self._seen[rows] + self._phase[rows]) % self.every == 0)
+        return tested
+
+    def _append(self, rows: I, values: F) -> I:
+        """Each row's value appended to its window; the rows' new segment lengths."""
         x, n = self._x[rows], self._n[rows]
         d = np.where(n > 0, values - x[:, -1], np.nan)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -143,8 +182,10 @@ class ChangePoint:
         self._x[rows, -1] = values
         self._y[rows, :-1] = self._y[rows, 1:]
         self._y[rows, -1] = y
-        self._n[rows] = n + 1
+        n = n + 1
+        self._n[rows] = n
         self._seen[rows] += 1
+        return n
 
     def _learn(self, rows: I) -> None:
         """The noise of each row's segment: the median absolute deviation of the first differences in its
@@ -157,29 +198,17 @@ class ChangePoint:
         valid = np.arange(1, w)[None, :] > (w - k)[:, None]
         d = np.where(valid, np.diff(self._x[rows], axis=1), np.nan)
         with np.errstate(all="ignore"):
-            dev = np.abs(d - np.nanmedian(d, axis=1)[:, None])
-            mad = np.nanmedian(dev, axis=1)
+            dev = np.abs(d - _nanmedian_of_tails(d, k - 1)[:, None])
+            mad = _nanmedian_of_tails(dev, k - 1)
             # quantised or constant data: the mean absolute deviation instead, then a floor far below
             mad = np.where(mad > 0, mad, np.nanmean(dev, axis=1) / 1.2533)
         level = np.abs(self._x[rows, -1])
         self._sigma[rows] = np.maximum(mad * MAD_TO_SIGMA, np.maximum(level, 1.0) * 1e-9)
 
     def _test(self, rows: I) -> list[Change]:
-        """Both tests on these rows, computed time-major (window × rows: the prefix sums run along
-        contiguous memory)."""
-        w, m = self.window, self.min_side
+        """Both tests on these rows (:meth:`_statistics`), each over its threshold; the alarms reported."""
         n_seg = self._n[rows]
-        k = np.minimum(n_seg, w)
-        cols = np.arange(w)[:, None]
-        valid = cols >= (w - k)[None, :]
-        sigma = self._sigma[rows]
-        x = _winsorise(np.ascontiguousarray(self._x[rows].T), valid, self.clip * sigma)
-        z = np.where(valid, (x - x[-1:]) / sigma[None, :], 0.0)
-        line, line_at, line_slope = _line_glr(z, valid, k, m)
-        y_valid = cols > (w - k)[None, :]  # the first point of a segment has no difference
-        floor, top = 2 * np.log(1e-2 * sigma), 2 * np.log(6 * sigma)
-        y = _clip(np.ascontiguousarray(self._y[rows].T), floor[None, :], top[None, :])
-        var, var_at = _mean_glr(np.where(y_valid, y, 0.0), y_valid, m)
+        line, line_at, line_slope, var, var_at = self._statistics(rows, np.minimum(n_seg, self.window))
         log_n = np.log(n_seg.astype(np.float64))
         line_score = line / (self.line_a + self.line_b * log_n)
         var_score = var / (self.var_a + self.var_b * log_n) / LOG_CHI2_VAR
@@ -191,6 +220,29 @@ class ChangePoint:
             kind = ("slope" if line_slope[i] else "level") if by_line else "variance"
             changes.append(self._report(int(rows[i]), split, kind, float(max(line_score[i], var_score[i]))))
         return changes
+
+    def _statistics(self, rows: I, k: I) -> tuple[F, I, npt.NDArray[np.bool_], F, I]:
+        """Per row (``k``: its window's valid length): the line test's statistic, its split and whether a
+        slope change is best, and the variance test's statistic and split. In the native core when it is
+        built (the same values, without ~100 numpy calls a test); else computed time-major (window × rows:
+        the prefix sums run along contiguous memory)."""
+        w, m = self.window, self.min_side
+        sigma = self._sigma[rows]
+        floor, top = 2 * np.log(1e-2 * sigma), 2 * np.log(6 * sigma)
+        if native.core is not None and hasattr(native.core, "change_tests"):
+            out = np.empty((rows.size, 5))
+            if native.core.change_tests(self._x[rows], self._y[rows], k, sigma, floor, top, self.clip, m, out):
+                at = out[:, [1, 4]].astype(np.int64)
+                return out[:, 0], at[:, 0], out[:, 2] > 0, out[:, 3], at[:, 1]
+        cols = np.arange(w)[:, None]
+        valid = cols >= (w - k)[None, :]
+        x = _winsorise(np.ascontiguousarray(self._x[rows].T), valid, self.clip * sigma)
+        z = np.where(valid, (x - x[-1:]) / sigma[None, :], 0.0)
+        line, line_at, line_slope = _line_glr(z, valid, k, m)
+        y_valid = cols > (w - k)[None, :]  # the first point of a segment has no difference
+        y = _clip(np.ascontiguousarray(self._y[rows].T), floor[None, :], top[None, :])
+        var, var_at = _mean_glr(np.where(y_valid, y, 0.0), y_valid, m)
+        return line, line_at, line_slope, var, var_at
 
     def _report(self, row: int, split: int, kind: str, score: float) -> Change:
         w = self.window
@@ -232,6 +284,19 @@ class ChangePoint:
         with np.errstate(all="ignore"):
             out: F = np.nanmedian(x, axis=1) if x.size else np.zeros(0)
         return out
+
+
+def _nanmedian_of_tails(a: F, count: I) -> F:
+    """``np.nanmedian(a, axis=1)``, the same values, of rows whose values are their last ``count`` (NaN before
+    them): ``np.median`` of the rows of each count at once, without nanmedian's masked-array path for small
+    inputs or its loop over rows (a row holding another NaN goes to ``np.nanmedian``)."""
+    out = np.empty(a.shape[0])
+    for c in np.unique(count).tolist():
+        pick = count == c
+        tail = a[pick, a.shape[1] - c :]
+        with np.errstate(all="ignore"):
+            out[pick] = np.median(tail, axis=1) if c > 0 and not np.isnan(tail).any() else np.nanmedian(a[pick], axis=1)
+    return out
 
 
 def _winsorise(x: F, valid: npt.NDArray[np.bool_], bound: F) -> F:

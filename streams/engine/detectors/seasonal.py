@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 F = npt.NDArray[np.float64]
 I = npt.NDArray[np.int64]  # noqa: E741
+_NONE = np.zeros(0, np.int64)
 
 
 def period_of(x: F) -> int:
@@ -75,16 +76,12 @@ class Deseason:
         period was found in this call."""
         seen = self._seen[rows]
         period = self._period[rows]
-        phase = np.where(period > 0, seen % np.maximum(period, 1), 0)
-        mean = self._profile.sum(axis=1)[rows] / np.maximum(period, 1)
-        out: F = np.where(period > 0, values - (self._profile[rows, phase] - mean), values)
-        on = rows[period > 0]
-        k = np.minimum(self._count[on, phase[period > 0]] + 1, self.cycles)
-        self._count[on, phase[period > 0]] = k
-        self._profile[on, phase[period > 0]] += (values[period > 0] - self._profile[on, phase[period > 0]]) / k
-        learning = seen < self.learn
-        self._first[rows[learning], seen[learning]] = values[learning]
+        out = self._deseasoned(rows, values, seen, period) if period.any() else values
         self._seen[rows] = seen + 1
+        learning = seen < self.learn
+        if not learning.any():
+            return out, _NONE
+        self._first[rows[learning], seen[learning]] = values[learning]
         found = []
         for row in rows[seen + 1 == self.learn].tolist():
             p = period_of(self._first[row])
@@ -95,3 +92,14 @@ class Deseason:
                 self._count[row, :p] = [len(x[k::p]) for k in range(p)]
                 found.append(row)
         return out, np.array(found, np.int64)
+
+    def _deseasoned(self, rows: I, values: F, seen: I, period: I) -> F:
+        """Each value less its phase's part of its series' profile (series with a period), which learns it."""
+        phase = np.where(period > 0, seen % np.maximum(period, 1), 0)
+        mean = self._profile.sum(axis=1)[rows] / np.maximum(period, 1)
+        out: F = np.where(period > 0, values - (self._profile[rows, phase] - mean), values)
+        on = rows[period > 0]
+        k = np.minimum(self._count[on, phase[period > 0]] + 1, self.cycles)
+        self._count[on, phase[period > 0]] = k
+        self._profile[on, phase[period > 0]] += (values[period > 0] - self._profile[on, phase[period > 0]]) / k
+        return out

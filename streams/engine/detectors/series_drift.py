@@ -71,24 +71,32 @@ class SeriesDrift(Detector):
         self._add(keys)
         rows = np.fromiter((self._rows[k] for k in keys), np.int64, len(keys))[keep]
         t, v = t[keep], v[keep]
-        out: list[Finding] = []
-        newest = np.full(len(self._keys), -np.inf)
-        np.maximum.at(newest, rows, t)
+        listed = rows.tolist()
+        newest: dict[int, float] = {}
+        for r, time in zip(listed, t.tolist(), strict=True):
+            newest[r] = max(time, newest.get(r, time))
         clock: dict[str, float] = {}
-        for r in np.flatnonzero(np.isfinite(newest)).tolist():  # the newest sample time of each metric
+        for r in sorted(newest):  # the newest sample time of each metric
             metric = parse_series_key(self._keys[r])[1]
-            clock[metric] = max(clock.get(metric, -np.inf), float(newest[r]))
-        # a key that repeats within the batch: its first samples in one round, the next ones in the next
+            clock[metric] = max(clock.get(metric, -np.inf), newest[r])
+        # each key once (the usual batch): one round
+        out = self._round(rows, t, v) if len(newest) == len(listed) else self._rounds(rows, t, v)
+        drift = [f for f in out if f.kind == "series_drift"]
+        return [f for f in out if f.kind != "series_drift"] + self._groups.add(drift, clock)
+
+    def _rounds(self, rows: npt.NDArray[np.int64], times: npt.NDArray[np.float64],
+                values: npt.NDArray[np.float64]) -> list[Finding]:  # fmt: skip
+        """A key that repeats within the batch: its first samples in one round, the next ones in the next."""
         order = np.argsort(rows, kind="stable")
-        first = np.r_[True, rows[order][1:] != rows[order][:-1]] if rows.size else np.zeros(0, bool)
+        first = np.r_[True, rows[order][1:] != rows[order][:-1]]
         starts = np.maximum.accumulate(np.where(first, np.arange(rows.size), 0))
         occurrence = np.empty(rows.size, np.int64)
         occurrence[order] = np.arange(rows.size) - starts
-        for r in range(int(occurrence.max()) + 1 if rows.size else 0):
+        out: list[Finding] = []
+        for r in range(int(occurrence.max()) + 1):
             pick = np.flatnonzero(occurrence == r)
-            out += self._round(rows[pick], t[pick], v[pick])
-        drift = [f for f in out if f.kind == "series_drift"]
-        return [f for f in out if f.kind != "series_drift"] + self._groups.add(drift, clock)
+            out += self._round(rows[pick], times[pick], values[pick])
+        return out
 
     def flush(self) -> list[Finding]:
         """The end of the input: the groups of co-moving changes still held."""
@@ -114,8 +122,11 @@ class SeriesDrift(Detector):
         self._times[rows, :-1] = self._times[rows, 1:]
         self._times[rows, -1] = times
         adjusted, seasonal = self._season.adjust(rows, values)
-        self.detector.restart(seasonal)  # what it learned of these included their pattern
+        if seasonal.size:
+            self.detector.restart(seasonal)  # what it learned of these included their pattern
         found = [self._finding(c) for c in self.detector.update(rows, adjusted) if self._material(c)]
+        if not self._warnings:
+            return found
         for row, time, value in zip(rows.tolist(), times.tolist(), values.tolist(), strict=True):
             warning = self._warnings.get(self._keys[row])
             if warning is not None and (f := warning.update(time, value)) is not None:
