@@ -237,8 +237,12 @@ class JobState:
         if not new.any():
             return False
         idx = np.flatnonzero(new)
-        positions = {int(r): (int(d), int(p), int(t)) for r, d, p, t in zip(
-            c["rank"][idx], c["dp"][idx], c["pp"][idx], c["tp"][idx], strict=True)}  # fmt: skip
+        # one row per new rank: ranks in the order they first appear, each with its last row's position
+        _, first = np.unique(c["rank"][idx], return_index=True)
+        _, from_end = np.unique(c["rank"][idx][::-1], return_index=True)
+        rows = idx[(len(idx) - 1 - from_end)[np.argsort(first, kind="stable")]]
+        positions = {r: (d, p, t) for r, d, p, t in zip(*(c[k][rows].tolist() for k in ("rank", "dp", "pp", "tp")),
+                                                       strict=True)}  # fmt: skip
         seen.update(positions)
         self.graph.add_ranks(positions)
         return True
