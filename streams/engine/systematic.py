@@ -60,9 +60,9 @@ class Grouped:
 
     def __init__(self, keys: Ints, how: int = LOWER) -> None:
         self.how = how
-        self.members = np.flatnonzero(keys >= 0)
+        self.members = compact(np.flatnonzero(keys >= 0))  # (kept per structure: int32)
         k = keys[self.members]
-        self.order = np.argsort(k, kind="stable")
+        self.order = compact(np.argsort(k, kind="stable"))
         sk = k[self.order]
         self.starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, np.int64)
         self.counts = np.diff(np.r_[self.starts, len(sk)])

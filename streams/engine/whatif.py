@@ -89,7 +89,7 @@ class Grouping:
     """Positions grouped by an integer key, prepared once per structure for repeated medians."""
 
     def __init__(self, keys: Ints) -> None:
-        self.order = np.argsort(keys, kind="stable")
+        self.order = compact(np.argsort(keys, kind="stable"))  # (kept per structure: int32)
         k = keys[self.order]
         starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
         self.counts = np.diff(np.r_[starts, len(k)])
