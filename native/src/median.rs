@@ -78,38 +78,27 @@ fn statistic(scratch: &mut [f64], finite: usize, nan: f64, how: u8) -> f64 {
 /// the middle two, 2 `np.median`). Group `g` is the values at `order[starts[g]..starts[g] + counts[g]]`,
 /// each index first mapped through `through` when that is not empty. False (and `out` untouched) when the
 /// values hold -0.0 or NaNs of different bits (see the module's note).
+/// `order` and `through` are both int64 or both int32 (the engine keeps its per-node groupings at half the
+/// memory): the same groups, the same values.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub fn grouped_medians(
     py: Python<'_>,
     values: PyBuffer<f64>,
-    order: PyBuffer<i64>,
-    through: PyBuffer<i64>,
+    order: &Bound<'_, PyAny>,
+    through: &Bound<'_, PyAny>,
     starts: PyBuffer<i64>,
     counts: PyBuffer<i64>,
     how: u8,
     out: PyBuffer<f64>,
 ) -> PyResult<bool> {
-    let (order, through) = (items(&order, "order")?, items(&through, "through")?);
-    grouped(py, &values, order, through, &starts, &counts, how, &out)
-}
-
-/// `grouped_medians` with `order` and `through` as int32 (the engine keeps its per-node groupings at half
-/// the memory); the same groups, the same values.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-pub fn grouped_medians_i32(
-    py: Python<'_>,
-    values: PyBuffer<f64>,
-    order: PyBuffer<i32>,
-    through: PyBuffer<i32>,
-    starts: PyBuffer<i64>,
-    counts: PyBuffer<i64>,
-    how: u8,
-    out: PyBuffer<f64>,
-) -> PyResult<bool> {
-    let (order, through) = (items(&order, "order")?, items(&through, "through")?);
-    grouped(py, &values, order, through, &starts, &counts, how, &out)
+    if let (Ok(o), Ok(t)) = (PyBuffer::<i32>::get(order), PyBuffer::<i32>::get(through)) {
+        let (o, t) = (items(&o, "order")?, items(&t, "through")?);
+        return grouped(py, &values, o, t, &starts, &counts, how, &out);
+    }
+    let (o, t) = (PyBuffer::<i64>::get(order)?, PyBuffer::<i64>::get(through)?);
+    let (o, t) = (items(&o, "order")?, items(&t, "through")?);
+    grouped(py, &values, o, t, &starts, &counts, how, &out)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -61,7 +61,7 @@ def nanmedian(values: Floats) -> np.float64:
 
 LOWER, MIDDLE, NUMPY = range(3)  # what grouped() computes per group (see native/src/median.rs)
 _NONE = np.zeros(0, np.int64)
-_I32 = hasattr(native.core, "grouped_medians_i32")  # (an extension built before it: int64 copies)
+_I32 = hasattr(native.core, "GROUPED_MEDIANS_READ_INT32")  # (an extension built before it: int64 copies)
 
 
 def grouped(
@@ -77,8 +77,6 @@ def grouped(
         return None
     out = np.empty(len(starts))
     f64, i64 = np.ascontiguousarray(values, np.float64), [np.ascontiguousarray(a, np.int64) for a in (starts, counts)]
-    if order.dtype == np.int32 and (through.dtype == np.int32 or not len(through)) and _I32:  # (kept int32: read so)
-        i32 = (np.ascontiguousarray(a, np.int32) for a in (order, through))
-        return out if native.core.grouped_medians_i32(f64, *i32, *i64, how, out) else None
-    indices = (np.ascontiguousarray(a, np.int64) for a in (order, through))
+    narrow = order.dtype == np.int32 and (through.dtype == np.int32 or not len(through)) and _I32  # (kept so)
+    indices = (np.ascontiguousarray(a, np.int32 if narrow else np.int64) for a in (order, through))
     return out if native.core.grouped_medians(f64, *indices, *i64, how, out) else None
