@@ -103,7 +103,7 @@ class Unsystematic:
 
     def __init__(self, keys: Ints, unit: Ints) -> None:
         self.keys = compact(keys)
-        self.unit = compact(np.maximum(unit, 0))
+        self.unit = _narrow(np.maximum(unit, 0))
         self.middle = Grouped(keys, MIDDLE)
         self.lower = self.middle.by(LOWER)
         self.paired = (self.middle.sizes() >= 2) & (unit >= 0)
@@ -153,6 +153,12 @@ class Unsystematic:
         made = (excluded, Grouped(np.where(excluded, -1, self.keys), MIDDLE)) if excluded.any() else None
         self._kept = (key, made)
         return made
+
+
+def _narrow(units: Ints) -> Ints:
+    """Units (ranks, links, never negative: ``bincount`` and ``isin`` read them) as int16 when they fit, else
+    as int32 when they fit: a column kept per structure, at a quarter of int64's memory."""
+    return units.astype(np.int16) if int(units.max(initial=0)) < 2**15 else compact(units)
 
 
 @dataclass
