@@ -145,7 +145,10 @@ class Unsystematic:
 
     def _without(self, slow: Ints) -> tuple[npt.NDArray[np.bool_], Grouped] | None:
         """The paired positions on units ``slow`` and the groups without them (None: none left out), kept for
-        the last ``slow`` asked (a job's systematically slow units stay the same from step to step)."""
+        the last ``slow`` asked (a job's systematically slow units stay the same from step to step; none
+        asked, as the what-if does between the steps asking the job's, leaves that one kept)."""
+        if not len(slow):
+            return None
         key = slow.dtype.str.encode() + slow.tobytes()
         if self._kept is not None and self._kept[0] == key:
             return self._kept[1]
