@@ -244,29 +244,31 @@ def _candidates(
         healing.append((alt, nodes))
         cands.append(Candidate(element, dimension, contains))
 
-    ranks_in = np.flatnonzero(np.bincount(g.rank[spans]))
-    rank_excess = np.bincount(g.rank[spans], excess[spans])
+    rank_of, dp_of, excess = g.rank[spans], g.dp[spans], excess[spans]  # per span
+    ranks_in = np.flatnonzero(np.bincount(rank_of))
+    rank_excess = np.bincount(rank_of, excess)
     top_ranks = [int(r) for r in sorted(ranks_in, key=lambda r: (-rank_excess[r], r))[:TOP_RANKS]]
     of_rank = {r: g.rank == r for r in top_ranks}
     for r in top_ranks:
         add(elements.rank(job, r), "rank", peer_med, of_rank[r])
-    dp_excess = np.bincount(g.dp[spans], excess[spans])
-    del excess
-    replicas = sorted(np.flatnonzero(np.bincount(g.dp[spans])).tolist(), key=lambda d: (-dp_excess[d], d))
+    dp_excess = np.bincount(dp_of, excess)
+    replicas = sorted(np.flatnonzero(np.bincount(dp_of)).tolist(), key=lambda d: (-dp_excess[d], d))
     where = {r: (set(g.dp[nodes].tolist()), set(g.pp[nodes].tolist())) for r, nodes in of_rank.items()}
     for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
         inside = tuple(elements.rank(job, r) for r in top_ranks if d in where[r][0])
         add(elements.dp(job, d), "dp", peer_med, g.dp == d, inside)
     chain = roles.stage_key >= 0
     by_stage = _peer_medians_excluding(roles.by_stage, d0, g.pp)
+    healable = chain & np.isfinite(by_stage)
     for s in _top(by_stage, g.pp, d0, chain):
         inside = tuple(elements.rank(job, r) for r in top_ranks if s in where[r][1])
-        add(elements.stage(job, s), "stage", by_stage, chain & (g.pp == s) & np.isfinite(by_stage), inside)
+        add(elements.stage(job, s), "stage", by_stage, healable & (g.pp == s), inside)
     sends = g.kind == SEND
     links = roles.link >= 0
     by_link = _peer_medians_excluding(roles.by_link, d0, roles.link)
+    healable = sends & np.isfinite(by_link)
     for lk in _top(by_link, roles.link, d0, links & sends):
-        add(elements.stage_link(job, lk), "link", by_link, sends & (roles.link == lk) & np.isfinite(by_link))
+        add(elements.stage_link(job, lk), "link", by_link, healable & (roles.link == lk))
     if baseline is not None:
         op_excess = np.bincount(g.op, np.maximum(0.0, d0 - baseline), minlength=len(ops))
         for o in [int(o) for o in np.argsort(-op_excess, kind="stable")[:TOP_OPS] if op_excess[o] > 0]:
