@@ -47,6 +47,7 @@ def dag_valued_step_ends(
     values: Buffer,
     out: Buffer,
 ) -> None: ...
+GROUPED_MEDIANS_READ_INT32: bool
 def grouped_medians(
     values: Buffer, order: Buffer, through: Buffer, starts: Buffer, counts: Buffer, how: int, out: Buffer
 ) -> bool: ...

@@ -34,5 +34,6 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dag::DagLayout>()?;
     m.add_function(wrap_pyfunction!(dag::dag_layout, m)?)?;
     m.add_function(wrap_pyfunction!(change::change_tests, m)?)?;
+    m.add("GROUPED_MEDIANS_READ_INT32", true)?; // (grouped_medians: int32 orders too)
     Ok(())
 }

@@ -78,24 +78,42 @@ fn statistic(scratch: &mut [f64], finite: usize, nan: f64, how: u8) -> f64 {
 /// the middle two, 2 `np.median`). Group `g` is the values at `order[starts[g]..starts[g] + counts[g]]`,
 /// each index first mapped through `through` when that is not empty. False (and `out` untouched) when the
 /// values hold -0.0 or NaNs of different bits (see the module's note).
+/// `order` and `through` are both int64 or both int32 (the engine keeps its per-node groupings at half the
+/// memory): the same groups, the same values.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub fn grouped_medians(
     py: Python<'_>,
     values: PyBuffer<f64>,
-    order: PyBuffer<i64>,
-    through: PyBuffer<i64>,
+    order: &Bound<'_, PyAny>,
+    through: &Bound<'_, PyAny>,
     starts: PyBuffer<i64>,
     counts: PyBuffer<i64>,
     how: u8,
     out: PyBuffer<f64>,
 ) -> PyResult<bool> {
-    let (v, order, through) = (
-        items(&values, "values")?,
-        items(&order, "order")?,
-        items(&through, "through")?,
-    );
-    let (starts, counts) = (items(&starts, "starts")?, items(&counts, "counts")?);
+    if let (Ok(o), Ok(t)) = (PyBuffer::<i32>::get(order), PyBuffer::<i32>::get(through)) {
+        let (o, t) = (items(&o, "order")?, items(&t, "through")?);
+        return grouped(py, &values, o, t, &starts, &counts, how, &out);
+    }
+    let (o, t) = (PyBuffer::<i64>::get(order)?, PyBuffer::<i64>::get(through)?);
+    let (o, t) = (items(&o, "order")?, items(&t, "through")?);
+    grouped(py, &values, o, t, &starts, &counts, how, &out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn grouped<I: Copy + Into<i64> + Sync>(
+    py: Python<'_>,
+    values: &PyBuffer<f64>,
+    order: &[I],
+    through: &[I],
+    starts: &PyBuffer<i64>,
+    counts: &PyBuffer<i64>,
+    how: u8,
+    out: &PyBuffer<f64>,
+) -> PyResult<bool> {
+    let v = items(values, "values")?;
+    let (starts, counts) = (items(starts, "starts")?, items(counts, "counts")?);
     if how > NUMPY
         || starts.len() != counts.len()
         || out.item_count() != starts.len()
@@ -104,12 +122,12 @@ pub fn grouped_medians(
     {
         return Err(PyValueError::new_err("grouped_medians: bad arguments"));
     }
-    let index = |i: i64| -> Option<usize> {
-        let i = usize::try_from(i).ok()?;
+    let index = |i: I| -> Option<usize> {
+        let i = usize::try_from(i.into()).ok()?;
         let i = if through.is_empty() {
             i
         } else {
-            usize::try_from(*through.get(i)?).ok()?
+            usize::try_from((*through.get(i)?).into()).ok()?
         };
         (i < v.len()).then_some(i)
     };

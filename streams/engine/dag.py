@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from audit import native
+from streams.engine.codes import compact
 
 if TYPE_CHECKING:
     from streams.engine.stepgraph import Floats, Ints, Schedule
@@ -28,7 +29,7 @@ def topological(schedule: Schedule) -> Ints:
     kept = _orders.get(id(schedule))
     if kept is not None and kept[0] is schedule:
         return kept[1]
-    order = np.concatenate([schedule.sources, *schedule.levels]).astype(np.int64)
+    order = compact(np.concatenate([schedule.sources, *schedule.levels]))  # (kept: int32; a layout reads int64)
     while len(_orders) >= KEEP:
         del _orders[next(iter(_orders))]
     _orders[id(schedule)] = (schedule, order)
@@ -93,11 +94,20 @@ def valued_step_ends(
 ) -> Floats:  # fmt: skip
     """Per mask: the step end with the mask's nodes at its ``values`` (one per node of the mask) and every
     other node at ``base``: rows healing to different durations in one call (``dag_valued_step_ends``)."""
-    assert native.core is not None
-    out = np.empty(len(masks))
     flat_values = np.concatenate(values).astype(np.float64) if values else np.zeros(0)
+    return valued_step_ends_flat(schedule, indptr, indices, floor, base, *_flat(masks), flat_values)
+
+
+def valued_step_ends_flat(
+    schedule: Schedule, indptr: Ints, indices: Ints, floor: Floats, base: Floats, ptr: Ints, nodes: Ints,
+    values: Floats,
+) -> Floats:  # fmt: skip
+    """:func:`valued_step_ends` of masks and values given flat: mask ``k``'s nodes ``nodes[ptr[k]:ptr[k + 1]]``
+    at ``values`` of the same positions (CSR, int64 and float64: no copy of a large job's many rows)."""
+    assert native.core is not None
+    out = np.empty(len(ptr) - 1)
     f64 = (np.ascontiguousarray(a, np.float64) for a in (floor, base))
-    native.core.dag_valued_step_ends(layout(schedule, indptr, indices), *f64, *_flat(masks), flat_values, out)
+    native.core.dag_valued_step_ends(layout(schedule, indptr, indices), *f64, ptr, nodes, values, out)
     return out
 
 

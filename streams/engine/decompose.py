@@ -31,7 +31,6 @@ decompositions stop with its finding.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from functools import reduce
 from typing import Any
 
 import numpy as np
@@ -84,14 +83,22 @@ class Candidates:
     """A step's candidate elements (in the order they are evaluated) with their nodes, and what each
     contains."""
 
-    masks: dict[str, Mask]
+    nodes: dict[str, Ints]  # per element its nodes' indices (a mask per element: a byte per node each)
     contains: dict[str, tuple[str, ...]]
-    own: Mask | None = None  # the nodes that are not transfers over a candidate link
+    own: Mask  # the nodes that are not transfers over a candidate link
 
     def add(self, element: str, mask: Mask, contains: tuple[str, ...] = ()) -> None:
-        self.masks[element] = mask
+        self.nodes[element] = np.flatnonzero(mask)
         if contains:
             self.contains[element] = contains
+
+    def mask(self, elements: tuple[str, ...]) -> Mask:
+        """The nodes of any of ``elements`` (those that are candidates) as a mask."""
+        out = np.zeros(len(self.own), np.bool_)
+        for e in elements:
+            if e in self.nodes:
+                out[self.nodes[e]] = True
+        return out
 
 
 @dataclass(frozen=True)
@@ -200,12 +207,11 @@ class Pending:
         if not groups:
             return []
         found = candidates(self.g, self.job, self.ops, self.d0, self.ideal)
-        none = np.zeros(len(self.d0), dtype=bool)
-        healed = [reduce(np.logical_or, (found.masks.get(e, none) for e in parts), none) for _, parts in groups]
+        healed = [found.mask(parts) for _, parts in groups]
         shares = []
         for (container, _), mask in zip(groups, healed, strict=True):
-            whole = found.masks.get(container, self.g.span >= 0 if elements.is_kind(container, "spread") else none)
-            whole = whole & found.own if found.own is not None else whole
+            whole = self.g.span >= 0 if elements.is_kind(container, "spread") else found.mask((container,))
+            whole &= found.own
             work = float(self.ideal[whole].sum())
             shares.append(float(self.ideal[whole & mask].sum()) / work if work > 0 else 1.0)
         times = Rows(self.d0, self.ideal, healed).step_ends(self.g) - before
@@ -214,14 +220,14 @@ class Pending:
 
 def candidates(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats) -> Candidates:
     """The elements of one step that may cause its slowdown, each with its nodes (the group cause apart)."""
-    out = Candidates({}, {})
     spans = g.span >= 0
     excess = np.maximum(0.0, d0 - ideal)
     p2p = np.isin(g.kind, TRANSFER_KINDS)
     peer_pp = peer_stage(g, p2p)
     link = np.where(p2p & (peer_pp >= 0) & (peer_pp != g.pp), np.minimum(g.pp, peer_pp), -1)
     links = _most(link[p2p & (link >= 0)], excess[p2p & (link >= 0)], MAX_ALL)
-    own = out.own = ~np.isin(link, links)  # a rank's nodes: all but its transfers over the candidate links
+    own = ~np.isin(link, links)  # a rank's nodes: all but its transfers over the candidate links
+    out = Candidates({}, {}, own)
     ranks = _most(g.rank[spans & own], excess[spans & own], MAX_RANKS)
     first_node = {r: int(np.argmax(spans & (g.rank == r))) for r in ranks}
     for r in ranks:
@@ -245,7 +251,7 @@ def candidates(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats
 def plan(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typical_replica: Floats) -> Plan:
     """The candidates of one step and their two rows each (heal only; leave only unhealed)."""
     found = candidates(g, job, ops, d0, ideal)
-    out = Plan(list(found.masks), [np.flatnonzero(m) for m in found.masks.values()], dict(found.contains))
+    out = Plan(list(found.nodes), list(found.nodes.values()), dict(found.contains))
     replicas = [e for e in out.elements if elements.is_kind(e, "dp")]
     if len(replicas) > 1:  # within a stage, peers differ by replica: a replica or a stage may locate the spread
         out.elements.append(elements.spread(job, "dp"))

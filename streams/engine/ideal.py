@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from streams.engine.codes import compact
 from streams.engine.stepgraph import BARRIER, CHAIN, MEMBER, TRANSFER_KINDS, Floats, Ints, StepGraph, dense
 from streams.engine.systematic import NONE, Grouped, Slow, Unsystematic
 
@@ -62,7 +63,7 @@ class CrossStage:
         self.within = typical
         crossed = across >= 0
         _, first, inverse = np.unique(np.where(crossed, within, -1), return_index=True, return_inverse=True)
-        self.rep = first[inverse.ravel()]  # per node: the first node of its stage peer group
+        self.rep = compact(first[inverse.ravel()])  # per node: the first node of its stage peer group (int32)
         rep_key = np.full(len(within), -1, np.int64)
         reps = first[crossed[first]]
         rep_key[reps] = across[reps]

@@ -61,11 +61,12 @@ def nanmedian(values: Floats) -> np.float64:
 
 LOWER, MIDDLE, NUMPY = range(3)  # what grouped() computes per group (see native/src/median.rs)
 _NONE = np.zeros(0, np.int64)
+_I32 = hasattr(native.core, "GROUPED_MEDIANS_READ_INT32")  # (an extension built before it: int64 copies)
 
 
 def grouped(
-    values: Floats, order: npt.NDArray[np.int64], starts: npt.NDArray[np.int64], counts: npt.NDArray[np.int64],
-    how: int, through: npt.NDArray[np.int64] = _NONE,
+    values: Floats, order: npt.NDArray[np.integer], starts: npt.NDArray[np.int64], counts: npt.NDArray[np.int64],
+    how: int, through: npt.NDArray[np.integer] = _NONE,
 ) -> Floats | None:  # fmt: skip
     """Per group (the values at ``order[starts[g]:starts[g] + counts[g]]``, each index mapped through
     ``through`` when given) its ``LOWER`` median, ``MIDDLE`` (the mean of its two middle values) or ``NUMPY``
@@ -75,7 +76,7 @@ def grouped(
     if native.core is None or not hasattr(native.core, "grouped_medians"):
         return None
     out = np.empty(len(starts))
-    i64 = (np.ascontiguousarray(a, np.int64) for a in (order, through, starts, counts))
-    if not native.core.grouped_medians(np.ascontiguousarray(values, np.float64), *i64, how, out):
-        return None
-    return out
+    f64, i64 = np.ascontiguousarray(values, np.float64), [np.ascontiguousarray(a, np.int64) for a in (starts, counts)]
+    narrow = order.dtype == np.int32 and (through.dtype == np.int32 or not len(through)) and _I32  # (kept so)
+    indices = (np.ascontiguousarray(a, np.int32 if narrow else np.int64) for a in (order, through))
+    return out if native.core.grouped_medians(f64, *indices, *i64, how, out) else None

@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from streams.engine import dag, elements
 from streams.engine.carry import Owners, last_end_per_rank
+from streams.engine.codes import compact
 from streams.engine.decompose import Mask, Pending, Rows, Structural
 from streams.engine.ideal import Peers, occurrences, peer_stage
 from streams.engine.medians import MIDDLE, NUMPY, grouped, nanmedian_excluding_each_row
@@ -39,6 +40,7 @@ from streams.engine.stepgraph import PROGRAM_KINDS, RECV, SEND, Floats, Ints, St
 TOP_RANKS = 4
 TOP_OPS = 3
 MAX_ALL = 8  # replicas, stages and links evaluated exhaustively up to this many, else the top ones
+_NONE = np.zeros(0)
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,8 @@ class StepWhatIf:
     baseline_s: float | None  # every node at the job's healthy baseline
     candidates: tuple[Candidate, ...]
     counterfactual_s: Floats  # per candidate
-    ends: Floats  # per node end times as observed (for the critical path)
-    peer_median: Floats  # per node: the median intrinsic duration of its replica peers
+    ends: Floats  # per node end times as observed (for the critical path; empty once released)
+    peer_median: Floats  # per node: the median intrinsic duration of its replica peers (empty once released)
     rank_ends: Floats  # per rank: its last span's end, as observed
     ideal_rank_ends: Floats  # per rank: its last span's end in the ideal from peers (from observed starts)
     healed_rank_ends: Floats | None  # per rank: its last span's end with the top rank candidate healed
@@ -71,8 +73,9 @@ class StepWhatIf:
         return self.pending.run(self.structural.actual_s, self.structural.ideal_s)
 
     def released(self) -> StepWhatIf:
-        """This what-if without its pending decomposition (which holds the step's whole graph)."""
-        return replace(self, pending=None)
+        """This what-if without its pending decomposition (which holds the step's whole graph), nor its
+        per-node rows (``ends``, ``peer_median``: read while the step is analysed, not after)."""
+        return replace(self, pending=None, ends=_NONE, peer_median=_NONE)
 
     def gains(self) -> dict[str, float]:
         """Seconds the step would have been shorter with each candidate healed (≥ 0)."""
@@ -86,7 +89,7 @@ class Grouping:
     """Positions grouped by an integer key, prepared once per structure for repeated medians."""
 
     def __init__(self, keys: Ints) -> None:
-        self.order = np.argsort(keys, kind="stable")
+        self.order = compact(np.argsort(keys, kind="stable"))  # (kept per structure: int32)
         k = keys[self.order]
         starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
         self.counts = np.diff(np.r_[starts, len(k)])
@@ -140,9 +143,9 @@ class Roles:
         position = dense(g.pp, g.tp, np.where(chain, place, -1), direction, np.where(p2p, g.microbatch, -2))
         occurrence = np.zeros(n, np.int64)
         occurrence[: g.n_chain] = occurrences(dense(g.rank, g.op, g.microbatch)[: g.n_chain])
-        stage_key = np.where(chain, dense(g.op, g.microbatch, occurrence), -1)
-        link = np.where(p2p & (peer_pp >= 0), np.minimum(g.pp, peer_pp), -1)
-        link_key = np.where(link >= 0, dense(direction, g.microbatch), -1)
+        stage_key = compact(np.where(chain, dense(g.op, g.microbatch, occurrence), -1))  # (kept: int32)
+        link = compact(np.where(p2p & (peer_pp >= 0), np.minimum(g.pp, peer_pp), -1))
+        link_key = compact(np.where(link >= 0, dense(direction, g.microbatch), -1))
         by_stage = PeerCells.of(np.where(stage_key >= 0, g.pp, 0), np.maximum(stage_key, 0), stage_key >= 0)
         by_link = PeerCells.of(np.maximum(link, 0), np.maximum(link_key, 0), (link >= 0) & (g.kind == SEND))
         return cls(Grouping(position), stage_key, link, link_key, Peers.of(g), Owners.of(g), by_stage, by_link)
@@ -160,22 +163,24 @@ class PeerCells:
 
     @classmethod
     def of(cls, groups: Ints, keys: Ints, mask: npt.NDArray[np.bool_]) -> PeerCells:
-        sel = np.flatnonzero(mask)
+        sel = compact(np.flatnonzero(mask))
         if not len(sel):
             return cls(sel, keys[sel], (0, 0), Grouping(sel))
         n_groups, n_keys = int(groups[sel].max()) + 1, int(keys[sel].max()) + 1
-        return cls(sel, keys[sel], (n_groups, n_keys), Grouping(groups[sel] * n_keys + keys[sel]))
+        cells = Grouping(groups[sel].astype(np.int64) * n_keys + keys[sel])
+        return cls(sel, compact(keys[sel]), (n_groups, n_keys), cells)
 
 
-def _peer_medians_excluding(at: PeerCells, values: Floats) -> Floats:
-    """Per group g and node: the median over the *other* groups of each group's median for the node's key
-    (rows: groups 0..G-1, NaN where a node is not in the cells' mask)."""
+def _peer_medians_excluding(at: PeerCells, values: Floats, groups: Ints) -> Floats:
+    """Per node: the median over the groups other than its own (``groups``: each node's) of each group's
+    median for the node's key (NaN where a node is not in the cells' mask, or a key only its group has: not
+    healed). One value per node, not a row per group: healing a group reads its own nodes only."""
+    out = np.full(len(values), np.nan)
     if not len(at.sel):
-        return np.zeros((0, len(values)))
+        return out
     per = np.full(at.shape, np.nan)
     per.reshape(-1)[at.cells.keys] = at.cells.medians(values[at.sel])
-    out = np.full((at.shape[0], len(values)), np.nan)
-    out[:, at.sel] = nanmedian_excluding_each_row(per)[:, at.keys]  # a key only this group has: NaN, not healed
+    out[at.sel] = nanmedian_excluding_each_row(per)[groups[at.sel], at.keys]
     return out
 
 
@@ -184,49 +189,21 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     peers (its decomposition is left to :meth:`StepWhatIf.decomposed`). ``roles``: ``Roles.of(g)``, which
     depends on the structure only (cache it by ``g.signature``)."""
     d0 = g.intrinsic
+    # every node's end only where it is read (the step as modelled, its ideal, the top rank healed), a row at a
+    # time (no stack of rows, no row kept longer than it is read); the other candidates' step ends without a
+    # row of durations each (:class:`decompose.Rows`)
+    ends = _row_ends(g, d0)
+    ideal = roles.peers.ideal.typical(d0)
+    ideal_ends = _row_ends(g, ideal)
+    actual_s, ideal_s = float(ends.max()), float(ideal_ends.max())
+    ideal_rank_ends = last_end_per_rank(g, ideal_ends)
+    del ideal_ends
     spans = g.span >= 0
     peer_med = np.where(spans, roles.position.spread(roles.position.medians(d0)), d0)
-    excess = np.maximum(0.0, d0 - peer_med)
-    cands: list[Candidate] = []
-    healing: list[tuple[Floats, Mask]] = []  # per candidate: the durations it heals to, and its nodes
-
-    def add(element: str, dimension: str, alt: Floats, nodes: Mask, contains: tuple[str, ...] = ()) -> None:
-        healing.append((alt, nodes))
-        cands.append(Candidate(element, dimension, contains))
-
-    ranks_in = np.flatnonzero(np.bincount(g.rank[spans]))
-    rank_excess = np.bincount(g.rank[spans], excess[spans])
-    top_ranks = [int(r) for r in sorted(ranks_in, key=lambda r: (-rank_excess[r], r))[:TOP_RANKS]]
-    of_rank = {r: g.rank == r for r in top_ranks}
-    for r in top_ranks:
-        add(elements.rank(job, r), "rank", peer_med, of_rank[r])
-    dp_excess = np.bincount(g.dp[spans], excess[spans])
-    replicas = sorted(np.flatnonzero(np.bincount(g.dp[spans])).tolist(), key=lambda d: (-dp_excess[d], d))
-    where = {r: (set(g.dp[nodes].tolist()), set(g.pp[nodes].tolist())) for r, nodes in of_rank.items()}
-    for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
-        inside = tuple(elements.rank(job, r) for r in top_ranks if d in where[r][0])
-        add(elements.dp(job, d), "dp", peer_med, g.dp == d, inside)
-    chain = roles.stage_key >= 0
-    by_stage = _peer_medians_excluding(roles.by_stage, d0)
-    for s in _top(by_stage, g.pp, d0, chain):
-        inside = tuple(elements.rank(job, r) for r in top_ranks if s in where[r][1])
-        add(elements.stage(job, s), "stage", by_stage[s], chain & (g.pp == s) & np.isfinite(by_stage[s]), inside)
-    sends = g.kind == SEND
-    links = roles.link >= 0
-    by_link = _peer_medians_excluding(roles.by_link, d0)
-    for lk in _top(by_link, roles.link, d0, links & sends):
-        add(elements.stage_link(job, lk), "link", by_link[lk], sends & (roles.link == lk) & np.isfinite(by_link[lk]))
-    if baseline is not None:
-        op_excess = np.bincount(g.op, np.maximum(0.0, d0 - baseline), minlength=len(ops))
-        for o in [int(o) for o in np.argsort(-op_excess, kind="stable")[:TOP_OPS] if op_excess[o] > 0]:
-            add(elements.of_job("op", job, ops[o]), "op", baseline, g.op == o)
-    ideal = roles.peers.ideal.typical(d0)
-    # every node's end only where it is read (the step as modelled, its ideal, the top rank healed); the other
-    # candidates' step ends without a row of durations each (:class:`decompose.Rows`)
-    top = [np.where(healing[0][1], healing[0][0], d0)] if top_ranks else []
-    ends = g.evaluate(np.stack([d0, ideal, *top]))
-    step_ends = ends.max(axis=1)
-    actual_s, ideal_s = float(step_ends[0]), float(step_ends[1])
+    cands, healing = _candidates(g, job, ops, baseline, roles, peer_med)
+    healed_rank_ends = None  # the top rank candidate healed (ranks are the first candidates)
+    if cands and cands[0].dimension == "rank":
+        healed_rank_ends = last_end_per_rank(g, _row_ends(g, np.where(healing[0][1], healing[0][0], d0)))
     structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)
     at_baseline = [] if baseline is None else [(baseline, spans | ~spans)]  # every node at the baseline
     healed = _healed_step_ends(g, d0, healing + at_baseline)
@@ -237,23 +214,79 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         baseline_s=baseline_s,
         candidates=tuple(cands),
         counterfactual_s=healed[: len(healing)],
-        ends=ends[0].copy(),  # (a view would keep every row read alive with the report)
+        ends=ends,
         peer_median=peer_med,
-        rank_ends=last_end_per_rank(g, ends[0]),
-        ideal_rank_ends=last_end_per_rank(g, ends[1]),
-        healed_rank_ends=last_end_per_rank(g, ends[2]) if top_ranks else None,  # the top rank candidate healed
+        rank_ends=last_end_per_rank(g, ends),
+        ideal_rank_ends=ideal_rank_ends,
+        healed_rank_ends=healed_rank_ends,
         structural=structural,
         pending=Pending(g, job, ops, d0, ideal, roles.peers, roles.owners),
     )
 
 
+def _row_ends(g: StepGraph, durations: Floats) -> Floats:
+    """Every node's end for one row of durations."""
+    ends: Floats = g.evaluate(durations[None, :])[0]
+    return ends
+
+
+def _candidates(
+    g: StepGraph, job: str, ops: list[str], baseline: Floats | None, roles: Roles, peer_med: Floats
+) -> tuple[list[Candidate], list[tuple[Floats, Mask]]]:
+    """The candidates, in order (ranks first), and per candidate the durations it heals to and its nodes."""
+    d0 = g.intrinsic
+    spans = g.span >= 0
+    excess = np.maximum(0.0, d0 - peer_med)
+    cands: list[Candidate] = []
+    healing: list[tuple[Floats, Mask]] = []
+
+    def add(element: str, dimension: str, alt: Floats, nodes: Mask, contains: tuple[str, ...] = ()) -> None:
+        healing.append((alt, nodes))
+        cands.append(Candidate(element, dimension, contains))
+
+    rank_of, dp_of, excess = g.rank[spans], g.dp[spans], excess[spans]  # per span
+    ranks_in = np.flatnonzero(np.bincount(rank_of))
+    rank_excess = np.bincount(rank_of, excess)
+    top_ranks = [int(r) for r in sorted(ranks_in, key=lambda r: (-rank_excess[r], r))[:TOP_RANKS]]
+    of_rank = {r: g.rank == r for r in top_ranks}
+    for r in top_ranks:
+        add(elements.rank(job, r), "rank", peer_med, of_rank[r])
+    dp_excess = np.bincount(dp_of, excess)
+    replicas = sorted(np.flatnonzero(np.bincount(dp_of)).tolist(), key=lambda d: (-dp_excess[d], d))
+    where = {r: (set(g.dp[nodes].tolist()), set(g.pp[nodes].tolist())) for r, nodes in of_rank.items()}
+    for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
+        inside = tuple(elements.rank(job, r) for r in top_ranks if d in where[r][0])
+        add(elements.dp(job, d), "dp", peer_med, g.dp == d, inside)
+    chain = roles.stage_key >= 0
+    by_stage = _peer_medians_excluding(roles.by_stage, d0, g.pp)
+    healable = chain & np.isfinite(by_stage)
+    for s in _top(by_stage, g.pp, d0, chain):
+        inside = tuple(elements.rank(job, r) for r in top_ranks if s in where[r][1])
+        add(elements.stage(job, s), "stage", by_stage, healable & (g.pp == s), inside)
+    sends = g.kind == SEND
+    links = roles.link >= 0
+    by_link = _peer_medians_excluding(roles.by_link, d0, roles.link)
+    healable = sends & np.isfinite(by_link)
+    for lk in _top(by_link, roles.link, d0, links & sends):
+        add(elements.stage_link(job, lk), "link", by_link, healable & (roles.link == lk))
+    if baseline is not None:
+        op_excess = np.bincount(g.op, np.maximum(0.0, d0 - baseline), minlength=len(ops))
+        for o in [int(o) for o in np.argsort(-op_excess, kind="stable")[:TOP_OPS] if op_excess[o] > 0]:
+            add(elements.of_job("op", job, ops[o]), "op", baseline, g.op == o)
+    return cands, healing
+
+
 def _healed_step_ends(g: StepGraph, d0: Floats, healing: list[tuple[Floats, Mask]]) -> Floats:
     """Per candidate, in order: the step end with its nodes healed (candidates healing to the same durations
     in one evaluation; with the native core, all of them in one call)."""
-    if dag.valued_available:
-        nodes = [np.flatnonzero(m) for _, m in healing]
-        values = [alt[at] for (alt, _), at in zip(healing, nodes, strict=True)]
-        return dag.valued_step_ends(g.schedule, g.indptr, g.indices, g.floor, d0, nodes, values)
+    if dag.valued_available:  # the candidates' nodes and values written flat, one candidate at a time
+        ptr = np.zeros(len(healing) + 1, np.int64)
+        np.cumsum([np.count_nonzero(m) for _, m in healing], out=ptr[1:])
+        nodes, values = np.empty(ptr[-1], np.int64), np.empty(ptr[-1])
+        for k, (alt, m) in enumerate(healing):
+            nodes[ptr[k] : ptr[k + 1]] = np.flatnonzero(m)
+            values[ptr[k] : ptr[k + 1]] = alt[m]
+        return dag.valued_step_ends_flat(g.schedule, g.indptr, g.indices, g.floor, d0, ptr, nodes, values)
     out = np.zeros(len(healing))
     i = 0
     while i < len(healing):
@@ -266,9 +299,10 @@ def _healed_step_ends(g: StepGraph, d0: Floats, healing: list[tuple[Floats, Mask
 
 
 def _top(healed: Floats, group: Ints, d0: Floats, mask: npt.NDArray[np.bool_]) -> list[int]:
-    """Groups (stages, links) to evaluate: all of them up to MAX_ALL, else those most above their healing."""
+    """Groups (stages, links) to evaluate: all of them up to MAX_ALL, else those most above their healing
+    (``healed``: per node, from the other groups)."""
     present = sorted(set(group[mask].tolist()))
     if len(present) <= MAX_ALL:
         return present
-    over = {s: float(np.nansum(np.where(mask & (group == s), d0 - healed[s], 0.0))) for s in present}
+    over = {s: float(np.nansum(np.where(mask & (group == s), d0 - healed, 0.0))) for s in present}
     return sorted(present, key=lambda s: (-over[s], s))[:MAX_ALL]
