@@ -203,10 +203,15 @@ async def handle_event(
     ops.MESSAGES.labels(msg.topic).inc()
     ops_service.observe(msg.topic, msg.partition, msg.offset)
     # records of a task that keeps up go at once (a finding waits for no timer); a backlog is committed every
-    # interval (or COMMIT_EVERY_MESSAGES), so that snapshots do not take its time
-    due = len(state.acks) >= COMMIT_EVERY_MESSAGES or (out.audit and state.live())
-    if due and state.unresolved is None:  # (else the timer retries)
-        await commit_task(ops_service.app, ops_service, state)
+    # interval (or COMMIT_EVERY_MESSAGES), so that snapshots do not take its time, and at once when it ends
+    # (its offsets too: the group's lag is 0 when the input is processed, not up to two timers later)
+    ended = state.backlog_ended()
+    due = ended or len(state.acks) >= COMMIT_EVERY_MESSAGES or (out.audit and state.live())
+    if not due or state.unresolved is not None:  # (a failed transaction: the timer retries)
+        return
+    committed = await commit_task(ops_service.app, ops_service, state)
+    if committed and ended and not state.dirty:  # (not too soon after the last: the commit was made)
+        await commit_offsets(ops_service.app)
 
 
 async def commit_task(app: faust.App, ops_service: OpsService, task: WorkerState) -> bool:
@@ -227,6 +232,16 @@ async def commit_task(app: faust.App, ops_service: OpsService, task: WorkerState
         await app.crash(exc)
         return False
     return True
+
+
+async def commit_offsets(app: faust.App) -> None:
+    """Commit the acknowledged input offsets now (Faust does every ``broker_commit_interval``); they are
+    monitoring only (a restarted task resumes from its snapshot's offsets), so a failure is left to Faust's
+    next commit."""
+    try:
+        await app.consumer.commit()
+    except Exception as exc:
+        log.info("committing the input offsets failed; Faust's next commit does", extra={"error": repr(exc)})
 
 
 def build_app(settings: Settings) -> tuple[faust.App, OpsService]:

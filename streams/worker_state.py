@@ -56,6 +56,7 @@ from streams.durable import (
 )
 from streams.errors import ConfigError
 from streams.health import bounded
+from streams.kafka import fetching
 from streams.kafka.admin import partitions
 from streams.pipeline import Output, Processor, channel_of
 from streams.shared import Mark
@@ -65,7 +66,12 @@ SNAPSHOT_SHARE = 0.2  # at most this share of the event loop's time goes to copy
 TRANSACTION_TIMEOUT_S = 30.0  # a commit that takes longer failed (the broker is away)
 RECOVER_TIMEOUT_S = 10.0  # for each step of getting a new producer after a failed commit
 READER_BACKOFF_S = (0.5, 10.0)  # the decision reader's wait after a failure: first, at most
+# a task whose own input was this many messages behind since its last commit commits as soon as it has caught
+# up: the end of a backlog is acknowledged at once, not on the next timer (one commit per backlog, none at a
+# steady rate, where the input is never more than a fetch behind)
+BACKLOG_MESSAGES = 100
 READ_IN_FULL = ("decisions", "shared")  # kinds of input every task reads all partitions of (by its own reader)
+OWN_INPUT = ("telemetry", "metrics")  # kinds of input a task reads one partition of (through Faust)
 log = logging.getLogger("driftlog.worker")
 
 
@@ -103,6 +109,7 @@ class WorkerState:
     outputs: list[Output] = field(default_factory=list)
     acks: list[tuple[Any, Any]] = field(default_factory=list)  # (stream, event) to ack after the commit
     dirty: bool = False
+    behind: int = 0  # the most messages its own input (telemetry, metrics) was behind since the last commit
     idle_since: float | None = None
     flushed: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -140,7 +147,8 @@ class WorkerState:
         everything = [(tp.topic, tp.partition) for tp in await partitions(bootstrap, list(inputs))]
         mine = [TopicPartition(t, p) for t, p in self.configure(inputs, everything)]
         self.decisions = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                          isolation_level="read_committed")  # fmt: skip
+                                          isolation_level="read_committed",
+                                          fetch_max_wait_ms=fetching.FETCH_MAX_WAIT_MS)  # fmt: skip
         await self.decisions.start()
         self.decisions.assign(mine)
         for tp in mine:
@@ -268,6 +276,15 @@ class WorkerState:
                 out.append(name)
         return out
 
+    def backlog_ended(self) -> bool:
+        """Whether the task has just caught up with its own input after a backlog (:data:`BACKLOG_MESSAGES`):
+        its commit is due now (the decision and shared channels, read in full by its own reader, do not count:
+        their marks move only with the other tasks' commits)."""
+        if self.behind < BACKLOG_MESSAGES:
+            return False
+        caught_up = set(self.caught_up())
+        return all(channel_of(t, p) in caught_up for t, p in self.offsets if self.kinds.get(t) in OWN_INPUT)
+
     def live(self) -> bool:
         """Whether every input channel is caught up (the task keeps up with its input in real time)."""
         return bool(self.channels) and set(self.channels) <= set(self.caught_up())
@@ -276,7 +293,7 @@ class WorkerState:
         """How far the task's own input (its telemetry and metrics partitions) has come, for the other tasks:
         the oldest newest event time of those not caught up (all caught up: the newest)."""
         caught_up = set(self.caught_up())
-        own = [channel_of(t, p) for t, p in self.offsets if self.kinds.get(t) in ("telemetry", "metrics")]
+        own = [channel_of(t, p) for t, p in self.offsets if self.kinds.get(t) in OWN_INPUT]
         behind = [c for c in own if c not in caught_up]
         times = [self.processor.timeline.newest(c) for c in behind or own]
         if not times:
@@ -290,6 +307,8 @@ class WorkerState:
         record's timestamp (s), the reference for samples too far in the future."""
         tp = (position.topic, position.partition)
         self.offsets[tp] = position.offset + 1
+        if kind in OWN_INPUT and (high := self._highwater(*tp)) is not None:
+            self.behind = max(self.behind, high - position.offset - 1)
         caught_up = self.caught_up()
         if kind == "metrics":
             out = self.processor.otlp(value, position, encoding, caught_up)
@@ -366,6 +385,7 @@ class WorkerState:
             started = time.monotonic()
             state = snapshot.pickled()  # before any await: nothing may change the state while it is copied
             outputs, acks, self.outputs, self.acks, self.dirty = self.outputs, self.acks, [], [], False
+            self.behind = 0
             self.committed_at = time.monotonic()
             self.encode_s = self.committed_at - started  # what the event loop spent (input waited meanwhile)
             try:
