@@ -274,14 +274,18 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
 
     @app.timer(interval=settings.state_interval_s)  # type: ignore[untyped-decorator]
     async def commit() -> None:
+        committed = False
         for task in tasks.each():
             if not task.ready.is_set():
                 continue
-            out = task.tick()
+            out, seq = task.tick(), task.seq
             if out is not None:
                 publish_metrics(out)
             if not await commit_task(app, ops_service, task):
                 return
+            committed = committed or task.seq > seq
+        if committed and all(t.own_caught_up() and not t.dirty for t in tasks.each()):  # (its input's end)
+            await commit_offsets(app)
 
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
     async def broker() -> None:

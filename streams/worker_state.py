@@ -280,8 +280,10 @@ class WorkerState:
         """Whether the task has just caught up with its own input after a backlog (:data:`BACKLOG_MESSAGES`):
         its commit is due now (the decision and shared channels, read in full by its own reader, do not count:
         their marks move only with the other tasks' commits)."""
-        if self.behind < BACKLOG_MESSAGES:
-            return False
+        return self.behind >= BACKLOG_MESSAGES and self.own_caught_up()
+
+    def own_caught_up(self) -> bool:
+        """Whether the task's own input (its telemetry and metrics partitions) is read to its end."""
         caught_up = set(self.caught_up())
         return all(channel_of(t, p) in caught_up for t, p in self.offsets if self.kinds.get(t) in OWN_INPUT)
 
