@@ -56,7 +56,6 @@ from streams.durable import (
 )
 from streams.errors import ConfigError
 from streams.health import bounded
-from streams.kafka import fetching
 from streams.kafka.admin import partitions
 from streams.pipeline import Output, Processor, channel_of
 from streams.shared import Mark
@@ -128,6 +127,7 @@ class WorkerState:
     # where the reader's consumer stands (past the commit markers of a transactional topic, which no message
     # shows: the shared topic's end is reached only there)
     read_to: Offsets = field(default_factory=dict)
+    reads: set[tuple[str, int]] = field(default_factory=set)  # the partitions the reader is assigned (fixed)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def start(self, bootstrap: str, state_topic: str, inputs: dict[str, str]) -> None:
@@ -147,10 +147,10 @@ class WorkerState:
         everything = [(tp.topic, tp.partition) for tp in await partitions(bootstrap, list(inputs))]
         mine = [TopicPartition(t, p) for t, p in self.configure(inputs, everything)]
         self.decisions = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                          isolation_level="read_committed",
-                                          fetch_max_wait_ms=fetching.FETCH_MAX_WAIT_MS)  # fmt: skip
+                                          isolation_level="read_committed")  # fmt: skip
         await self.decisions.start()
         self.decisions.assign(mine)
+        self.reads = {(tp.topic, tp.partition) for tp in mine}
         for tp in mine:
             self.decisions.seek(tp, self.offsets[(tp.topic, tp.partition)])
         self.reader = asyncio.ensure_future(self._read_decisions())
@@ -247,12 +247,9 @@ class WorkerState:
         return out
 
     def _highwater(self, topic: str, partition: int) -> int | None:
-        if self.decisions is not None and (topic, partition) in self._decision_tps():
+        if self.decisions is not None and (topic, partition) in self.reads:
             return self.decisions.last_stable_offset(TopicPartition(topic, partition))  # type: ignore[no-any-return]
         return self.highwater(topic, partition)
-
-    def _decision_tps(self) -> set[tuple[str, int]]:
-        return {(tp.topic, tp.partition) for tp in self.decisions.assignment()} if self.decisions else set()
 
     def covered(self, topic: str, partition: int, offset: int) -> bool:
         """Whether the state already holds this input (a re-delivery after a restart or a rebalance)."""
