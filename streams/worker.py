@@ -45,6 +45,7 @@ from streams.worker_state import TransactionFailed, WorkerState
 log = logging.getLogger("driftlog.worker")
 COMMIT_EVERY_MESSAGES = 2000  # a transaction at least this often (besides every DRIFTLOG_STATE_INTERVAL_S)
 SHUTDOWN_BUDGET_S = 7.5  # SIGTERM → exit, whatever the broker does
+OFFSETS_COMMIT_INTERVAL_S = 1.0  # Faust commits the acknowledged input offsets this often
 
 
 def broker_urls(bootstrap: str) -> list[str]:
@@ -174,7 +175,7 @@ def faust_app(settings: Settings) -> faust.App:
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         broker_commit_every=1000,
-        broker_commit_interval=1.0,
+        broker_commit_interval=OFFSETS_COMMIT_INTERVAL_S,
         # a restarted worker rejoins once the dead member's session expired: keep that short (the broker's
         # group.min.session.timeout.ms is 6 s by default)
         broker_session_timeout=6.0,
@@ -284,7 +285,9 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
             if not await commit_task(app, ops_service, task):
                 return
             committed = committed or task.seq > seq
-        if committed and all(t.own_caught_up() and not t.dirty for t in tasks.each()):  # (its input's end)
+        # at the input's end, the offsets at once rather than on Faust's timer (not more often than Faust does)
+        at_end = committed and all(t.own_caught_up() and not t.dirty for t in tasks.each())
+        if at_end and settings.state_interval_s >= OFFSETS_COMMIT_INTERVAL_S:
             await commit_offsets(app)
 
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
