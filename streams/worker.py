@@ -3,10 +3,10 @@
 
 Delivery: an exactly-once *effect* into the audit and dead-letter topics (:mod:`durable`). The agent consumes
 with manual acknowledgement; every ``DRIFTLOG_STATE_INTERVAL_S`` (or ``COMMIT_EVERY_MESSAGES`` messages, or as
-soon as a task that keeps up with its input has records) each task writes, in one Kafka transaction of its own
-producer, the records produced since its last one (and the samples of no job it forwards to the other tasks,
-:mod:`streams.shared`) together with a snapshot of its state and the input offsets it covers; only then are
-the input messages acknowledged,
+soon as a task that keeps up with its input has records, or has caught up after a backlog) each task writes, in
+one Kafka transaction of its own producer, the records produced since its last one (and the samples of no job
+it forwards to the other tasks, :mod:`streams.shared`) together with a snapshot of its state and the input
+offsets it covers; only then are the input messages acknowledged,
 so Faust's committed offsets trail the snapshots. A task is committed when Kafka revokes its partition and
 loaded (fencing the previous owner) where it is assigned next, after a SIGKILL too: the sink
 (``read_committed``) sees every record once, whatever the number of workers. Nothing in the agent may raise
