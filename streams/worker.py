@@ -210,9 +210,27 @@ async def handle_event(
     due = ended or len(state.acks) >= COMMIT_EVERY_MESSAGES or (out.audit and state.live())
     if not due or state.unresolved is not None:  # (a failed transaction: the timer retries)
         return
-    committed = await commit_task(ops_service.app, ops_service, state)
-    if committed and ended and not state.dirty:  # (not too soon after the last: the commit was made)
+    if await commit_task(ops_service.app, ops_service, state) and ended:
+        await end_of_backlog(ops_service, state)
+
+
+async def end_of_backlog(ops_service: OpsService, task: WorkerState) -> None:
+    """After a task's commit at the end of a backlog: the input offsets at once; a commit that came too soon
+    after the last snapshot (``SNAPSHOT_SHARE``) is made as soon as it is allowed, not on the next timer."""
+    if not task.dirty:
         await commit_offsets(ops_service.app)
+    elif task.deferred is None:
+        task.deferred = asyncio.ensure_future(_commit_when_allowed(ops_service, task))
+
+
+async def _commit_when_allowed(ops_service: OpsService, task: WorkerState) -> None:
+    """(Cancelled when the task stops: :meth:`WorkerState.stop`.)"""
+    try:
+        await asyncio.sleep(max(0.0, task.allowed_in()))
+        if task.unresolved is None and await commit_task(ops_service.app, ops_service, task) and not task.dirty:
+            await commit_offsets(ops_service.app)
+    finally:
+        task.deferred = None
 
 
 async def commit_task(app: faust.App, ops_service: OpsService, task: WorkerState) -> bool:

@@ -129,6 +129,7 @@ class WorkerState:
     read_to: Offsets = field(default_factory=dict)
     reads: set[tuple[str, int]] = field(default_factory=set)  # the partitions the reader is assigned (fixed)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    deferred: asyncio.Task[None] | None = None  # a backlog's end commit, waiting until it is allowed
 
     async def start(self, bootstrap: str, state_topic: str, inputs: dict[str, str]) -> None:
         """Fence an earlier owner of the task (its open transaction is aborted), restore the task's newest
@@ -192,6 +193,8 @@ class WorkerState:
             self.processor.rebuffer(value, SourcePosition(topic, partition, offset), self.kinds[topic], self.encoding)
 
     async def stop(self) -> None:
+        if self.deferred is not None:
+            self.deferred.cancel()
         if self.reader is not None:
             self.reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -376,7 +379,7 @@ class WorkerState:
             if self.unresolved is not None and not await self._resolve():
                 raise TransactionFailed(self.error)
             mark = self.mark()
-            too_soon = not force and time.monotonic() - self.committed_at < self.encode_s / SNAPSHOT_SHARE
+            too_soon = not force and self.allowed_in() > 0
             if (not self.dirty and mark == self.marked) or too_soon:
                 return 0
             self.seq += 1
@@ -407,6 +410,10 @@ class WorkerState:
             self.marked = mark
             await self._committed(snapshot.offsets, acks)
             return sum(len(o.audit) for o in outputs)
+
+    def allowed_in(self) -> float:
+        """Seconds until a commit that is not forced may copy the state again (``SNAPSHOT_SHARE``)."""
+        return self.committed_at + self.encode_s / SNAPSHOT_SHARE - time.monotonic()
 
     async def _resolve(self) -> bool:
         """After a failed transaction: a new producer (the broker aborts the open transaction, or completes

@@ -383,14 +383,18 @@ def test_records_of_a_task_that_keeps_up_are_committed_at_once_a_backlogs_with_t
     assert stream.acked == ([] if behind else [0])
 
 
-@pytest.mark.parametrize("backlog", [BACKLOG_MESSAGES + 20, BACKLOG_MESSAGES // 2], ids=["backlog", "a-few-behind"])
+@pytest.mark.parametrize(("backlog", "too_soon"), [(BACKLOG_MESSAGES + 20, False), (BACKLOG_MESSAGES // 2, False),
+                                                 (BACKLOG_MESSAGES + 20, True)],
+                         ids=["backlog", "a-few-behind", "backlog-ending-too-soon-after-a-snapshot"])  # fmt: skip
 def test_a_task_commits_and_acknowledges_at_once_when_a_backlog_ends(
-    backlog: int, monkeypatch: pytest.MonkeyPatch
+    backlog: int, too_soon: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A task that drained a backlog of its own input commits as soon as it has caught up (its input
-    acknowledged and the offsets committed: the group's lag is 0 then, not after the next timers); one that
-    was only a few messages behind, as at a steady rate, leaves its commit to the timer; nothing is committed
-    while the backlog lasts (below ``COMMIT_EVERY_MESSAGES``)."""
+    acknowledged and the offsets committed: the group's lag is 0 then, not after the next timers), or, too
+    soon after its last snapshot (``SNAPSHOT_SHARE``), as soon as that allows; one that was only a few
+    messages behind, as at a steady rate, leaves its commit to the timer; nothing is committed while the
+    backlog lasts (below ``COMMIT_EVERY_MESSAGES``)."""
+    import time
     from types import SimpleNamespace
 
     from streams.worker import handle_event
@@ -416,7 +420,17 @@ def test_a_task_commits_and_acknowledges_at_once_when_a_backlog_ends(
             seqs.append(state.seq)
         return seqs
 
-    seqs = asyncio.run(drain())
+    async def drain_and_wait() -> list[int]:
+        if too_soon:  # a snapshot just now held the loop 0.2 s: the next one not before 1 s after it
+            state.committed_at, state.encode_s = time.monotonic(), 0.2
+        seqs = await drain()
+        if too_soon:
+            assert state.seq == 0 and state.deferred is not None, "not yet: too soon"
+            await asyncio.sleep(max(0.0, state.allowed_in()) + 0.3)
+            seqs[-1] = state.seq
+        return seqs
+
+    seqs = asyncio.run(drain_and_wait())
     if backlog >= BACKLOG_MESSAGES:
         assert seqs == [0] * (backlog - 1) + [1], "one commit, when the last message of the backlog is in"
         assert stream.acked == list(range(backlog)) and offsets_commits == [backlog]
