@@ -50,6 +50,7 @@ from streams.config import Settings
 from streams.errors import DriftlogError, OffsetsMismatch, StoreError
 from streams.health import Health, bounded, probe, time_left, until_broker
 from streams.kafka.admin import ensure_topics, partitions
+from streams.kafka.fetching import FETCH_MAX_WAIT_MS
 
 log = logging.getLogger("driftlog.sink")
 PARTITION_REFRESH_S = 30.0
@@ -98,6 +99,9 @@ class AuditSink:
             isolation_level="read_committed",  # the worker writes in transactions (streams/durable.py)
             auto_offset_reset="none",  # never reset past records silently: offsets_guard says why instead
             max_partition_fetch_bytes=8 * 1024 * 1024,
+            # a partition whose fetched records wait in the buffer (``max_records``) drops out of the next fetch
+            # request, which the broker then holds open this long for the idle ones
+            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         )
         self.signer = Signer.load_or_create(settings.signing_key_path)
         self.checkpoint_seq = last_seq(settings.checkpoint_path)

@@ -3,10 +3,10 @@
 
 Delivery: an exactly-once *effect* into the audit and dead-letter topics (:mod:`durable`). The agent consumes
 with manual acknowledgement; every ``DRIFTLOG_STATE_INTERVAL_S`` (or ``COMMIT_EVERY_MESSAGES`` messages, or as
-soon as a task that keeps up with its input has records) each task writes, in one Kafka transaction of its own
-producer, the records produced since its last one (and the samples of no job it forwards to the other tasks,
-:mod:`streams.shared`) together with a snapshot of its state and the input offsets it covers; only then are
-the input messages acknowledged,
+soon as a task that keeps up with its input has records, or has caught up after a backlog) each task writes, in
+one Kafka transaction of its own producer, the records produced since its last one (and the samples of no job
+it forwards to the other tasks, :mod:`streams.shared`) together with a snapshot of its state and the input
+offsets it covers; only then are the input messages acknowledged,
 so Faust's committed offsets trail the snapshots. A task is committed when Kafka revokes its partition and
 loaded (fencing the previous owner) where it is assigned next, after a SIGKILL too: the sink
 (``read_committed``) sees every record once, whatever the number of workers. Nothing in the agent may raise
@@ -45,6 +45,7 @@ from streams.worker_state import TransactionFailed, WorkerState
 log = logging.getLogger("driftlog.worker")
 COMMIT_EVERY_MESSAGES = 2000  # a transaction at least this often (besides every DRIFTLOG_STATE_INTERVAL_S)
 SHUTDOWN_BUDGET_S = 7.5  # SIGTERM → exit, whatever the broker does
+OFFSETS_COMMIT_INTERVAL_S = 1.0  # Faust commits the acknowledged input offsets this often
 
 
 def broker_urls(bootstrap: str) -> list[str]:
@@ -174,7 +175,7 @@ def faust_app(settings: Settings) -> faust.App:
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         broker_commit_every=1000,
-        broker_commit_interval=1.0,
+        broker_commit_interval=OFFSETS_COMMIT_INTERVAL_S,
         # a restarted worker rejoins once the dead member's session expired: keep that short (the broker's
         # group.min.session.timeout.ms is 6 s by default)
         broker_session_timeout=6.0,
@@ -203,10 +204,33 @@ async def handle_event(
     ops.MESSAGES.labels(msg.topic).inc()
     ops_service.observe(msg.topic, msg.partition, msg.offset)
     # records of a task that keeps up go at once (a finding waits for no timer); a backlog is committed every
-    # interval (or COMMIT_EVERY_MESSAGES), so that snapshots do not take its time
-    due = len(state.acks) >= COMMIT_EVERY_MESSAGES or (out.audit and state.live())
-    if due and state.unresolved is None:  # (else the timer retries)
-        await commit_task(ops_service.app, ops_service, state)
+    # interval (or COMMIT_EVERY_MESSAGES), so that snapshots do not take its time, and at once when it ends
+    # (its offsets too: the group's lag is 0 when the input is processed, not up to two timers later)
+    ended = state.backlog_ended()
+    due = ended or len(state.acks) >= COMMIT_EVERY_MESSAGES or (out.audit and state.live())
+    if not due or state.unresolved is not None:  # (a failed transaction: the timer retries)
+        return
+    if await commit_task(ops_service.app, ops_service, state) and ended:
+        await end_of_backlog(ops_service, state)
+
+
+async def end_of_backlog(ops_service: OpsService, task: WorkerState) -> None:
+    """After a task's commit at the end of a backlog: the input offsets at once; a commit that came too soon
+    after the last snapshot (``SNAPSHOT_SHARE``) is made as soon as it is allowed, not on the next timer."""
+    if not task.dirty:
+        await commit_offsets(ops_service.app)
+    elif task.deferred is None:
+        task.deferred = asyncio.ensure_future(_commit_when_allowed(ops_service, task))
+
+
+async def _commit_when_allowed(ops_service: OpsService, task: WorkerState) -> None:
+    """(Cancelled when the task stops: :meth:`WorkerState.stop`.)"""
+    try:
+        await asyncio.sleep(max(0.0, task.allowed_in()))
+        if task.unresolved is None and await commit_task(ops_service.app, ops_service, task) and not task.dirty:
+            await commit_offsets(ops_service.app)
+    finally:
+        task.deferred = None
 
 
 async def commit_task(app: faust.App, ops_service: OpsService, task: WorkerState) -> bool:
@@ -227,6 +251,16 @@ async def commit_task(app: faust.App, ops_service: OpsService, task: WorkerState
         await app.crash(exc)
         return False
     return True
+
+
+async def commit_offsets(app: faust.App) -> None:
+    """Commit the acknowledged input offsets now (Faust does every ``broker_commit_interval``); they are
+    monitoring only (a restarted task resumes from its snapshot's offsets), so a failure is left to Faust's
+    next commit."""
+    try:
+        await app.consumer.commit()
+    except Exception as exc:
+        log.info("committing the input offsets failed; Faust's next commit does", extra={"error": repr(exc)})
 
 
 def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
@@ -259,14 +293,20 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
 
     @app.timer(interval=settings.state_interval_s)  # type: ignore[untyped-decorator]
     async def commit() -> None:
+        committed = False
         for task in tasks.each():
             if not task.ready.is_set():
                 continue
-            out = task.tick()
+            out, seq = task.tick(), task.seq
             if out is not None:
                 publish_metrics(out)
             if not await commit_task(app, ops_service, task):
                 return
+            committed = committed or task.seq > seq
+        # at the input's end, the offsets at once rather than on Faust's timer (not more often than Faust does)
+        at_end = committed and all(t.own_caught_up() and not t.dirty for t in tasks.each())
+        if at_end and settings.state_interval_s >= OFFSETS_COMMIT_INTERVAL_S:
+            await commit_offsets(app)
 
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
     async def broker() -> None:

@@ -65,7 +65,12 @@ SNAPSHOT_SHARE = 0.2  # at most this share of the event loop's time goes to copy
 TRANSACTION_TIMEOUT_S = 30.0  # a commit that takes longer failed (the broker is away)
 RECOVER_TIMEOUT_S = 10.0  # for each step of getting a new producer after a failed commit
 READER_BACKOFF_S = (0.5, 10.0)  # the decision reader's wait after a failure: first, at most
+# a task whose own input was this many messages behind since its last commit commits as soon as it has caught
+# up: the end of a backlog is acknowledged at once, not on the next timer (one commit per backlog, none at a
+# steady rate, where the input is never more than a fetch behind)
+BACKLOG_MESSAGES = 100
 READ_IN_FULL = ("decisions", "shared")  # kinds of input every task reads all partitions of (by its own reader)
+OWN_INPUT = ("telemetry", "metrics")  # kinds of input a task reads one partition of (through Faust)
 log = logging.getLogger("driftlog.worker")
 
 
@@ -103,6 +108,7 @@ class WorkerState:
     outputs: list[Output] = field(default_factory=list)
     acks: list[tuple[Any, Any]] = field(default_factory=list)  # (stream, event) to ack after the commit
     dirty: bool = False
+    behind: int = 0  # the most messages its own input (telemetry, metrics) was behind since the last commit
     idle_since: float | None = None
     flushed: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -121,7 +127,9 @@ class WorkerState:
     # where the reader's consumer stands (past the commit markers of a transactional topic, which no message
     # shows: the shared topic's end is reached only there)
     read_to: Offsets = field(default_factory=dict)
+    reads: set[tuple[str, int]] = field(default_factory=set)  # the partitions the reader is assigned (fixed)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    deferred: asyncio.Task[None] | None = None  # a backlog's end commit, waiting until it is allowed
 
     async def start(self, bootstrap: str, state_topic: str, inputs: dict[str, str]) -> None:
         """Fence an earlier owner of the task (its open transaction is aborted), restore the task's newest
@@ -143,6 +151,7 @@ class WorkerState:
                                           isolation_level="read_committed")  # fmt: skip
         await self.decisions.start()
         self.decisions.assign(mine)
+        self.reads = {(tp.topic, tp.partition) for tp in mine}
         for tp in mine:
             self.decisions.seek(tp, self.offsets[(tp.topic, tp.partition)])
         self.reader = asyncio.ensure_future(self._read_decisions())
@@ -184,6 +193,8 @@ class WorkerState:
             self.processor.rebuffer(value, SourcePosition(topic, partition, offset), self.kinds[topic], self.encoding)
 
     async def stop(self) -> None:
+        if self.deferred is not None:
+            self.deferred.cancel()
         if self.reader is not None:
             self.reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -239,12 +250,9 @@ class WorkerState:
         return out
 
     def _highwater(self, topic: str, partition: int) -> int | None:
-        if self.decisions is not None and (topic, partition) in self._decision_tps():
+        if self.decisions is not None and (topic, partition) in self.reads:
             return self.decisions.last_stable_offset(TopicPartition(topic, partition))  # type: ignore[no-any-return]
         return self.highwater(topic, partition)
-
-    def _decision_tps(self) -> set[tuple[str, int]]:
-        return {(tp.topic, tp.partition) for tp in self.decisions.assignment()} if self.decisions else set()
 
     def covered(self, topic: str, partition: int, offset: int) -> bool:
         """Whether the state already holds this input (a re-delivery after a restart or a rebalance)."""
@@ -268,6 +276,17 @@ class WorkerState:
                 out.append(name)
         return out
 
+    def backlog_ended(self) -> bool:
+        """Whether the task has just caught up with its own input after a backlog (:data:`BACKLOG_MESSAGES`):
+        its commit is due now (the decision and shared channels, read in full by its own reader, do not count:
+        their marks move only with the other tasks' commits)."""
+        return self.behind >= BACKLOG_MESSAGES and self.own_caught_up()
+
+    def own_caught_up(self) -> bool:
+        """Whether the task's own input (its telemetry and metrics partitions) is read to its end."""
+        caught_up = set(self.caught_up())
+        return all(channel_of(t, p) in caught_up for t, p in self.offsets if self.kinds.get(t) in OWN_INPUT)
+
     def live(self) -> bool:
         """Whether every input channel is caught up (the task keeps up with its input in real time)."""
         return bool(self.channels) and set(self.channels) <= set(self.caught_up())
@@ -276,7 +295,7 @@ class WorkerState:
         """How far the task's own input (its telemetry and metrics partitions) has come, for the other tasks:
         the oldest newest event time of those not caught up (all caught up: the newest)."""
         caught_up = set(self.caught_up())
-        own = [channel_of(t, p) for t, p in self.offsets if self.kinds.get(t) in ("telemetry", "metrics")]
+        own = [channel_of(t, p) for t, p in self.offsets if self.kinds.get(t) in OWN_INPUT]
         behind = [c for c in own if c not in caught_up]
         times = [self.processor.timeline.newest(c) for c in behind or own]
         if not times:
@@ -290,6 +309,8 @@ class WorkerState:
         record's timestamp (s), the reference for samples too far in the future."""
         tp = (position.topic, position.partition)
         self.offsets[tp] = position.offset + 1
+        if kind in OWN_INPUT and (high := self._highwater(*tp)) is not None:
+            self.behind = max(self.behind, high - position.offset - 1)
         caught_up = self.caught_up()
         if kind == "metrics":
             out = self.processor.otlp(value, position, encoding, caught_up)
@@ -358,7 +379,7 @@ class WorkerState:
             if self.unresolved is not None and not await self._resolve():
                 raise TransactionFailed(self.error)
             mark = self.mark()
-            too_soon = not force and time.monotonic() - self.committed_at < self.encode_s / SNAPSHOT_SHARE
+            too_soon = not force and self.allowed_in() > 0
             if (not self.dirty and mark == self.marked) or too_soon:
                 return 0
             self.seq += 1
@@ -366,6 +387,7 @@ class WorkerState:
             started = time.monotonic()
             state = snapshot.pickled()  # before any await: nothing may change the state while it is copied
             outputs, acks, self.outputs, self.acks, self.dirty = self.outputs, self.acks, [], [], False
+            self.behind = 0
             self.committed_at = time.monotonic()
             self.encode_s = self.committed_at - started  # what the event loop spent (input waited meanwhile)
             try:
@@ -388,6 +410,10 @@ class WorkerState:
             self.marked = mark
             await self._committed(snapshot.offsets, acks)
             return sum(len(o.audit) for o in outputs)
+
+    def allowed_in(self) -> float:
+        """Seconds until a commit that is not forced may copy the state again (``SNAPSHOT_SHARE``)."""
+        return self.committed_at + self.encode_s / SNAPSHOT_SHARE - time.monotonic()
 
     async def _resolve(self) -> bool:
         """After a failed transaction: a new producer (the broker aborts the open transaction, or completes

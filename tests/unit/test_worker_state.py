@@ -19,7 +19,7 @@ from aiokafka.errors import KafkaConnectionError, ProducerFenced
 from streams.config import Settings
 from streams.durable import _HEADER, STATE_VERSION, Snapshot, StateVersionError, digest
 from streams.pipeline import Output, Processor, build_processor
-from streams.worker_state import TaskTakenOver, TransactionFailed, WorkerState
+from streams.worker_state import BACKLOG_MESSAGES, TaskTakenOver, TransactionFailed, WorkerState
 
 
 @dataclass
@@ -381,3 +381,58 @@ def test_records_of_a_task_that_keeps_up_are_committed_at_once_a_backlogs_with_t
     asyncio.run(handle_event(state, ops, stream, event, "telemetry", "auto"))  # type: ignore[arg-type]
     assert broker.records == ([] if behind else [finding])
     assert stream.acked == ([] if behind else [0])
+
+
+@pytest.mark.parametrize(("backlog", "too_soon"), [(BACKLOG_MESSAGES + 20, False), (BACKLOG_MESSAGES // 2, False),
+                                                 (BACKLOG_MESSAGES + 20, True)],
+                         ids=["backlog", "a-few-behind", "backlog-ending-too-soon-after-a-snapshot"])  # fmt: skip
+def test_a_task_commits_and_acknowledges_at_once_when_a_backlog_ends(
+    backlog: int, too_soon: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task that drained a backlog of its own input commits as soon as it has caught up (its input
+    acknowledged and the offsets committed: the group's lag is 0 then, not after the next timers), or, too
+    soon after its last snapshot (``SNAPSHOT_SHARE``), as soon as that allows; one that was only a few
+    messages behind, as at a steady rate, leaves its commit to the timer; nothing is committed while the
+    backlog lasts (below ``COMMIT_EVERY_MESSAGES``)."""
+    import time
+    from types import SimpleNamespace
+
+    from streams.worker import handle_event
+
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+    state.highwater = lambda t, p: backlog  # the telemetry partition's end: the whole backlog is there
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())  # (no records: no commit for them)
+    offsets_commits: list[int] = []
+
+    async def commit() -> None:
+        offsets_commits.append(len(stream.acked))
+
+    app = SimpleNamespace(consumer=SimpleNamespace(commit=commit))
+    ops = SimpleNamespace(app=app, status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
+
+    async def drain() -> list[int]:
+        seqs = []
+        for offset in range(backlog):
+            event = Event(SimpleNamespace(topic="telemetry", partition=0, offset=offset, value=b"", timestamp=None))
+            await handle_event(state, ops, stream, event, "telemetry", "auto")  # type: ignore[arg-type]
+            seqs.append(state.seq)
+        return seqs
+
+    async def drain_and_wait() -> list[int]:
+        if too_soon:  # a snapshot just now held the loop 0.2 s: the next one not before 1 s after it
+            state.committed_at, state.encode_s = time.monotonic(), 0.2
+        seqs = await drain()
+        if too_soon:
+            assert state.seq == 0 and state.deferred is not None, "not yet: too soon"
+            await asyncio.sleep(max(0.0, state.allowed_in()) + 0.3)
+            seqs[-1] = state.seq
+        return seqs
+
+    seqs = asyncio.run(drain_and_wait())
+    if backlog >= BACKLOG_MESSAGES:
+        assert seqs == [0] * (backlog - 1) + [1], "one commit, when the last message of the backlog is in"
+        assert stream.acked == list(range(backlog)) and offsets_commits == [backlog]
+    else:
+        assert seqs == [0] * backlog and stream.acked == [] and offsets_commits == []
