@@ -217,6 +217,8 @@ async def handle_event(
 async def end_of_backlog(ops_service: OpsService, task: WorkerState) -> None:
     """After a task's commit at the end of a backlog: the input offsets at once; a commit that came too soon
     after the last snapshot (``SNAPSHOT_SHARE``) is made as soon as it is allowed, not on the next timer."""
+    if task.stopped:
+        return
     if not task.dirty:
         await commit_offsets(ops_service.app)
     elif task.deferred is None:
@@ -227,7 +229,9 @@ async def _commit_when_allowed(ops_service: OpsService, task: WorkerState) -> No
     """(Cancelled when the task stops: :meth:`WorkerState.stop`.)"""
     try:
         await asyncio.sleep(max(0.0, task.allowed_in()))
-        if task.unresolved is None and await commit_task(ops_service.app, ops_service, task) and not task.dirty:
+        if task.stopped or task.unresolved is not None:
+            return
+        if await commit_task(ops_service.app, ops_service, task) and not task.dirty:
             await commit_offsets(ops_service.app)
     finally:
         task.deferred = None

@@ -65,10 +65,11 @@ SNAPSHOT_SHARE = 0.2  # at most this share of the event loop's time goes to copy
 TRANSACTION_TIMEOUT_S = 30.0  # a commit that takes longer failed (the broker is away)
 RECOVER_TIMEOUT_S = 10.0  # for each step of getting a new producer after a failed commit
 READER_BACKOFF_S = (0.5, 10.0)  # the decision reader's wait after a failure: first, at most
-# a task whose own input was this many messages behind since its last commit commits as soon as it has caught
-# up: the end of a backlog is acknowledged at once, not on the next timer (one commit per backlog, none at a
-# steady rate, where the input is never more than a fetch behind)
+# a task whose own input was at least this many messages behind, and stayed behind at least this long, commits
+# as soon as it has caught up: the end of a backlog is acknowledged at once, not on the next timer (one commit
+# per backlog; none at a steady rate, where a fetch of many messages — one per rank — is read before it is old)
 BACKLOG_MESSAGES = 100
+BACKLOG_S = 1.0
 READ_IN_FULL = ("decisions", "shared")  # kinds of input every task reads all partitions of (by its own reader)
 OWN_INPUT = ("telemetry", "metrics")  # kinds of input a task reads one partition of (through Faust)
 log = logging.getLogger("driftlog.worker")
@@ -108,7 +109,7 @@ class WorkerState:
     outputs: list[Output] = field(default_factory=list)
     acks: list[tuple[Any, Any]] = field(default_factory=list)  # (stream, event) to ack after the commit
     dirty: bool = False
-    behind: int = 0  # the most messages its own input (telemetry, metrics) was behind since the last commit
+    behind_since: float | None = None  # (monotonic) since when its own input is BACKLOG_MESSAGES behind
     idle_since: float | None = None
     flushed: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -130,6 +131,7 @@ class WorkerState:
     reads: set[tuple[str, int]] = field(default_factory=set)  # the partitions the reader is assigned (fixed)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     deferred: asyncio.Task[None] | None = None  # a backlog's end commit, waiting until it is allowed
+    stopped: bool = False  # (a handler that waited on the lock while the task was stopped defers nothing)
 
     async def start(self, bootstrap: str, state_topic: str, inputs: dict[str, str]) -> None:
         """Fence an earlier owner of the task (its open transaction is aborted), restore the task's newest
@@ -193,6 +195,7 @@ class WorkerState:
             self.processor.rebuffer(value, SourcePosition(topic, partition, offset), self.kinds[topic], self.encoding)
 
     async def stop(self) -> None:
+        self.stopped = True
         if self.deferred is not None:
             self.deferred.cancel()
         if self.reader is not None:
@@ -277,10 +280,19 @@ class WorkerState:
         return out
 
     def backlog_ended(self) -> bool:
-        """Whether the task has just caught up with its own input after a backlog (:data:`BACKLOG_MESSAGES`):
-        its commit is due now (the decision and shared channels, read in full by its own reader, do not count:
-        their marks move only with the other tasks' commits)."""
-        return self.behind >= BACKLOG_MESSAGES and self.own_caught_up()
+        """Whether the task has just caught up with its own input after a backlog (:data:`BACKLOG_MESSAGES`
+        behind for at least :data:`BACKLOG_S`): its commit is due now. Caught up sooner, it was a fetch read as
+        it came (the timer commits it). The decision and shared channels, read in full by its own reader, do
+        not count: their marks move only with the other tasks' commits."""
+        if self.behind_since is None or not self.own_caught_up():
+            return False
+        lasted, self.behind_since = time.monotonic() - self.behind_since, None
+        return lasted >= BACKLOG_S
+
+    def _behind(self, tp: tuple[str, int], offset: int) -> int:
+        """Messages after ``offset`` in partition ``tp`` as of the last fetch (0: not known)."""
+        high = self._highwater(*tp)
+        return 0 if high is None else high - offset - 1
 
     def own_caught_up(self) -> bool:
         """Whether the task's own input (its telemetry and metrics partitions) is read to its end."""
@@ -309,8 +321,8 @@ class WorkerState:
         record's timestamp (s), the reference for samples too far in the future."""
         tp = (position.topic, position.partition)
         self.offsets[tp] = position.offset + 1
-        if kind in OWN_INPUT and (high := self._highwater(*tp)) is not None:
-            self.behind = max(self.behind, high - position.offset - 1)
+        if self.behind_since is None and kind in OWN_INPUT and self._behind(tp, position.offset) >= BACKLOG_MESSAGES:
+            self.behind_since = time.monotonic()
         caught_up = self.caught_up()
         if kind == "metrics":
             out = self.processor.otlp(value, position, encoding, caught_up)
@@ -376,6 +388,8 @@ class WorkerState:
         A failed transaction raises :class:`TransactionFailed` and is resolved by a later call (see the
         module); ``ProducerFenced`` is raised as it is."""
         async with self.lock:
+            if self.stopped:  # moved away meanwhile: its next owner resumes from the last snapshot
+                return 0
             if self.unresolved is not None and not await self._resolve():
                 raise TransactionFailed(self.error)
             mark = self.mark()
@@ -387,7 +401,7 @@ class WorkerState:
             started = time.monotonic()
             state = snapshot.pickled()  # before any await: nothing may change the state while it is copied
             outputs, acks, self.outputs, self.acks, self.dirty = self.outputs, self.acks, [], [], False
-            self.behind = 0
+            self.behind_since = None
             self.committed_at = time.monotonic()
             self.encode_s = self.committed_at - started  # what the event loop spent (input waited meanwhile)
             try:

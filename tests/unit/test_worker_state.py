@@ -19,7 +19,7 @@ from aiokafka.errors import KafkaConnectionError, ProducerFenced
 from streams.config import Settings
 from streams.durable import _HEADER, STATE_VERSION, Snapshot, StateVersionError, digest
 from streams.pipeline import Output, Processor, build_processor
-from streams.worker_state import BACKLOG_MESSAGES, TaskTakenOver, TransactionFailed, WorkerState
+from streams.worker_state import BACKLOG_MESSAGES, BACKLOG_S, TaskTakenOver, TransactionFailed, WorkerState
 
 
 @dataclass
@@ -401,6 +401,7 @@ def test_a_task_commits_and_acknowledges_at_once_when_a_backlog_ends(
 
     broker, stream = Broker(), Stream()
     state = task(broker, monkeypatch)
+    monkeypatch.setattr("streams.worker_state.BACKLOG_S", 0.0)  # (behind long enough: this drain takes ms)
     state.highwater = lambda t, p: backlog  # the telemetry partition's end: the whole backlog is there
     state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
     monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())  # (no records: no commit for them)
@@ -436,3 +437,73 @@ def test_a_task_commits_and_acknowledges_at_once_when_a_backlog_ends(
         assert stream.acked == list(range(backlog)) and offsets_commits == [backlog]
     else:
         assert seqs == [0] * backlog and stream.acked == [] and offsets_commits == []
+
+
+@pytest.mark.parametrize("fetch", [BACKLOG_MESSAGES // 2, BACKLOG_MESSAGES + 50, 10 * BACKLOG_MESSAGES])
+def test_a_task_keeping_up_with_large_fetches_leaves_its_commits_to_the_timer(
+    fetch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A steady input read in fetches of many messages (one per rank and step) puts a task more than
+    ``BACKLOG_MESSAGES`` behind at each fetch's first message; read as it came, that is no backlog: no snapshot
+    and no offset commit per fetch (they would take the share of the loop snapshots may have, back to back).
+    Only ``COMMIT_EVERY_MESSAGES`` commits, as for any input."""
+    from types import SimpleNamespace
+
+    from streams.worker import COMMIT_EVERY_MESSAGES, handle_event
+
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+    end = [0]
+    state.highwater = lambda t, p: end[0]
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())
+    offsets_commits: list[int] = []
+
+    async def commit() -> None:
+        offsets_commits.append(len(stream.acked))
+
+    app = SimpleNamespace(consumer=SimpleNamespace(commit=commit))
+    ops = SimpleNamespace(app=app, status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
+
+    async def steady() -> None:
+        offset = 0
+        for _ in range(10):
+            end[0] += fetch
+            while offset < end[0]:
+                event = Event(SimpleNamespace(topic="telemetry", partition=0, offset=offset, value=b"", timestamp=None))
+                await handle_event(state, ops, stream, event, "telemetry", "auto")  # type: ignore[arg-type]
+                offset += 1
+            await asyncio.sleep(0.01)
+
+    assert BACKLOG_S >= 0.5  # (each fetch here is read in well under that)
+    asyncio.run(steady())
+    assert state.seq == 10 * fetch // COMMIT_EVERY_MESSAGES and offsets_commits == [] and state.deferred is None
+
+
+def test_a_stopped_task_commits_and_defers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message handler that waited on a task's lock while the task was stopped (its partition moved away)
+    neither commits through the stopped producer nor leaves a deferred commit behind: the next owner resumes
+    from the last snapshot."""
+    import time
+    from types import SimpleNamespace
+
+    from streams.worker import end_of_backlog
+
+    broker = Broker()
+    state = task(broker, monkeypatch)
+    ops = SimpleNamespace(app=SimpleNamespace(), status=SimpleNamespace(committed=lambda: None))
+
+    async def run() -> tuple[int, bool]:
+        async def nothing() -> None:
+            return None
+
+        state.transactions.stop = nothing  # type: ignore[method-assign]
+        await state.stop()
+        state.outputs.append(Output(audit=[b"x"]))  # type: ignore[list-item]
+        state.dirty = True
+        state.committed_at, state.encode_s = time.monotonic(), 0.1  # too soon: would be deferred
+        await end_of_backlog(ops, state)  # type: ignore[arg-type]
+        return await state.commit(force=True), state.deferred is not None
+
+    assert asyncio.run(run()) == (0, False)
+    assert broker.records == []
