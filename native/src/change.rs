@@ -16,22 +16,22 @@ use pyo3::prelude::*;
 
 use crate::dag::items;
 
-/// numpy's `maximum`: NaN if either is NaN, else the larger (the first when equal).
+/// numpy's `maximum`: NaN if either is NaN, else the larger (the second when equal: 0.0 and -0.0 give -0.0).
 fn maximum(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
-    } else if a >= b {
+    } else if a > b {
         a
     } else {
         b
     }
 }
 
-/// numpy's `minimum`: NaN if either is NaN, else the smaller (the first when equal).
+/// numpy's `minimum`: NaN if either is NaN, else the smaller (the second when equal).
 fn minimum(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
-    } else if a <= b {
+    } else if a < b {
         a
     } else {
         b

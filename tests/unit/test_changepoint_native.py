@@ -86,3 +86,26 @@ def test_a_detector_finds_the_same_changes_with_and_without_the_native_core(
         python_changes += detector.update(rows, x[:, t])
     assert len(native_changes) > 5  # the series change: there is something to compare
     assert native_changes == python_changes
+
+
+@pytest.mark.parametrize(("window", "min_side"), [(40, 1), (128, 1), (128, 5)])
+def test_a_constant_zero_series_gives_the_same_signed_zeros(
+    window: int, min_side: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flat series of zeros (an idle counter): numpy's maximum and minimum give their second operand on a
+    tie, so 0.0 against -0.0 keeps the sign the definition gives."""
+    detector = ChangePoint(1, window=window, min_side=min_side, line_a=1e9, var_a=1e9)
+    row = np.array([0])
+    compared = 0
+    for _ in range(3 * window):
+        detector.update(row, np.array([0.0]))
+        if not (np.isfinite(detector._sigma[0]) and detector._n[0] >= 2 * min_side):
+            continue
+        k = np.minimum(detector._n[row], window)
+        got = detector._statistics(row, k)
+        with monkeypatch.context() as m:
+            m.setattr(native, "core", None)
+            expected = detector._statistics(row, k)
+        assert [a.tobytes() for a in got] == [b.tobytes() for b in expected]
+        compared += 1
+    assert compared > window

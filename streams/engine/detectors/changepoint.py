@@ -20,8 +20,9 @@ length (``a + b·log n``: the more splits were tried, the more evidence a change
 On an alarm the change is located at the best split (not at the alarm), reported, and the detector
 restarts from the points after it: they are the new segment, its noise is learned again from them once
 there are ``warmup`` of them. State per series: two rows of ``window`` floats and a few scalars. The tests
-run in the native core when it is built (``native/src/change.rs``: the same values, bit for bit, without the
-numpy definition's ~100 calls a test, which made a test of a few series all call overhead).
+run in the native core when it is built (``native/src/change.rs``: the same numbers, bit for bit — a NaN
+statistic, which never raises an alarm, may differ in its bits — without the numpy definition's ~100 calls a
+test, which made a test of a few series all call overhead).
 """
 
 from __future__ import annotations
