@@ -99,7 +99,7 @@ class Layout:
         layout's pairs, when the step's times keep the order that paired them (else None)."""
         if not self.by_midpoint.kept(order, (start + end) / 2):
             return None
-        out = np.full(len(start), -1, np.int64)
+        out = np.full(len(start), -1, "int32" if len(start) < 2**31 else "int64")  # (rows: read by index)
         out[order[self.paired]] = order[self.partner]
         return out
 

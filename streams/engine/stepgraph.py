@@ -285,7 +285,7 @@ def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook
     op_class = classes(c["op_class"], ("comm", "sync", "compute"))
     comm, sync, compute = op_class == 1, op_class == 2, op_class == 3
     member = (grp > 0) & (seq >= 0) & (comm | sync)
-    direction = transfers.directions(c, op, ops, comm, ~member)
+    direction = transfers.directions(c, op, ops, comm, ~member).astype("int8")  # (TO, FROM, BOTH or NONE)
     blocks = transfers.blocking(c, direction)
     asynchronous = (direction >= 0) & ~blocks
     ci = np.flatnonzero(~asynchronous)
@@ -293,7 +293,7 @@ def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook
     pi = np.flatnonzero(asynchronous)
     pi = pi[np.lexsort((start[pi], peer[pi], mb[pi], direction[pi] == FROM, rank[pi]))]
     order = np.concatenate([ci, pi])  # span rows in node order
-    node_of = np.empty(len(start), np.int64)
+    node_of = np.empty(len(start), "int32" if len(order) < 2**31 else "int64")  # (read by index only)
     node_of[order] = np.arange(len(order))
     role = comm + 2 * sync + 4 * compute + 8 * blocks + 16 * (direction + 1)  # see _edges
     dp, pp, tp = (np.asarray(c[k], np.int64) for k in ("dp", "pp", "tp"))
@@ -322,11 +322,15 @@ def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook
     _program_order(draft, mi, barrier_of, n_barrier, _external_arrivals(draft, mi, blocks))
     _transfers(draft)
 
-    src, dst = np.concatenate(draft.src), np.concatenate(draft.dst)
     paired = bool((blocks & (partner >= 0)).any())
-    return _LaidOut(
-        t0, float(end.max()), tol, order, len(ci), n, layout, paired, draft.floor, draft.intrinsic, src, dst
-    )
+    observed_s, n_chain = float(end.max()), len(ci)
+    floor, intrinsic, sources, targets = draft.floor, draft.intrinsic, draft.src, draft.dst
+    del draft, start, end, node_of, partner, direction, ci, pi  # (let go before the edges are joined)
+    src = np.concatenate(sources)
+    sources.clear()
+    dst = np.concatenate(targets)
+    targets.clear()
+    return _LaidOut(t0, observed_s, tol, order, n_chain, n, layout, paired, floor, intrinsic, src, dst)
 
 
 PER_NODE = {"rank": 0, "microbatch": 1, "peer": 2, "op": 4, "dp": 7, "pp": 8, "tp": 9}  # graph columns: identity's
@@ -559,10 +563,12 @@ def _host_time(d: _Draft, prev: Ints, is_member: npt.NDArray[np.bool_]) -> None:
     """Add each program span's gap (the rank's own host time before it) to an intrinsic duration: its own,
     or, for a barrier member (whose own time starts at the release), its previous span's."""
     d.intrinsic[: len(d.chain)] -= d.host
-    d.pushed = np.zeros(len(d.chain))
+    d.pushed.fill(0.0)  # (in place: the draft's per-chain columns are not made twice)
     onto = np.flatnonzero(is_member & (prev >= 0))
     d.pushed[prev[onto]] = d.gap[onto]
-    d.host = np.where(is_member, 0.0, d.gap) + d.pushed
+    np.copyto(d.host, d.gap)
+    d.host[is_member] = 0.0
+    d.host += d.pushed
     d.intrinsic[: len(d.chain)] += d.host
 
 
@@ -598,10 +604,15 @@ def _transfers(d: _Draft) -> None:
     width = int(max(mb.max(initial=0), 0)) + 2
     comp_key = (rc[comp] * width + mb[d.chain[comp]] + 1) * span_len + start[d.chain[comp]]
     by_start = np.argsort(comp_key, kind="stable")
+    comp_key = comp_key[by_start]  # (sorted; the unsorted keys go)
     want = (rank[r_rows] * width + mb[r_rows] + 1) * span_len + end[r_rows] - d.tol
-    q = np.searchsorted(comp_key[by_start], want)
-    consumer = comp[by_start[np.minimum(q, len(comp) - 1)]]
-    same = (q < len(comp)) & (rc[consumer] == rank[r_rows]) & (mb[d.chain[consumer]] == mb[r_rows])
+    q = np.searchsorted(comp_key, want)
+    del comp_key, want
+    n_comp = len(comp)
+    consumer = comp[by_start[np.minimum(q, n_comp - 1)]]
+    del by_start, comp
+    same = (q < n_comp) & (rc[consumer] == rank[r_rows]) & (mb[d.chain[consumer]] == mb[r_rows])
+    del q
     d.edges(n_chain + recvs[same], consumer[same])
     _not_host_time(d, consumer[same], end[r_rows[same]])
 
