@@ -109,7 +109,8 @@ class WorkerState:
     outputs: list[Output] = field(default_factory=list)
     acks: list[tuple[Any, Any]] = field(default_factory=list)  # (stream, event) to ack after the commit
     dirty: bool = False
-    behind_since: float | None = None  # (monotonic) since when its own input is BACKLOG_MESSAGES behind
+    # (monotonic) since when its own input is BACKLOG_MESSAGES behind, commits in a backlog included
+    behind_since: float | None = None
     idle_since: float | None = None
     flushed: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -401,7 +402,6 @@ class WorkerState:
             started = time.monotonic()
             state = snapshot.pickled()  # before any await: nothing may change the state while it is copied
             outputs, acks, self.outputs, self.acks, self.dirty = self.outputs, self.acks, [], [], False
-            self.behind_since = None
             self.committed_at = time.monotonic()
             self.encode_s = self.committed_at - started  # what the event loop spent (input waited meanwhile)
             try:

@@ -507,3 +507,21 @@ def test_a_stopped_task_commits_and_defers_nothing(monkeypatch: pytest.MonkeyPat
 
     assert asyncio.run(run()) == (0, False)
     assert broker.records == []
+
+
+def test_a_backlog_lasts_across_the_commits_made_while_it_is_drained(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commits made during a backlog (every ``COMMIT_EVERY_MESSAGES``, the timer's) do not restart it: how
+    long the task has been behind counts from its first message that far behind, until it has caught up."""
+    from audit.records import SourcePosition
+
+    broker = Broker()
+    state = task(broker, monkeypatch)
+    state.highwater = lambda t, p: 10 * BACKLOG_MESSAGES
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())
+    state.handle("telemetry", b"", SourcePosition("telemetry", 0, 0))
+    since = state.behind_since
+    assert since is not None
+    asyncio.run(state.commit(force=True))
+    state.handle("telemetry", b"", SourcePosition("telemetry", 0, 1))
+    assert state.behind_since == since
