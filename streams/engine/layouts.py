@@ -29,6 +29,7 @@ import numpy.typing as npt
 from streams.engine.codes import Floats, Ints
 
 if TYPE_CHECKING:
+    from streams.engine.draft import Plan
     from streams.engine.stepgraph import Schedule
 
 KEEP = 16  # layouts kept (a job has a few structures; several jobs share a worker)
@@ -89,6 +90,7 @@ class Layout:
     barrier_of: Ints  # per member: its barrier
     per_node: dict[str, Ints]  # node columns (but ``span``, the rows, which are each step's own)
     edges: Edges | None = None
+    plan: Plan | None = None  # what a step's draft reads that the layout decides (made once)
 
     @property
     def spans(self) -> int:
@@ -114,9 +116,13 @@ def find(columns: Sequence[Ints], order: Ints, start: Floats, end: Floats) -> tu
     row = np.empty(len(order), np.int64)
     for i in range(len(_kept) - 1, -1, -1):
         layout = _kept[i]
-        if len(layout.identity) == len(columns) and layout.spans == len(order) and all(
-            np.array_equal(np.take(column, order, out=row), kept)
-            for column, kept in zip(columns, layout.identity, strict=True)
+        if (
+            len(layout.identity) == len(columns)
+            and layout.spans == len(order)
+            and all(
+                np.array_equal(np.take(column, order, out=row), kept)
+                for column, kept in zip(columns, layout.identity, strict=True)
+            )
         ):
             partner = layout.partners(order, start, end)
             if partner is not None:
