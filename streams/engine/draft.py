@@ -10,15 +10,17 @@ spans arrived): rows are read through the step's node order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
 
+from audit import native
 from streams.engine.codes import Floats, Ints
 from streams.engine.transfers import FROM, TO
 
 Mask = npt.NDArray[np.bool_]
+native_drafts = hasattr(native.core, "step_draft")  # (the same drafts from native/src/draft.rs)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,21 @@ class Plan:
     recv_rank: Ints
     recv_mb: Ints
     width: int
+    packed: tuple[Ints, Ints] | None = None  # the plan as the native core reads it (:func:`packed`)
+    most_edges: int = 0  # a bound on a step's edges
+
+
+def packed(p: Plan, mi: Ints, barrier_of: Ints) -> tuple[Ints, Ints]:
+    """The plan as native/src/draft.rs reads it: a head (nodes, chain positions, barriers, then where each
+    array begins in the second) and its arrays, joined in the order of its ``P``."""
+    arrays = [
+        p.sync, p.prev, p.member, p.rank, p.mb, mi, barrier_of, p.barrier_node, p.has_prev, p.gate, p.ungated,
+        p.async_peer, p.async_peer_node, p.plain, p.source, p.after, p.onto, p.sends, p.launch_of[p.sends],
+        p.send_rank, p.recvs, p.matched, p.matched_from, p.comp, p.comp_group, p.recv_group, p.recv_rank, p.recv_mb,
+    ]  # fmt: skip
+    bounds = np.cumsum([0, *(len(a) for a in arrays)])
+    head = np.concatenate([[p.n, len(p.prev), p.n_barrier], bounds]).astype(np.int64)
+    return head, np.concatenate([np.asarray(a, np.int64) for a in arrays])
 
 
 def plan(
@@ -96,7 +113,7 @@ def plan(
     matched = np.flatnonzero(partner[r_rows] >= 0)
     comp = np.flatnonzero(compute[chain])
     width = int(max(mb.max(initial=0), 0)) + 2
-    return Plan(
+    made = Plan(
         n_barrier=n_barrier,
         n=n,
         sync=sync[chain],
@@ -130,6 +147,10 @@ def plan(
         recv_mb=mb[r_rows],
         width=width,
     )
+    if not native_drafts:
+        return made
+    most_edges = len(made.plain) + 3 * len(mi) + 2 * len(sends) + len(recvs) + len(matched)
+    return replace(made, packed=packed(made, mi, barrier_of), most_edges=most_edges)
 
 
 @dataclass
@@ -168,10 +189,23 @@ class Draft:
 def drafted(d: Draft, mi: Ints, barrier_of: Ints, blocks: Mask) -> None:
     """The step's floors, intrinsic durations and edges (``mi``, ``barrier_of``: its barrier members' chain
     positions and barriers; ``blocks``: per row, a blocking transfer)."""
+    if native_drafts and d.plan.packed is not None and not len(d.plan.lone):
+        _native(d)
+        return
     chain, start, end = d.chain, d.start, d.end
     d.intrinsic[: len(chain)] = np.where(d.plan.sync, 0.0, end[chain] - start[chain])
     program_order(d, mi, barrier_of, external_arrivals(d, mi, blocks))
     transfers(d)
+
+
+def _native(d: Draft) -> None:
+    """:func:`drafted` by the native core (a step without typical transfer times to find)."""
+    assert native.core is not None and d.plan.packed is not None
+    head, planned = d.plan.packed
+    src, dst = np.empty(d.plan.most_edges, np.int64), np.empty(d.plan.most_edges, np.int64)
+    span_len = float(d.end.max()) + 1.0  # (as :func:`transfers` reads it)
+    m = native.core.step_draft(head, planned, d.start, d.end, d.order, d.tol, span_len, d.floor, d.intrinsic, src, dst)
+    d.edges(src[:m], dst[:m])
 
 
 def external_arrivals(d: Draft, mi: Ints, blocks: Mask) -> Floats:

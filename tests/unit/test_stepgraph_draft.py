@@ -1,0 +1,77 @@
+"""A step's draft by the native core (native/src/draft.rs) equals its definition (streams/engine/draft.py)
+field for field, bit for bit: on every step of simulated jobs with jitter small and large (spans of a rank
+that overlap, whose ends the launch search reads out of order), on a step built on its layout's plan, and on
+a hand-made step whose rank's ends are out of order. A step with a blocking transfer whose peer is not
+traced keeps the definition."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streams.engine import draft, layouts
+from streams.engine.stepgraph import StepGraph
+from tests.conftest import require_native
+from tests.unit.test_stepgraph_blocking import columns
+from tests.unit.test_stepgraph_layouts import NAMES, assert_same, built, jittered, sim_steps
+
+
+@pytest.fixture(autouse=True)
+def native_core() -> None:
+    require_native()
+    if not draft.native_drafts:
+        pytest.skip("driftlog_native was built before step_draft: make rebuilds it")
+
+
+def both(c: dict[str, Any], kept: list[layouts.Layout], monkeypatch: pytest.MonkeyPatch) -> tuple[StepGraph, int]:
+    """The graph with the native draft (on the layouts ``kept``), the number of native drafts it made, and
+    asserts it equals the definition's (from scratch)."""
+    calls = []
+    native_draft = draft.native.core.step_draft  # type: ignore[union-attr]
+
+    def counted(*args: Any) -> int:
+        calls.append(1)
+        return int(native_draft(*args))
+
+    with monkeypatch.context() as m:
+        m.setattr(draft.native.core, "step_draft", counted)
+        g = built(c, kept, monkeypatch)
+    with monkeypatch.context() as m:
+        m.setattr(draft, "native_drafts", False)
+        assert_same(g, built(c, [], monkeypatch))
+    return g, len(calls)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_native_draft_is_the_definitions(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(11)
+    kept: list[layouts.Layout] = []
+    drafts = 0
+    for c in sim_steps(name):
+        for jitter_s in (0.0, 1e-6, 30e-6, 2e-3):
+            drafts += both(jittered(c, jitter_s, rng), kept, monkeypatch)[1]
+    assert drafts >= len(sim_steps(name))  # (a step with an untraced blocking peer keeps the definition)
+
+
+def test_ends_out_of_order_launch_sends_as_the_definition_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0's second span runs inside its first (ordered by midpoint, their ends are not): the search for
+    the span a send follows reads them as numpy's does."""
+    c = columns(
+        (0, 0, "forward", "compute", 0.0, 10.0, 0, -1, "", False),
+        (0, 0, "forward", "compute", 6.0, 2.0, 1, -1, "", False),
+        (0, 0, "isend", "comm", 8.5, 0.5, 0, 1, "send", False),
+        (0, 0, "forward", "compute", 9.0, 3.0, 2, -1, "", False),
+        (0, 0, "isend", "comm", 9.5, 0.5, 1, 1, "send", False),
+        (1, 1, "irecv", "comm", 8.5, 1.0, 0, 0, "recv", False),
+        (1, 1, "forward", "compute", 9.7, 1.0, 0, -1, "", False),
+        (1, 1, "irecv", "comm", 9.5, 1.0, 1, 0, "recv", False),
+        (1, 1, "forward", "compute", 10.7, 1.0, 1, -1, "", False),
+    )
+    kept: list[layouts.Layout] = []
+    g, drafts = both(c, kept, monkeypatch)
+    assert drafts == 1 and np.isfinite(g.intrinsic).all()
+    for shift in (0.25, 0.75, 1.5):  # the same layout: its plan
+        moved = {**c, "start": c["start"] + np.where(c["rank"] == 0, 0.0, shift)}
+        assert both(moved, kept, monkeypatch)[1] == 1
