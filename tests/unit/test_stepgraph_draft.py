@@ -75,3 +75,24 @@ def test_ends_out_of_order_launch_sends_as_the_definition_does(monkeypatch: pyte
     for shift in (0.25, 0.75, 1.5):  # the same layout: its plan
         moved = {**c, "start": c["start"] + np.where(c["rank"] == 0, 0.0, shift)}
         assert both(moved, kept, monkeypatch)[1] == 1
+
+
+def test_the_native_identity_comparison_is_the_definitions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """layouts.find's comparison of a step's identity columns in node order with a layout's, natively and
+    by its definition: equal, a value differing anywhere, kept as int32 or int64; a column the native core
+    cannot read (not contiguous, not int64) gets None, and the definition answers."""
+    rng = np.random.default_rng(3)
+    columns = [rng.integers(-5, 50, 40) for _ in range(4)]
+    order = rng.permutation(40)
+    for dtype in (np.int32, np.int64):
+        kept = [c[order].astype(dtype) for c in columns]
+        cases = [kept] + [[k if j != i else k.copy() for j, k in enumerate(kept)] for i in range(4)]
+        for i, case in enumerate(cases[1:]):
+            case[i][rng.integers(40)] += 1
+        for case in cases:
+            native = draft.native.core.same_in_order(columns, order, case)  # type: ignore[union-attr]
+            with monkeypatch.context() as m:
+                m.setattr(layouts, "native_layouts", False)
+                assert native is not None and native == layouts._same(columns, order, case, [])
+    assert draft.native.core.same_in_order([columns[0][::2]], order[:20], [kept[0][:20]]) is None  # type: ignore[union-attr]
+    assert draft.native.core.same_in_order([columns[0].astype(np.int32)], order, [kept[0]]) is None  # type: ignore[union-attr]
