@@ -447,3 +447,88 @@ pub fn step_draft(
     t[..m].copy_from_slice(&d.dst);
     Ok(m)
 }
+
+/// Python's `max(a, b)` of two floats: the second only if it is greater.
+fn py_max(a: f64, b: f64) -> f64 {
+    if b > a {
+        b
+    } else {
+        a
+    }
+}
+
+/// Python's `min(a, b)` of two floats: the second only if it is less.
+fn py_min(a: f64, b: f64) -> f64 {
+    if b < a {
+        b
+    } else {
+        a
+    }
+}
+
+/// stepgraph.py `quantile` of values without NaN (not empty): numpy's linear interpolation between the two
+/// neighbouring order statistics, as that definition computes it.
+fn quantile(x: &mut [f64], q: f64) -> f64 {
+    let at = (x.len() - 1) as f64 * q;
+    x.sort_unstable_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    if at >= (x.len() - 1) as f64 {
+        return x[x.len() - 1];
+    }
+    let lo = at.floor() as usize;
+    let (a, b) = (x[lo], x[lo + 1]);
+    let t = at - lo as f64;
+    if t < 0.5 {
+        a + (b - a) * t
+    } else {
+        b - (b - a) * (1.0 - t)
+    }
+}
+
+/// stepgraph.py `tolerance` of a step (`order`: its rows in node order; `pairs`: the chain positions `k`
+/// whose next one is of the same rank; `limits`: EPS, MAX_TOLERANCE, MAX_TOLERANCE_SHARE), as it computes
+/// it; None when a time is not finite (the caller then runs the definition).
+#[pyfunction]
+pub fn step_tolerance(
+    start: PyBuffer<f64>,
+    end: PyBuffer<f64>,
+    order: PyBuffer<i64>,
+    pairs: PyBuffer<i64>,
+    limits: (f64, f64, f64),
+) -> PyResult<Option<f64>> {
+    let (start, end, order) = (
+        items(&start, "start")?,
+        items(&end, "end")?,
+        items(&order, "order")?,
+    );
+    let pairs = items(&pairs, "pairs")?;
+    let (eps, max_tolerance, max_share) = limits;
+    if !start.iter().chain(end).all(|t| t.is_finite()) {
+        return Ok(None);
+    }
+    let mut resolution = f64::INFINITY;
+    let mut overlap = Vec::new();
+    for &k in pairs {
+        let k = at(k);
+        let apart = start[at(order[k + 1])] - end[at(order[k])];
+        if apart != 0.0 {
+            resolution = resolution.min(apart.abs());
+        }
+        if apart < 0.0 {
+            overlap.push(-apart);
+        }
+    }
+    if resolution == f64::INFINITY {
+        resolution = 0.0;
+    }
+    let jitter = if overlap.is_empty() {
+        0.0
+    } else {
+        quantile(&mut overlap, 0.9)
+    };
+    let last = end.iter().fold(0.0, |m: f64, &t| maximum(m, t));
+    let cap = py_min(max_tolerance, max_share * last);
+    Ok(Some(py_max(
+        eps,
+        py_min(2.0 * py_max(resolution, jitter), cap),
+    )))
+}

@@ -36,6 +36,7 @@ class Plan:
     prev: Ints  # per chain position: its rank's previous program span's, -1 for none
     member: Mask  # per chain position: a barrier member
     same_rank: Mask  # per chain position but the first: of the rank of the one before
+    pairs: Ints  # chain positions followed by one of their rank
     launch_of: Ints  # per p2p position: its launch node, -1 for none
     plain: Ints  # chain positions that follow their previous span (not members)
     barrier_node: Ints  # per member
@@ -122,6 +123,7 @@ def plan(
         prev=prev,
         member=member,
         same_rank=same_rank,
+        pairs=np.flatnonzero(same_rank),
         launch_of=launch_of,
         plain=np.flatnonzero(~member & (prev >= 0)),
         barrier_node=barrier_node,

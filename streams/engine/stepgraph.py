@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from audit import native
 from streams.engine import dag, draft, layouts, transfers
 from streams.engine.codes import Codebook, Floats, Ints, classes, compact, dense, fits_int32
 from streams.engine.transfers import FROM, RECV_OPS, SEND_OPS, TO
@@ -60,6 +61,7 @@ __all__ = ["RECV_OPS", "SEND_OPS", "Codebook", "Floats", "Ints", "StepGraph", "b
 EPS = 2e-6  # s: the least tolerance (epoch floats have ~0.24 µs resolution)
 MAX_TOLERANCE = 1e-3  # s: the most; and at most MAX_TOLERANCE_SHARE of the step
 MAX_TOLERANCE_SHARE = 0.01
+native_tolerance = hasattr(native.core, "step_tolerance")  # (the same tolerance from native/src/draft.rs)
 
 KINDS = 6
 CHAIN, MEMBER, SEND, RECV, BARRIER, BLOCKING = range(KINDS)  # node kinds (BLOCKING: a blocking transfer)
@@ -273,7 +275,7 @@ def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook
         )
     plan = layout.plan
     n = plan.n
-    tol = _tolerance(start[ci[1:]][plan.same_rank] - end[ci[:-1]][plan.same_rank], end)
+    tol = _step_tolerance(start, end, order, plan)
     d = draft.Draft(start, end, direction, partner, ci, pi, order, plan, tol)
     draft.drafted(d, mi, barrier_of, blocks)
 
@@ -407,6 +409,18 @@ def _tolerance(apart: Floats, end: Floats) -> float:
     jitter = quantile(overlap, 0.9) if len(overlap) else 0.0
     cap = min(MAX_TOLERANCE, MAX_TOLERANCE_SHARE * float(end.max(initial=0.0)))
     return max(EPS, min(2.0 * max(resolution, jitter), cap))
+
+
+def _step_tolerance(start: Floats, end: Floats, order: Ints, plan: draft.Plan) -> float:
+    """:func:`tolerance` of a step on its plan (``order``: its rows in node order): by the native core when its
+    times are finite, else as defined."""
+    if native_tolerance:
+        assert native.core is not None
+        tol = native.core.step_tolerance(start, end, order, plan.pairs, (EPS, MAX_TOLERANCE, MAX_TOLERANCE_SHARE))
+        if tol is not None:
+            return float(tol)
+    chain = order[: len(plan.prev)]
+    return _tolerance(start[chain[1:]][plan.same_rank] - end[chain[:-1]][plan.same_rank], end)
 
 
 def quantile(x: Floats, q: float) -> float:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from streams.engine import draft, layouts
+from streams.engine import draft, layouts, stepgraph
 from streams.engine.stepgraph import StepGraph
 from tests.conftest import require_native
 from tests.unit.test_stepgraph_blocking import columns
@@ -96,3 +96,22 @@ def test_the_native_identity_comparison_is_the_definitions(monkeypatch: pytest.M
                 assert native is not None and native == layouts._same(columns, order, case, [])
     assert draft.native.core.same_in_order([columns[0][::2]], order[:20], [kept[0][:20]]) is None  # type: ignore[union-attr]
     assert draft.native.core.same_in_order([columns[0].astype(np.int32)], order, [kept[0]]) is None  # type: ignore[union-attr]
+
+
+def test_the_native_tolerance_is_the_definitions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step's tolerance natively and by its definition, on simulated steps with jitter from none to beyond
+    the cap, and quantised times; a step with a time that is not finite keeps the definition."""
+    rng = np.random.default_rng(5)
+    tolerances = set()
+    for c in sim_steps("realistic-slow-rank"):
+        for jitter_s in (0.0, 1e-6, 30e-6, 2e-3):
+            cols = jittered(c, jitter_s, rng)
+            with monkeypatch.context() as m:
+                m.setattr(stepgraph, "native_tolerance", False)
+                g = built(cols, [], monkeypatch)
+            assert built(cols, [], monkeypatch).tolerance == g.tolerance
+            tolerances.add(g.tolerance)
+    assert len(tolerances) > 4
+    start, end = np.array([0.0, 1.0, np.inf]), np.array([1.0, 2.0, np.inf])
+    native_tolerance = draft.native.core.step_tolerance  # type: ignore[union-attr]
+    assert native_tolerance(start, end, np.arange(3), np.arange(2), (1e-6, 1e-3, 0.01)) is None
