@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from streams.engine.stepgraph import Schedule
 
 native_layouts = hasattr(native.core, "same_in_order")  # (the same comparison from native/src/layouts.rs)
+native_sorts = hasattr(native.core, "sorted_rows")
 KEEP = 16  # layouts kept (a job has a few structures; several jobs share a worker)
 KEEP_NODES = 1 << 20  # and span nodes over all kept layouts (~200 bytes each), beyond the most recent one
 
@@ -141,6 +142,17 @@ def _same(columns: Sequence[Ints], order: Ints, kept: Sequence[Ints], row: list[
     if not row:
         row.append(np.empty(len(order), np.int64))
     return all(np.array_equal(np.take(c, order, out=row[0]), k) for c, k in zip(columns, kept, strict=True))
+
+
+def lexsorted(rows: Ints, keys: Sequence[Ints], time: Floats) -> Ints:
+    """``rows`` (ascending) sorted by the integer columns ``keys`` (per row, the first first), then by ``time``
+    (per row), ties in row order (``np.lexsort``'s order): by the native core when it is built."""
+    if native_sorts:
+        assert native.core is not None
+        out = np.empty(len(rows), np.int64)
+        native.core.sorted_rows(rows, list(keys), time, out)
+        return out
+    return rows[np.lexsort((time[rows], *(k[rows] for k in reversed(keys))))]
 
 
 def keep(layout: Layout) -> None:

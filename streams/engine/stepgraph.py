@@ -249,9 +249,9 @@ def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook
     blocks = transfers.blocking(c, direction)
     asynchronous = (direction >= 0) & ~blocks
     ci = np.flatnonzero(~asynchronous)
-    ci = ci[np.lexsort((start[ci] + end[ci], rank[ci]))]  # by midpoint: robust to rounding at span boundaries
+    ci = layouts.lexsorted(ci, (rank,), start + end)  # by midpoint: robust to rounding at span boundaries
     pi = np.flatnonzero(asynchronous)
-    pi = pi[np.lexsort((start[pi], peer[pi], mb[pi], direction[pi] == FROM, rank[pi]))]
+    pi = layouts.lexsorted(pi, (rank, (direction == FROM).astype(np.int64), mb, peer), start)
     order = np.concatenate([ci, pi])  # span rows in node order
     node_of = np.empty(len(start), "int32" if len(order) < 2**31 else "int64")  # (read by index only)
     node_of[order] = np.arange(len(order))

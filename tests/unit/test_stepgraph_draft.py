@@ -115,3 +115,20 @@ def test_the_native_tolerance_is_the_definitions(monkeypatch: pytest.MonkeyPatch
     start, end = np.array([0.0, 1.0, np.inf]), np.array([1.0, 2.0, np.inf])
     native_tolerance = draft.native.core.step_tolerance  # type: ignore[union-attr]
     assert native_tolerance(start, end, np.arange(3), np.arange(2), (1e-6, 1e-3, 0.01)) is None
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_the_native_row_sort_is_lexsorts(wide: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows in node order natively and by np.lexsort: integer keys then a time, with ties, NaN and -0.0;
+    first keys of a few values (bucketed) and spread wide (sorted whole)."""
+    rng = np.random.default_rng(9)
+    n = 500
+    time = rng.choice([0.0, -0.0, 1.5, np.nan, 2.25, 3.0], n) + rng.choice([0.0, 0.0, 0.5], n)
+    first = rng.integers(0, 8, n) * (2**40 if wide else 1) - 3
+    keys = (first, rng.integers(0, 2, n), rng.integers(-1, 3, n))
+    for rows in (np.arange(n), np.sort(rng.choice(n, 300, replace=False)), np.zeros(0, np.int64)):
+        for k in (keys[:1], keys):
+            native = layouts.lexsorted(rows, k, time)
+            with monkeypatch.context() as m:
+                m.setattr(layouts, "native_sorts", False)
+                assert native.tolist() == layouts.lexsorted(rows, k, time).tolist()
