@@ -470,12 +470,13 @@ fn py_min(a: f64, b: f64) -> f64 {
 /// neighbouring order statistics, as that definition computes it.
 fn quantile(x: &mut [f64], q: f64) -> f64 {
     let at = (x.len() - 1) as f64 * q;
-    x.sort_unstable_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    let cmp = |a: &f64, b: &f64| a.partial_cmp(b).expect("no NaN");
     if at >= (x.len() - 1) as f64 {
-        return x[x.len() - 1];
+        return x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     }
     let lo = at.floor() as usize;
-    let (a, b) = (x[lo], x[lo + 1]);
+    let (_, &mut a, above) = x.select_nth_unstable_by(lo, cmp);
+    let b = above.iter().copied().fold(f64::INFINITY, f64::min); // (the order statistic after a)
     let t = at - lo as f64;
     if t < 0.5 {
         a + (b - a) * t
