@@ -36,6 +36,17 @@ fn less(a: f64, b: f64) -> bool {
     a < b || (b.is_nan() && !a.is_nan())
 }
 
+/// numpy's order of floats (`less`) as an ordering: NaNs equal, -0.0 equal to 0.0.
+pub(crate) fn numpy_order(a: f64, b: f64) -> Ordering {
+    if less(a, b) {
+        Ordering::Less
+    } else if less(b, a) {
+        Ordering::Greater
+    } else {
+        Ordering::Equal
+    }
+}
+
 /// numpy's `searchsorted` (its binary search, which starts from the previous key's bounds), `right`: the
 /// side; the same places as numpy's even where `sorted` is not sorted.
 fn searchsorted(sorted: &[f64], keys: &[f64], right: bool) -> Vec<usize> {
@@ -68,14 +79,14 @@ fn searchsorted(sorted: &[f64], keys: &[f64], right: bool) -> Vec<usize> {
     out
 }
 
-/// The plan's arrays (draft.py, `native_plan`), in this order.
+/// The plan's arrays (draft.py, `Packed`: int32), in this order.
 const PLANNED: usize = 28;
 
 struct Plan<'a> {
     n: usize,
     n_chain: usize,
     n_barrier: usize,
-    a: [&'a [i64]; PLANNED],
+    a: [&'a [i32]; PLANNED],
 }
 
 #[derive(Clone, Copy)]
@@ -111,14 +122,14 @@ enum P {
 }
 
 impl<'a> Plan<'a> {
-    fn of(head: &[i64], packed: &'a [i64]) -> PyResult<Self> {
+    fn of(head: &[i64], packed: &'a [i32]) -> PyResult<Self> {
         let bad = || PyValueError::new_err("step_draft: a malformed plan");
         if head.len() != 3 + PLANNED + 1 {
             return Err(bad());
         }
         let count = |v: i64| usize::try_from(v).map_err(|_| bad());
         let bounds = &head[3..];
-        let mut a: [&[i64]; PLANNED] = [&[]; PLANNED];
+        let mut a: [&[i32]; PLANNED] = [&[]; PLANNED];
         for (k, slot) in a.iter_mut().enumerate() {
             let (lo, hi) = (count(bounds[k])?, count(bounds[k + 1])?);
             *slot = packed.get(lo..hi).ok_or_else(bad)?;
@@ -131,13 +142,13 @@ impl<'a> Plan<'a> {
         })
     }
 
-    fn get(&self, p: P) -> &'a [i64] {
+    fn get(&self, p: P) -> &'a [i32] {
         self.a[p as usize]
     }
 }
 
-fn at(i: i64) -> usize {
-    usize::try_from(i).expect("a plan index is not negative")
+fn at(i: impl Into<i64>) -> usize {
+    usize::try_from(i.into()).expect("a plan index is not negative")
 }
 
 struct Draft<'a> {
@@ -162,9 +173,9 @@ impl Draft<'_> {
         self.end[at(self.order[k])]
     }
 
-    fn edge(&mut self, src: i64, dst: i64) {
-        self.src.push(src);
-        self.dst.push(dst);
+    fn edge(&mut self, src: impl Into<i64>, dst: impl Into<i64>) {
+        self.src.push(src.into());
+        self.dst.push(dst.into());
     }
 
     /// draft.py `host_time`.
@@ -332,16 +343,7 @@ fn drafted(d: &mut Draft, p: &Plan, tol: f64, span_len: f64) {
         .map(|(&k, &g)| g as f64 * span_len + d.start_at(at(k)))
         .collect();
     let mut by_start: Vec<usize> = (0..comp.len()).collect();
-    by_start.sort_by(|&a, &b| {
-        let (x, y) = (comp_key[a], comp_key[b]);
-        if less(x, y) {
-            Ordering::Less
-        } else if less(y, x) {
-            Ordering::Greater
-        } else {
-            Ordering::Equal
-        }
-    });
+    by_start.sort_by(|&a, &b| numpy_order(comp_key[a], comp_key[b]));
     let sorted: Vec<f64> = by_start.iter().map(|&i| comp_key[i]).collect();
     let (recv_group, recv_rank, recv_mb) =
         (p.get(P::RecvGroup), p.get(P::RecvRank), p.get(P::RecvMb));
@@ -378,7 +380,7 @@ fn drafted(d: &mut Draft, p: &Plan, tol: f64, span_len: f64) {
 #[allow(clippy::too_many_arguments)]
 pub fn step_draft(
     head: PyBuffer<i64>,
-    packed: PyBuffer<i64>,
+    packed: PyBuffer<i32>,
     start: PyBuffer<f64>,
     end: PyBuffer<f64>,
     order: PyBuffer<i64>,

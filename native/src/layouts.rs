@@ -9,6 +9,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::dag::items;
+use crate::draft::numpy_order;
 
 /// One kept identity column: int32 (a layout's, when its values fit) or int64.
 enum Kept {
@@ -97,7 +98,6 @@ pub fn sorted_rows(
             _ => return Err(PyValueError::new_err("sorted_rows: a row out of range")),
         }
     }
-    let less = |a: f64, b: f64| a < b || (b.is_nan() && !a.is_nan());
     let order = |a: &usize, b: &usize, keys: &[&[i64]]| {
         for k in keys {
             match k[*a].cmp(&k[*b]) {
@@ -105,14 +105,7 @@ pub fn sorted_rows(
                 other => return other,
             }
         }
-        let (x, y) = (time[*a], time[*b]);
-        if less(x, y) {
-            Ordering::Less
-        } else if less(y, x) {
-            Ordering::Greater
-        } else {
-            Ordering::Equal
-        }
+        numpy_order(time[*a], time[*b])
     };
     // Rows by the first key into buckets (stable), each then sorted on the rest: a rank's rows arrive in
     // about the order of their times, so each bucket is sorted almost as fast as it is read.

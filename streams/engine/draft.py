@@ -10,13 +10,13 @@ spans arrived): rows are read through the step's node order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from audit import native
-from streams.engine.codes import Floats, Ints
+from streams.engine.codes import Floats, Ints, fits_int32
 from streams.engine.transfers import FROM, TO
 
 Mask = npt.NDArray[np.bool_]
@@ -30,12 +30,12 @@ class Plan:
 
     n_barrier: int
     n: int  # nodes
+    n_chain: int
     sync: Mask  # per chain position: a sync without a group (it only waits)
     rank: Ints  # per chain position
     mb: Ints  # per chain position
     prev: Ints  # per chain position: its rank's previous program span's, -1 for none
     member: Mask  # per chain position: a barrier member
-    same_rank: Mask  # per chain position but the first: of the rank of the one before
     pairs: Ints  # chain positions followed by one of their rank
     launch_of: Ints  # per p2p position: its launch node, -1 for none
     plain: Ints  # chain positions that follow their previous span (not members)
@@ -61,31 +61,48 @@ class Plan:
     recv_rank: Ints
     recv_mb: Ints
     width: int
-    packed: tuple[Ints, Ints] | None = None  # the plan as the native core reads it (:func:`packed`)
-    most_edges: int = 0  # a bound on a step's edges
 
 
-def packed(p: Plan, mi: Ints, barrier_of: Ints) -> tuple[Ints, Ints]:
-    """The plan as native/src/draft.rs reads it: a head (nodes, chain positions, barriers, then where each
-    array begins in the second) and its arrays, joined in the order of its ``P``."""
+@dataclass(frozen=True)
+class Packed:
+    """A plan as the native core reads it (native/src/draft.rs), all it keeps: a head (nodes, chain
+    positions, barriers, then where each array begins in ``arrays``) and the plan's arrays, joined as int32
+    in the order of its ``P``."""
+
+    n: int
+    n_chain: int
+    pairs: Ints  # chain positions followed by one of their rank
+    head: Ints
+    arrays: npt.NDArray[np.int32]
+    most_edges: int  # a bound on a step's edges
+
+
+def packed(p: Plan, mi: Ints, barrier_of: Ints) -> Packed | None:
+    """``p`` as the native core reads it, when it has no typical transfer time to find (a blocking transfer
+    whose peer is not traced) and its values fit int32."""
+    if len(p.lone):
+        return None
     arrays = [
         p.sync, p.prev, p.member, p.rank, p.mb, mi, barrier_of, p.barrier_node, p.has_prev, p.gate, p.ungated,
         p.async_peer, p.async_peer_node, p.plain, p.source, p.after, p.onto, p.sends, p.launch_of[p.sends],
         p.send_rank, p.recvs, p.matched, p.matched_from, p.comp, p.comp_group, p.recv_group, p.recv_rank, p.recv_mb,
     ]  # fmt: skip
+    if not fits_int32(*(np.asarray(a, np.int64) for a in arrays)):
+        return None
     bounds = np.cumsum([0, *(len(a) for a in arrays)])
-    head = np.concatenate([[p.n, len(p.prev), p.n_barrier], bounds]).astype(np.int64)
-    return head, np.concatenate([np.asarray(a, np.int64) for a in arrays])
+    head = np.concatenate([[p.n, p.n_chain, p.n_barrier], bounds]).astype(np.int64)
+    most_edges = len(p.plain) + 3 * len(mi) + 2 * len(p.sends) + len(p.recvs) + len(p.matched)
+    return Packed(p.n, p.n_chain, p.pairs, head, np.concatenate(arrays).astype(np.int32), most_edges)
 
 
 def plan(
     rows: tuple[Ints, Ints, Ints, Mask, Mask, Mask], partner: Ints, chain: Ints, p2p: Ints, node_of: Ints,
     members: tuple[Ints, Ints],
-) -> Plan:  # fmt: skip
-    """A layout's plan from a step laid out on it (``rows``: rank, microbatch, direction, blocks, compute and
-    sync per row; ``partner``: per row, the other end of its transfer or -1; ``chain``, ``p2p``: the rows of
-    the program spans and asynchronous transfers in node order; ``members``: the chain positions of barrier
-    members and their barriers)."""
+) -> Plan | Packed:  # fmt: skip
+    """A layout's plan (:class:`Packed`, all it keeps, when the native core can read it) from a step laid out
+    on it (``rows``: rank, microbatch, direction, blocks, compute and sync per row; ``partner``: per row, the
+    other end of its transfer or -1; ``chain``, ``p2p``: the rows of the program spans and asynchronous
+    transfers in node order; ``members``: the chain positions of barrier members and their barriers)."""
     rank, mb, direction, blocks, compute, sync = rows
     mi, barrier_of = members
     n_chain, n_p2p = len(chain), len(p2p)
@@ -117,12 +134,12 @@ def plan(
     made = Plan(
         n_barrier=n_barrier,
         n=n,
+        n_chain=n_chain,
         sync=sync[chain],
         rank=rc,
         mb=mb[chain],
         prev=prev,
         member=member,
-        same_rank=same_rank,
         pairs=np.flatnonzero(same_rank),
         launch_of=launch_of,
         plain=np.flatnonzero(~member & (prev >= 0)),
@@ -149,10 +166,7 @@ def plan(
         recv_mb=mb[r_rows],
         width=width,
     )
-    if not native_drafts:
-        return made
-    most_edges = len(made.plain) + 3 * len(mi) + 2 * len(sends) + len(recvs) + len(matched)
-    return replace(made, packed=packed(made, mi, barrier_of), most_edges=most_edges)
+    return (packed(made, mi, barrier_of) if native_drafts else None) or made
 
 
 @dataclass
@@ -166,7 +180,7 @@ class Draft:
     chain: Ints  # span rows of the program spans, in node order
     p2p: Ints  # span rows of the asynchronous transfers, in node order
     order: Ints  # span rows in node order (``chain``, then ``p2p``)
-    plan: Plan
+    plan: Plan | Packed
     tol: float
     floor: Floats = field(init=False)
     intrinsic: Floats = field(init=False)
@@ -191,31 +205,32 @@ class Draft:
 def drafted(d: Draft, mi: Ints, barrier_of: Ints, blocks: Mask) -> None:
     """The step's floors, intrinsic durations and edges (``mi``, ``barrier_of``: its barrier members' chain
     positions and barriers; ``blocks``: per row, a blocking transfer)."""
-    if native_drafts and d.plan.packed is not None and not len(d.plan.lone):
-        _native(d)
+    if isinstance(d.plan, Packed):
+        _native(d, d.plan)
         return
-    chain, start, end = d.chain, d.start, d.end
-    d.intrinsic[: len(chain)] = np.where(d.plan.sync, 0.0, end[chain] - start[chain])
-    program_order(d, mi, barrier_of, external_arrivals(d, mi, blocks))
-    transfers(d)
+    p, chain, start, end = d.plan, d.chain, d.start, d.end
+    d.intrinsic[: len(chain)] = np.where(p.sync, 0.0, end[chain] - start[chain])
+    arrivals = external_arrivals(d, p, mi, blocks)
+    program_order(d, p, mi, barrier_of, arrivals)
+    transfers(d, p)
 
 
-def _native(d: Draft) -> None:
-    """:func:`drafted` by the native core (a step without typical transfer times to find)."""
-    assert native.core is not None and d.plan.packed is not None
-    head, planned = d.plan.packed
-    src, dst = np.empty(d.plan.most_edges, np.int64), np.empty(d.plan.most_edges, np.int64)
+def _native(d: Draft, p: Packed) -> None:
+    """:func:`drafted` by the native core."""
+    assert native.core is not None
+    src, dst = np.empty(p.most_edges, np.int64), np.empty(p.most_edges, np.int64)
     span_len = float(d.end.max()) + 1.0  # (as :func:`transfers` reads it)
-    m = native.core.step_draft(head, planned, d.start, d.end, d.order, d.tol, span_len, d.floor, d.intrinsic, src, dst)
+    m = native.core.step_draft(
+        p.head, p.arrays, d.start, d.end, d.order, d.tol, span_len, d.floor, d.intrinsic, src, dst
+    )
     d.edges(src[:m], dst[:m])
 
 
-def external_arrivals(d: Draft, mi: Ints, blocks: Mask) -> Floats:
+def external_arrivals(d: Draft, p: Plan, mi: Ints, blocks: Mask) -> Floats:
     """Per barrier member: an arrival at its barrier from outside its program spans (-inf: none); the node
     that gates it is the plan's ``gate`` (-1: none, the arrival is then a fixed floor). A blocking transfer
     whose peer's end is asynchronous waits for that send's launch (so healing the sender moves it); one
     whose peer is not traced waits until its end less the step's typical transfer time."""
-    p = d.plan
     out = np.full(len(mi), -np.inf)
     if len(p.async_peer):
         out[p.async_peer] = d.start[d.order[p.async_peer_node]]
@@ -224,13 +239,13 @@ def external_arrivals(d: Draft, mi: Ints, blocks: Mask) -> Floats:
     return out
 
 
-def launched_after(d: Draft, rows: Ints) -> Ints:
+def launched_after(d: Draft, p: Plan, rows: Ints) -> Ints:
     """Per asynchronous send row (``rows``: the plan's sends'): the chain position of its rank's last
     program span that had ended when it started (within the tolerance), or -1."""
     if not len(d.chain) or not len(rows):
         return np.full(len(rows), -1, np.int64)
     span_len = float(d.end.max()) + 1.0  # keeps (rank, time) keys exact
-    rc, rank = d.plan.rank, d.plan.send_rank
+    rc, rank = p.rank, p.send_rank
     key = rc * span_len + d.end[d.chain]
     j = np.searchsorted(key, rank * span_len + d.start[rows] + d.tol, side="right") - 1
     ok = (j >= 0) & (rc[np.maximum(j, 0)] == rank)
@@ -250,11 +265,11 @@ def typical_transfer(d: Draft, blocks: Mask) -> float:
     return float((d.end[lone] - d.start[lone]).min())
 
 
-def program_order(d: Draft, mi: Ints, barrier_of: Ints, external: Floats) -> None:
+def program_order(d: Draft, p: Plan, mi: Ints, barrier_of: Ints, external: Floats) -> None:
     """Each rank's program spans one after another; a barrier member waits for its barrier, which waits for
     every member's previous span (or, for a member with none, its arrival) and its external arrivals (after
     the span gating them, else at their observed time)."""
-    p, chain = d.plan, d.chain
+    chain = d.chain
     n_chain, prev = len(chain), p.prev
     d.edges(prev[p.plain], p.plain)
     barrier_node, has_prev = p.barrier_node, p.has_prev
@@ -271,13 +286,12 @@ def program_order(d: Draft, mi: Ints, barrier_of: Ints, external: Floats) -> Non
     d.floor[:n_chain][p.source] = d.start[chain[p.source]]
     after = p.after
     d.gap[after] = np.maximum(0.0, d.start[chain[after]] - d.end[chain[prev[after]]])
-    host_time(d)
+    host_time(d, p)
 
 
-def host_time(d: Draft) -> None:
+def host_time(d: Draft, p: Plan) -> None:
     """Add each program span's gap (the rank's own host time before it) to an intrinsic duration: its own,
     or, for a barrier member (whose own time starts at the release), its previous span's."""
-    p = d.plan
     d.intrinsic[: len(d.chain)] -= d.host
     d.pushed.fill(0.0)  # (in place: the draft's per-chain columns are not made twice)
     d.pushed[p.prev[p.onto]] = d.gap[p.onto]
@@ -287,17 +301,16 @@ def host_time(d: Draft) -> None:
     d.intrinsic[: len(d.chain)] += d.host
 
 
-def transfers(d: Draft) -> None:
+def transfers(d: Draft, p: Plan) -> None:
     """An asynchronous send follows the sender's last program span ended by then (and runs alongside what
     follows); an asynchronous recv ends with the other end of its transfer; the receiver's first compute
     span of that microbatch starting after the recv waits for it. Unpaired transfers start at their
     observed start."""
-    p = d.plan
     n_chain, span_len = len(d.chain), float(d.end.max()) + 1.0  # span_len keeps (rank, time) keys exact
     start, end = d.start, d.end
     sends = p.sends
     s_rows = d.p2p[sends]
-    j = launched_after(d, s_rows)
+    j = launched_after(d, p, s_rows)
     ok = j >= 0
     launch = p.launch_of[sends]
     d.edges(j[ok], launch[ok])
@@ -328,15 +341,15 @@ def transfers(d: Draft) -> None:
     same = (q < n_comp) & (p.rank[consumer] == p.recv_rank) & (p.mb[consumer] == p.recv_mb)
     del q
     d.edges(n_chain + recvs[same], consumer[same])
-    not_host_time(d, consumer[same], end[r_rows[same]])
+    not_host_time(d, p, consumer[same], end[r_rows[same]])
 
 
-def not_host_time(d: Draft, consumers: Ints, ready: Floats) -> None:
+def not_host_time(d: Draft, p: Plan, consumers: Ints, ready: Floats) -> None:
     """A consumer waited for its receive: its gap until the receive ended is a wait the graph already models
     (the edge from the receive), not host time."""
-    prev = d.plan.prev
+    prev = p.prev
     ok = prev[consumers] >= 0
     consumers, ready = consumers[ok], ready[ok]
     own = np.maximum(0.0, d.start[d.chain[consumers]] - np.maximum(d.end[d.chain[prev[consumers]]], ready))
     np.minimum.at(d.gap, consumers, own)
-    host_time(d)
+    host_time(d, p)

@@ -30,13 +30,13 @@ from audit import native
 from streams.engine.codes import Floats, Ints
 
 if TYPE_CHECKING:
-    from streams.engine.draft import Plan
+    from streams.engine.draft import Packed, Plan
     from streams.engine.stepgraph import Schedule
 
 native_layouts = hasattr(native.core, "same_in_order")  # (the same comparison from native/src/layouts.rs)
 native_sorts = hasattr(native.core, "sorted_rows")
 KEEP = 16  # layouts kept (a job has a few structures; several jobs share a worker)
-KEEP_NODES = 1 << 20  # and span nodes over all kept layouts (~200 bytes each), beyond the most recent one
+KEEP_NODES = 1 << 20  # and span nodes over all kept layouts (~200 bytes each, ~35 more for a native plan), beyond the most recent one
 
 Mask = npt.NDArray[np.bool_]
 
@@ -93,7 +93,7 @@ class Layout:
     barrier_of: Ints  # per member: its barrier
     per_node: dict[str, Ints]  # node columns (but ``span``, the rows, which are each step's own)
     edges: Edges | None = None
-    plan: Plan | None = None  # what a step's draft reads that the layout decides (made once)
+    plan: Plan | Packed | None = None  # what a step's draft reads that the layout decides (made once)
 
     @property
     def spans(self) -> int:

@@ -411,7 +411,7 @@ def _tolerance(apart: Floats, end: Floats) -> float:
     return max(EPS, min(2.0 * max(resolution, jitter), cap))
 
 
-def _step_tolerance(start: Floats, end: Floats, order: Ints, plan: draft.Plan) -> float:
+def _step_tolerance(start: Floats, end: Floats, order: Ints, plan: draft.Plan | draft.Packed) -> float:
     """:func:`tolerance` of a step on its plan (``order``: its rows in node order): by the native core when its
     times are finite, else as defined."""
     if native_tolerance:
@@ -419,8 +419,8 @@ def _step_tolerance(start: Floats, end: Floats, order: Ints, plan: draft.Plan) -
         tol = native.core.step_tolerance(start, end, order, plan.pairs, (EPS, MAX_TOLERANCE, MAX_TOLERANCE_SHARE))
         if tol is not None:
             return float(tol)
-    chain = order[: len(plan.prev)]
-    return _tolerance(start[chain[1:]][plan.same_rank] - end[chain[:-1]][plan.same_rank], end)
+    chain = order[: plan.n_chain]
+    return _tolerance(start[chain[plan.pairs + 1]] - end[chain[plan.pairs]], end)
 
 
 def quantile(x: Floats, q: float) -> float:

@@ -48,10 +48,8 @@ def both(c: dict[str, Any], kept: list[layouts.Layout], monkeypatch: pytest.Monk
 def test_the_native_draft_is_the_definitions(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(11)
     kept: list[layouts.Layout] = []
-    drafts = 0
-    for c in sim_steps(name):
-        for jitter_s in (0.0, 1e-6, 30e-6, 2e-3):
-            drafts += both(jittered(c, jitter_s, rng), kept, monkeypatch)[1]
+    steps = [jittered(c, jitter_s, rng) for c in sim_steps(name) for jitter_s in (0.0, 1e-6, 30e-6, 2e-3)]
+    drafts = sum(both(c, kept, monkeypatch)[1] for c in steps)
     assert drafts >= len(sim_steps(name))  # (a step with an untraced blocking peer keeps the definition)
 
 
