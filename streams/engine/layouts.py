@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 native_layouts = hasattr(native.core, "same_in_order")  # (the same comparison from native/src/layouts.rs)
 native_sorts = hasattr(native.core, "sorted_rows")
 KEEP = 16  # layouts kept (a job has a few structures; several jobs share a worker)
-KEEP_NODES = 1 << 20  # and span nodes over all kept layouts (~200 bytes each, ~35 more for a native plan), beyond the most recent one
+KEEP_NODES = 1 << 20  # and span nodes over all kept layouts (~200 bytes each, ~35 more planned), beyond the latest
 
 Mask = npt.NDArray[np.bool_]
 
