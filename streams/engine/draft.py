@@ -6,6 +6,12 @@ receive, compute; which nodes are partners, launch nodes, barriers) is its :clas
 step laid out on it and read by every later one: a step then gathers its times at those positions instead of
 finding them again. A plan holds positions and nodes, never rows (each step's own, in whatever order its
 spans arrived): rows are read through the step's node order.
+
+With the native core built, a plan is kept :class:`Packed` (int32, all it keeps) and a step's draft is made
+in one call (native/src/draft.rs, equal to the definitions below bit for bit:
+tests/unit/test_stepgraph_draft.py), except on a layout with a blocking transfer whose peer is not traced
+(its typical transfer time is the definition's median over the step). A plan is derived data: a layout
+without one (a restored snapshot keeps none: layouts are not in it) makes it again, the same.
 """
 
 from __future__ import annotations
@@ -209,7 +215,7 @@ def drafted(d: Draft, mi: Ints, barrier_of: Ints, blocks: Mask) -> None:
         _native(d, d.plan)
         return
     p, chain, start, end = d.plan, d.chain, d.start, d.end
-    d.intrinsic[: len(chain)] = np.where(p.sync, 0.0, end[chain] - start[chain])
+    d.intrinsic[: len(chain)] = np.where(p.sync, 0.0, end[chain] - start[chain])  # a sync without a group waits
     arrivals = external_arrivals(d, p, mi, blocks)
     program_order(d, p, mi, barrier_of, arrivals)
     transfers(d, p)
