@@ -14,6 +14,8 @@ mod codes;
 mod columns;
 mod dag;
 mod decode;
+mod draft;
+mod layouts;
 mod median;
 mod objects;
 mod sort;
@@ -34,6 +36,10 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dag::DagLayout>()?;
     m.add_function(wrap_pyfunction!(dag::dag_layout, m)?)?;
     m.add_function(wrap_pyfunction!(change::change_tests, m)?)?;
+    m.add_function(wrap_pyfunction!(draft::step_draft, m)?)?;
+    m.add_function(wrap_pyfunction!(draft::step_tolerance, m)?)?;
+    m.add_function(wrap_pyfunction!(layouts::same_in_order, m)?)?;
+    m.add_function(wrap_pyfunction!(layouts::sorted_rows, m)?)?;
     m.add("GROUPED_MEDIANS_READ_INT32", true)?; // (grouped_medians: int32 orders too)
     Ok(())
 }

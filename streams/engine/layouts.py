@@ -26,13 +26,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from audit import native
 from streams.engine.codes import Floats, Ints
 
 if TYPE_CHECKING:
+    from streams.engine.draft import Packed, Plan
     from streams.engine.stepgraph import Schedule
 
+native_layouts = hasattr(native.core, "same_in_order")  # (the same comparison from native/src/layouts.rs)
+native_sorts = hasattr(native.core, "sorted_rows")
 KEEP = 16  # layouts kept (a job has a few structures; several jobs share a worker)
-KEEP_NODES = 1 << 20  # and span nodes over all kept layouts (~200 bytes each), beyond the most recent one
+KEEP_NODES = 1 << 20  # and span nodes over all kept layouts (~200 bytes each, ~35 more planned), beyond the latest
 
 Mask = npt.NDArray[np.bool_]
 
@@ -89,6 +93,7 @@ class Layout:
     barrier_of: Ints  # per member: its barrier
     per_node: dict[str, Ints]  # node columns (but ``span``, the rows, which are each step's own)
     edges: Edges | None = None
+    plan: Plan | Packed | None = None  # what a step's draft reads that the layout decides (made once)
 
     @property
     def spans(self) -> int:
@@ -109,20 +114,45 @@ _kept: list[Layout] = []  # most recently used last
 
 def find(columns: Sequence[Ints], order: Ints, start: Floats, end: Floats) -> tuple[Layout, Ints] | None:
     """A kept layout of these identity columns (per row; ``order``: the rows in node order) whose pairing
-    the step's times keep, and the partner rows it gives (:meth:`Layout.partners`), if any. The columns are
-    put in node order one at a time (a step's identity in node order is not made to be compared)."""
-    row = np.empty(len(order), np.int64)
+    the step's times keep, and the partner rows it gives (:meth:`Layout.partners`), if any."""
+    row: list[Ints] = []
     for i in range(len(_kept) - 1, -1, -1):
         layout = _kept[i]
-        if len(layout.identity) == len(columns) and layout.spans == len(order) and all(
-            np.array_equal(np.take(column, order, out=row), kept)
-            for column, kept in zip(columns, layout.identity, strict=True)
+        if (
+            len(layout.identity) == len(columns)
+            and layout.spans == len(order)
+            and _same(columns, order, layout.identity, row)
         ):
             partner = layout.partners(order, start, end)
             if partner is not None:
                 _kept.append(_kept.pop(i))
                 return layout, partner
     return None
+
+
+def _same(columns: Sequence[Ints], order: Ints, kept: Sequence[Ints], row: list[Ints]) -> bool:
+    """Whether ``columns`` (per row) in node order (``order``: the rows) equal the ``kept`` ones: by the
+    native core when it can read them, else each column put in node order in turn (``row``: the one buffer
+    they are put in, made once; a step's identity in node order is not made to be compared)."""
+    if native_layouts:
+        assert native.core is not None
+        same = native.core.same_in_order(list(columns), order, list(kept))
+        if same is not None:
+            return bool(same)
+    if not row:
+        row.append(np.empty(len(order), np.int64))
+    return all(np.array_equal(np.take(c, order, out=row[0]), k) for c, k in zip(columns, kept, strict=True))
+
+
+def lexsorted(rows: Ints, keys: Sequence[Ints], time: Floats) -> Ints:
+    """``rows`` (ascending) sorted by the integer columns ``keys`` (per row, the first first), then by ``time``
+    (per row), ties in row order (``np.lexsort``'s order): by the native core when it is built."""
+    if native_sorts:
+        assert native.core is not None
+        out = np.empty(len(rows), np.int64)
+        native.core.sorted_rows(rows, list(keys), time, out)
+        return out
+    return rows[np.lexsort((time[rows], *(k[rows] for k in reversed(keys))))]
 
 
 def keep(layout: Layout) -> None:

@@ -50,7 +50,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from streams.engine import dag, layouts, transfers
+from audit import native
+from streams.engine import dag, draft, layouts, transfers
 from streams.engine.codes import Codebook, Floats, Ints, classes, compact, dense, fits_int32
 from streams.engine.transfers import FROM, RECV_OPS, SEND_OPS, TO
 from streams.errors import DriftlogError
@@ -60,6 +61,7 @@ __all__ = ["RECV_OPS", "SEND_OPS", "Codebook", "Floats", "Ints", "StepGraph", "b
 EPS = 2e-6  # s: the least tolerance (epoch floats have ~0.24 µs resolution)
 MAX_TOLERANCE = 1e-3  # s: the most; and at most MAX_TOLERANCE_SHARE of the step
 MAX_TOLERANCE_SHARE = 0.01
+native_tolerance = hasattr(native.core, "step_tolerance")  # (the same tolerance from native/src/draft.rs)
 
 KINDS = 6
 CHAIN, MEMBER, SEND, RECV, BARRIER, BLOCKING = range(KINDS)  # node kinds (BLOCKING: a blocking transfer)
@@ -161,48 +163,6 @@ class StepGraph:
         return np.array(path[::-1], np.int64)
 
 
-@dataclass
-class _Draft:
-    """A graph under construction: span columns (times relative to the step start), node layout, edges."""
-
-    start: Floats
-    end: Floats
-    rank: Ints
-    mb: Ints
-    peer: Ints
-    direction: Ints  # per span row (transfers.TO / FROM / BOTH / NONE)
-    partner: Ints  # per span row: the other end of its transfer, -1 when none
-    chain: Ints  # span rows of the program spans, in node order
-    p2p: Ints  # span rows of the asynchronous transfers, in node order
-    compute: npt.NDArray[np.bool_]  # per span row
-    tol: float
-    floor: Floats
-    intrinsic: Floats
-    node_of: Ints  # per span row: its node
-    launch_of: Ints = field(init=False)  # per asynchronous transfer (p2p position): its launch node, -1 for none
-    gap: Floats = field(init=False)  # per chain position: host time since the rank's previous program span
-    host: Floats = field(init=False)  # per chain position: the host time added to its intrinsic duration
-    pushed: Floats = field(init=False)  # per chain position: of that, the next member's gap (after its end)
-    member: npt.NDArray[np.bool_] = field(init=False)  # per chain position: a barrier member
-    prev: Ints = field(init=False)  # per chain position: its rank's previous program span's, -1 for none
-    src: list[Ints] = field(default_factory=list)
-    dst: list[Ints] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.launch_of = np.full(len(self.p2p), -1, np.int64)
-        self.gap = np.zeros(len(self.chain))
-        self.host = np.zeros(len(self.chain))
-        self.pushed = np.zeros(len(self.chain))
-        self.member = np.zeros(len(self.chain), bool)
-        rc = self.rank[self.chain]
-        self.prev = np.arange(-1, len(rc) - 1)
-        self.prev[1:][rc[1:] != rc[:-1]] = -1
-
-    def edges(self, src: Ints, dst: Ints) -> None:
-        self.src.append(np.asarray(src, np.int64))
-        self.dst.append(np.asarray(dst, np.int64))
-
-
 def build(
     c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook, cache: dict[bytes, Schedule]
 ) -> StepGraph:
@@ -289,9 +249,9 @@ def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook
     blocks = transfers.blocking(c, direction)
     asynchronous = (direction >= 0) & ~blocks
     ci = np.flatnonzero(~asynchronous)
-    ci = ci[np.lexsort((start[ci] + end[ci], rank[ci]))]  # by midpoint: robust to rounding at span boundaries
+    ci = layouts.lexsorted(ci, (rank,), start + end)  # by midpoint: robust to rounding at span boundaries
     pi = np.flatnonzero(asynchronous)
-    pi = pi[np.lexsort((start[pi], peer[pi], mb[pi], direction[pi] == FROM, rank[pi]))]
+    pi = layouts.lexsorted(pi, (rank, (direction == FROM).astype(np.int64), mb, peer), start)
     order = np.concatenate([ci, pi])  # span rows in node order
     node_of = np.empty(len(start), "int32" if len(order) < 2**31 else "int64")  # (read by index only)
     node_of[order] = np.arange(len(order))
@@ -309,23 +269,20 @@ def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook
         )  # fmt: skip
     del columns, op, op_class, grp, seq, role, dp, pp, tp  # (the identity's: let go before the draft is made)
     mi, barrier_of = layout.members, layout.barrier_of
-    n_barrier = int(barrier_of.max()) + 1 if len(mi) else 0
-    async_sends = np.flatnonzero(direction[pi] == TO)  # p2p positions; each has a launch node after the barriers
-    n = len(ci) + len(pi) + n_barrier + len(async_sends)
-    tol = tolerance(start, end, rank, ci)
-    draft = _Draft(
-        start, end, rank, mb, peer, direction, partner, ci, pi, compute, tol, np.full(n, -np.inf), np.zeros(n),
-        node_of,
-    )  # fmt: skip
-    draft.launch_of[async_sends] = np.arange(len(ci) + len(pi) + n_barrier, n)
-    draft.intrinsic[: len(ci)] = np.where(sync[ci], 0.0, end[ci] - start[ci])  # a sync without a group only waits
-    _program_order(draft, mi, barrier_of, n_barrier, _external_arrivals(draft, mi, blocks))
-    _transfers(draft)
+    if layout.plan is None:  # (made on the step that laid it out, or found it kept without one)
+        layout.plan = draft.plan(
+            (rank, mb, direction, blocks, compute, sync), partner, ci, pi, node_of, (mi, barrier_of)
+        )
+    plan = layout.plan
+    n = plan.n
+    tol = _step_tolerance(start, end, order, plan)
+    d = draft.Draft(start, end, direction, partner, ci, pi, order, plan, tol)
+    draft.drafted(d, mi, barrier_of, blocks)
 
     paired = bool((blocks & (partner >= 0)).any())
     observed_s, n_chain = float(end.max()), len(ci)
-    floor, intrinsic, sources, targets = draft.floor, draft.intrinsic, draft.src, draft.dst
-    del draft, start, end, node_of, partner, direction, ci, pi  # (let go before the edges are joined)
+    floor, intrinsic, sources, targets = d.floor, d.intrinsic, d.src, d.dst
+    del d, start, end, node_of, partner, direction, ci, pi  # (let go before the edges are joined)
     src = np.concatenate(sources)
     sources.clear()
     dst = np.concatenate(targets)
@@ -441,13 +398,29 @@ def tolerance(start: Floats, end: Floats, rank: Ints, chain: Ints) -> float:
     really meet or leave a gap: the resolution is the smallest nonzero distance between them (quantised
     times are never closer), the jitter the 90th percentile of their overlaps (which cannot be real)."""
     rc = rank[chain]
-    apart = (start[chain[1:]] - end[chain[:-1]])[rc[1:] == rc[:-1]]
+    return _tolerance((start[chain[1:]] - end[chain[:-1]])[rc[1:] == rc[:-1]], end)
+
+
+def _tolerance(apart: Floats, end: Floats) -> float:
+    """:func:`tolerance` from the distances between consecutive program spans of a rank (``apart``)."""
     nonzero = np.abs(apart[apart != 0])
     resolution = float(nonzero.min()) if len(nonzero) else 0.0
     overlap = -apart[apart < 0]
     jitter = quantile(overlap, 0.9) if len(overlap) else 0.0
     cap = min(MAX_TOLERANCE, MAX_TOLERANCE_SHARE * float(end.max(initial=0.0)))
     return max(EPS, min(2.0 * max(resolution, jitter), cap))
+
+
+def _step_tolerance(start: Floats, end: Floats, order: Ints, plan: draft.Plan | draft.Packed) -> float:
+    """:func:`tolerance` of a step on its plan (``order``: its rows in node order): by the native core when its
+    times are finite, else as defined."""
+    if native_tolerance:
+        assert native.core is not None
+        tol = native.core.step_tolerance(start, end, order, plan.pairs, (EPS, MAX_TOLERANCE, MAX_TOLERANCE_SHARE))
+        if tol is not None:
+            return float(tol)
+    chain = order[: plan.n_chain]
+    return _tolerance(start[chain[plan.pairs + 1]] - end[chain[plan.pairs]], end)
 
 
 def quantile(x: Floats, q: float) -> float:
@@ -481,151 +454,6 @@ def _barriers(
     paired[paired] = blocks[other[paired]]
     first[paired] = np.minimum(mi[paired], node_of[other[paired]])
     return dense(first)
-
-
-def _external_arrivals(d: _Draft, mi: Ints, blocks: npt.NDArray[np.bool_]) -> tuple[Floats, Ints]:
-    """Per barrier member: an arrival at its barrier from outside its program spans (-inf: none), and the
-    node that gates that arrival in the graph (-1: none, the arrival is then a fixed floor). A blocking
-    transfer whose peer's end is asynchronous waits for that send's launch (so healing the sender moves it);
-    one whose peer is not traced waits until its end less the step's typical transfer time."""
-    rows = d.chain[mi]
-    out = np.full(len(mi), -np.inf)
-    gate = np.full(len(mi), -1, np.int64)
-    transfer = blocks[rows]
-    other = d.partner[rows]
-    async_peer = transfer & (other >= 0)
-    async_peer[async_peer] = ~blocks[other[async_peer]]
-    out[async_peer] = d.start[other[async_peer]]
-    gate[async_peer] = d.launch_of[d.node_of[other[async_peer]] - len(d.chain)]
-    lone = transfer & (other < 0)
-    if lone.any():
-        out[lone] = d.end[rows[lone]] - typical_transfer(d, blocks)
-    return out, gate
-
-
-def _launched_after(d: _Draft, rows: Ints) -> Ints:
-    """Per asynchronous transfer row: the chain position of its rank's last program span that had ended
-    when it started (within the tolerance), or -1."""
-    if not len(d.chain) or not len(rows):
-        return np.full(len(rows), -1, np.int64)
-    span_len = float(d.end.max()) + 1.0  # keeps (rank, time) keys exact
-    rc = d.rank[d.chain]
-    key = rc * span_len + d.end[d.chain]
-    j = np.searchsorted(key, d.rank[rows] * span_len + d.start[rows] + d.tol, side="right") - 1
-    ok = (j >= 0) & (rc[np.maximum(j, 0)] == d.rank[rows])
-    return np.where(ok, j, -1).astype(np.int64)
-
-
-def typical_transfer(d: _Draft, blocks: npt.NDArray[np.bool_]) -> float:
-    """The step's typical transfer time: the median own time of transfers whose peer is traced (blocking
-    ends after both have started; asynchronous sends), or, without any, the shortest unpaired blocking span."""
-    paired = np.flatnonzero(blocks & (d.partner >= 0))
-    own = d.end[paired] - np.maximum(d.start[paired], d.start[d.partner[paired]])
-    sends = d.p2p[d.direction[d.p2p] == TO]
-    own = np.concatenate([own, d.end[sends] - d.start[sends]])
-    if len(own):
-        return float(np.median(np.maximum(own, 0.0)))
-    lone = np.flatnonzero(blocks & (d.partner < 0))
-    return float((d.end[lone] - d.start[lone]).min())
-
-
-def _program_order(d: _Draft, mi: Ints, barrier_of: Ints, n_barrier: int, arrivals_from: tuple[Floats, Ints]) -> None:
-    """Each rank's program spans one after another; a barrier member waits for its barrier, which waits for
-    every member's previous span (or, for a member with none, its arrival) and its external arrivals (after
-    the span gating them, else at their observed time)."""
-    external, gate = arrivals_from
-    n_chain, prev = len(d.chain), d.prev
-    is_member = np.zeros(n_chain, bool)
-    is_member[mi] = True
-    d.member = is_member
-    plain = np.flatnonzero(~is_member & (prev >= 0))
-    d.edges(prev[plain], plain)
-    barrier_node = n_chain + len(d.p2p) + barrier_of
-    d.edges(barrier_node, mi)
-    has_prev = prev[mi] >= 0
-    d.edges(prev[mi][has_prev], barrier_node[has_prev])
-    arrivals = d.start[d.chain[mi]]
-    np.maximum.at(d.floor, barrier_node[~has_prev], arrivals[~has_prev])
-    gated = gate >= 0
-    d.edges(gate[gated], barrier_node[gated])
-    np.maximum.at(d.floor, barrier_node[~gated], external[~gated])
-    release = np.full(n_barrier, -np.inf)
-    np.maximum.at(release, barrier_of, np.maximum(arrivals, external))
-    d.intrinsic[mi] = np.maximum(0.0, d.end[d.chain[mi]] - release[barrier_of])
-    source = (prev < 0) & ~is_member
-    d.floor[:n_chain][source] = d.start[d.chain][source]
-    after = np.flatnonzero(prev >= 0)
-    d.gap[after] = np.maximum(0.0, d.start[d.chain[after]] - d.end[d.chain[prev[after]]])
-    _host_time(d, prev, is_member)
-
-
-def _host_time(d: _Draft, prev: Ints, is_member: npt.NDArray[np.bool_]) -> None:
-    """Add each program span's gap (the rank's own host time before it) to an intrinsic duration: its own,
-    or, for a barrier member (whose own time starts at the release), its previous span's."""
-    d.intrinsic[: len(d.chain)] -= d.host
-    d.pushed.fill(0.0)  # (in place: the draft's per-chain columns are not made twice)
-    onto = np.flatnonzero(is_member & (prev >= 0))
-    d.pushed[prev[onto]] = d.gap[onto]
-    np.copyto(d.host, d.gap)
-    d.host[is_member] = 0.0
-    d.host += d.pushed
-    d.intrinsic[: len(d.chain)] += d.host
-
-
-def _transfers(d: _Draft) -> None:
-    """An asynchronous send follows the sender's last program span ended by then (and runs alongside what
-    follows); an asynchronous recv ends with the other end of its transfer; the receiver's first compute
-    span of that microbatch starting after the recv waits for it. Unpaired transfers start at their
-    observed start."""
-    n_chain, span_len = len(d.chain), float(d.end.max()) + 1.0  # span_len keeps (rank, time) keys exact
-    rc, start, end, rank, mb = d.rank[d.chain], d.start, d.end, d.rank, d.mb
-    recv = d.direction[d.p2p] == FROM
-    sends = np.flatnonzero(~recv)
-    s_rows = d.p2p[sends]
-    j = _launched_after(d, s_rows)
-    ok = j >= 0
-    launch = d.launch_of[sends]
-    d.edges(j[ok], launch[ok])
-    d.intrinsic[launch[ok]] = np.maximum(0.0, start[s_rows[ok]] - end[d.chain[j[ok]]] - d.pushed[j[ok]])
-    d.floor[launch[~ok]] = start[s_rows[~ok]]
-    d.edges(launch, n_chain + sends)
-    d.intrinsic[n_chain + sends] = end[s_rows] - start[s_rows]
-    recvs = np.flatnonzero(recv)
-    r_rows = d.p2p[recvs]
-    other = d.partner[r_rows]
-    matched = other >= 0
-    d.edges(d.node_of[other[matched]], n_chain + recvs[matched])
-    lone = r_rows[~matched]
-    d.floor[n_chain + recvs[~matched]] = start[lone]
-    d.intrinsic[n_chain + recvs[~matched]] = end[lone] - start[lone]
-    comp = np.flatnonzero(d.compute[d.chain])
-    if not len(comp):
-        return
-    width = int(max(mb.max(initial=0), 0)) + 2
-    comp_key = (rc[comp] * width + mb[d.chain[comp]] + 1) * span_len + start[d.chain[comp]]
-    by_start = np.argsort(comp_key, kind="stable")
-    comp_key = comp_key[by_start]  # (sorted; the unsorted keys go)
-    want = (rank[r_rows] * width + mb[r_rows] + 1) * span_len + end[r_rows] - d.tol
-    q = np.searchsorted(comp_key, want)
-    del comp_key, want
-    n_comp = len(comp)
-    consumer = comp[by_start[np.minimum(q, n_comp - 1)]]
-    del by_start, comp
-    same = (q < n_comp) & (rc[consumer] == rank[r_rows]) & (mb[d.chain[consumer]] == mb[r_rows])
-    del q
-    d.edges(n_chain + recvs[same], consumer[same])
-    _not_host_time(d, consumer[same], end[r_rows[same]])
-
-
-def _not_host_time(d: _Draft, consumers: Ints, ready: Floats) -> None:
-    """A consumer waited for its receive: its gap until the receive ended is a wait the graph already models
-    (the edge from the receive), not host time."""
-    prev = d.prev
-    ok = prev[consumers] >= 0
-    consumers, ready = consumers[ok], ready[ok]
-    own = np.maximum(0.0, d.start[d.chain[consumers]] - np.maximum(d.end[d.chain[prev[consumers]]], ready))
-    np.minimum.at(d.gap, consumers, own)
-    _host_time(d, prev, d.member)
 
 
 def compile_schedule(indptr: Ints, indices: Ints) -> Schedule:

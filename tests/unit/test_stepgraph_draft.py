@@ -1,0 +1,132 @@
+"""A step's draft by the native core (native/src/draft.rs) equals its definition (streams/engine/draft.py)
+field for field, bit for bit: on every step of simulated jobs with jitter small and large (spans of a rank
+that overlap, whose ends the launch search reads out of order), on a step built on its layout's plan, and on
+a hand-made step whose rank's ends are out of order. A step with a blocking transfer whose peer is not
+traced keeps the definition."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streams.engine import draft, layouts, stepgraph
+from streams.engine.stepgraph import StepGraph
+from tests.conftest import require_native
+from tests.unit.test_stepgraph_blocking import columns
+from tests.unit.test_stepgraph_layouts import NAMES, assert_same, built, jittered, sim_steps
+
+
+@pytest.fixture(autouse=True)
+def native_core() -> None:
+    require_native()
+    if not draft.native_drafts:
+        pytest.skip("driftlog_native was built before step_draft: make rebuilds it")
+
+
+def both(c: dict[str, Any], kept: list[layouts.Layout], monkeypatch: pytest.MonkeyPatch) -> tuple[StepGraph, int]:
+    """The graph with the native draft (on the layouts ``kept``), the number of native drafts it made, and
+    asserts it equals the definition's (from scratch)."""
+    calls = []
+    native_draft = draft.native.core.step_draft  # type: ignore[union-attr]
+
+    def counted(*args: Any) -> int:
+        calls.append(1)
+        return int(native_draft(*args))
+
+    with monkeypatch.context() as m:
+        m.setattr(draft.native.core, "step_draft", counted)
+        g = built(c, kept, monkeypatch)
+    with monkeypatch.context() as m:
+        m.setattr(draft, "native_drafts", False)
+        assert_same(g, built(c, [], monkeypatch))
+    return g, len(calls)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_native_draft_is_the_definitions(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(11)
+    kept: list[layouts.Layout] = []
+    steps = [jittered(c, jitter_s, rng) for c in sim_steps(name) for jitter_s in (0.0, 1e-6, 30e-6, 2e-3)]
+    drafts = sum(both(c, kept, monkeypatch)[1] for c in steps)
+    assert drafts >= len(sim_steps(name))  # (a step with an untraced blocking peer keeps the definition)
+
+
+def test_ends_out_of_order_launch_sends_as_the_definition_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0's second span runs inside its first (ordered by midpoint, their ends are not): the search for
+    the span a send follows reads them as numpy's does."""
+    c = columns(
+        (0, 0, "forward", "compute", 0.0, 10.0, 0, -1, "", False),
+        (0, 0, "forward", "compute", 6.0, 2.0, 1, -1, "", False),
+        (0, 0, "isend", "comm", 8.5, 0.5, 0, 1, "send", False),
+        (0, 0, "forward", "compute", 9.0, 3.0, 2, -1, "", False),
+        (0, 0, "isend", "comm", 9.5, 0.5, 1, 1, "send", False),
+        (1, 1, "irecv", "comm", 8.5, 1.0, 0, 0, "recv", False),
+        (1, 1, "forward", "compute", 9.7, 1.0, 0, -1, "", False),
+        (1, 1, "irecv", "comm", 9.5, 1.0, 1, 0, "recv", False),
+        (1, 1, "forward", "compute", 10.7, 1.0, 1, -1, "", False),
+    )
+    kept: list[layouts.Layout] = []
+    g, drafts = both(c, kept, monkeypatch)
+    assert drafts == 1 and np.isfinite(g.intrinsic).all()
+    for shift in (0.25, 0.75, 1.5):  # the same layout: its plan
+        moved = {**c, "start": c["start"] + np.where(c["rank"] == 0, 0.0, shift)}
+        assert both(moved, kept, monkeypatch)[1] == 1
+
+
+def test_the_native_identity_comparison_is_the_definitions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """layouts.find's comparison of a step's identity columns in node order with a layout's, natively and
+    by its definition: equal, a value differing anywhere, kept as int32 or int64; a column the native core
+    cannot read (not contiguous, not int64) gets None, and the definition answers."""
+    rng = np.random.default_rng(3)
+    columns = [rng.integers(-5, 50, 40) for _ in range(4)]
+    order = rng.permutation(40)
+    for dtype in (np.int32, np.int64):
+        kept = [c[order].astype(dtype) for c in columns]
+        cases = [kept] + [[k if j != i else k.copy() for j, k in enumerate(kept)] for i in range(4)]
+        for i, case in enumerate(cases[1:]):
+            case[i][rng.integers(40)] += 1
+        for case in cases:
+            native = draft.native.core.same_in_order(columns, order, case)  # type: ignore[union-attr]
+            with monkeypatch.context() as m:
+                m.setattr(layouts, "native_layouts", False)
+                assert native is not None and native == layouts._same(columns, order, case, [])
+    assert draft.native.core.same_in_order([columns[0][::2]], order[:20], [kept[0][:20]]) is None  # type: ignore[union-attr]
+    assert draft.native.core.same_in_order([columns[0].astype(np.int32)], order, [kept[0]]) is None  # type: ignore[union-attr]
+
+
+def test_the_native_tolerance_is_the_definitions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step's tolerance natively and by its definition, on simulated steps with jitter from none to beyond
+    the cap, and quantised times; a step with a time that is not finite keeps the definition."""
+    rng = np.random.default_rng(5)
+    tolerances = set()
+    for c in sim_steps("realistic-slow-rank"):
+        for jitter_s in (0.0, 1e-6, 30e-6, 2e-3):
+            cols = jittered(c, jitter_s, rng)
+            with monkeypatch.context() as m:
+                m.setattr(stepgraph, "native_tolerance", False)
+                g = built(cols, [], monkeypatch)
+            assert built(cols, [], monkeypatch).tolerance == g.tolerance
+            tolerances.add(g.tolerance)
+    assert len(tolerances) > 4
+    start, end = np.array([0.0, 1.0, np.inf]), np.array([1.0, 2.0, np.inf])
+    native_tolerance = draft.native.core.step_tolerance  # type: ignore[union-attr]
+    assert native_tolerance(start, end, np.arange(3), np.arange(2), (1e-6, 1e-3, 0.01)) is None
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_the_native_row_sort_is_lexsorts(wide: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows in node order natively and by np.lexsort: integer keys then a time, with ties, NaN and -0.0;
+    first keys of a few values (bucketed) and spread wide (sorted whole)."""
+    rng = np.random.default_rng(9)
+    n = 500
+    time = rng.choice([0.0, -0.0, 1.5, np.nan, 2.25, 3.0], n) + rng.choice([0.0, 0.0, 0.5], n)
+    first = rng.integers(0, 8, n) * (2**40 if wide else 1) - 3
+    keys = (first, rng.integers(0, 2, n), rng.integers(-1, 3, n))
+    for rows in (np.arange(n), np.sort(rng.choice(n, 300, replace=False)), np.zeros(0, np.int64)):
+        for k in (keys[:1], keys):
+            native = layouts.lexsorted(rows, k, time)
+            with monkeypatch.context() as m:
+                m.setattr(layouts, "native_sorts", False)
+                assert native.tolist() == layouts.lexsorted(rows, k, time).tolist()
