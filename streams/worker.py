@@ -22,6 +22,7 @@ instance owns the task) stops the worker. Started while the broker is away, the 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -29,6 +30,8 @@ import threading
 from typing import Any
 
 import faust
+import numpy.ma  # noqa: F401 - numpy 2 imports it on the first np.unique: ~0.1 s on the first message's path
+from faust.types import TP
 from mode import Service
 
 from audit.records import SourcePosition
@@ -145,8 +148,6 @@ def _assignment(app: faust.App) -> list[str]:
 
 
 def _tp(topic: str, partition: int) -> Any:
-    from faust.types import TP
-
     return TP(topic, partition)
 
 
@@ -206,8 +207,9 @@ async def handle_event(
     # records of a task that keeps up go at once (a finding waits for no timer); a backlog is committed every
     # interval (or COMMIT_EVERY_MESSAGES), so that snapshots do not take its time, and at once when it ends
     # (its offsets too: the group's lag is 0 when the input is processed, not up to two timers later)
-    ended = state.backlog_ended()
-    due = ended or len(state.acks) >= COMMIT_EVERY_MESSAGES or (out.audit and state.live())
+    caught, state.caught = state.caught, None  # (as the processor was told; None: asked again)
+    ended = state.backlog_ended(caught)
+    due = ended or len(state.acks) >= COMMIT_EVERY_MESSAGES or (out.audit and state.live(caught))
     if not due or state.unresolved is not None:  # (a failed transaction: the timer retries)
         return
     if await commit_task(ops_service.app, ops_service, state) and ended:
@@ -403,4 +405,7 @@ def run(settings: Settings) -> None:
         redirect_stdouts=False,
     )
     worker.spinner = None  # it writes terminal control codes, into a log file too
+    # what is built by now (modules, the app) lives as long as the worker: the collector need not walk it again
+    # in every full collection while a backlog is processed
+    gc.freeze()
     worker.execute_from_commandline()

@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +132,9 @@ class WorkerState:
     reads: set[tuple[str, int]] = field(default_factory=set)  # the partitions the reader is assigned (fixed)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     deferred: asyncio.Task[None] | None = None  # a backlog's end commit, waiting until it is allowed
+    # the channels caught up as of the message just handled, for the driver's commit decision to take
+    # (caught_up() asks for every channel's high watermark: once a message, not three times)
+    caught: list[str] | None = None
     stopped: bool = False  # (a handler that waited on the lock while the task was stopped defers nothing)
 
     async def start(self, bootstrap: str, state_topic: str, inputs: dict[str, str]) -> None:
@@ -280,12 +283,13 @@ class WorkerState:
                 out.append(name)
         return out
 
-    def backlog_ended(self) -> bool:
+    def backlog_ended(self, caught_up: Iterable[str] | None = None) -> bool:
         """Whether the task has just caught up with its own input after a backlog (:data:`BACKLOG_MESSAGES`
         behind for at least :data:`BACKLOG_S`): its commit is due now. Caught up sooner, it was a fetch read as
         it came (the timer commits it). The decision and shared channels, read in full by its own reader, do
-        not count: their marks move only with the other tasks' commits."""
-        if self.behind_since is None or not self.own_caught_up():
+        not count: their marks move only with the other tasks' commits. ``caught_up``: :meth:`caught_up`
+        already asked (e.g. :attr:`caught`)."""
+        if self.behind_since is None or not self.own_caught_up(caught_up):
             return False
         lasted, self.behind_since = time.monotonic() - self.behind_since, None
         return lasted >= BACKLOG_S
@@ -295,14 +299,15 @@ class WorkerState:
         high = self._highwater(*tp)
         return 0 if high is None else high - offset - 1
 
-    def own_caught_up(self) -> bool:
+    def own_caught_up(self, caught_up: Iterable[str] | None = None) -> bool:
         """Whether the task's own input (its telemetry and metrics partitions) is read to its end."""
-        caught_up = set(self.caught_up())
-        return all(channel_of(t, p) in caught_up for t, p in self.offsets if self.kinds.get(t) in OWN_INPUT)
+        caught = set(self.caught_up() if caught_up is None else caught_up)
+        return all(channel_of(t, p) in caught for t, p in self.offsets if self.kinds.get(t) in OWN_INPUT)
 
-    def live(self) -> bool:
+    def live(self, caught_up: Iterable[str] | None = None) -> bool:
         """Whether every input channel is caught up (the task keeps up with its input in real time)."""
-        return bool(self.channels) and set(self.channels) <= set(self.caught_up())
+        caught = set(self.caught_up() if caught_up is None else caught_up)
+        return bool(self.channels) and set(self.channels) <= caught
 
     def mark(self) -> Mark:
         """How far the task's own input (its telemetry and metrics partitions) has come, for the other tasks:
@@ -324,7 +329,7 @@ class WorkerState:
         self.offsets[tp] = position.offset + 1
         if self.behind_since is None and kind in OWN_INPUT and self._behind(tp, position.offset) >= BACKLOG_MESSAGES:
             self.behind_since = time.monotonic()
-        caught_up = self.caught_up()
+        caught_up = self.caught = self.caught_up()
         if kind == "metrics":
             out = self.processor.otlp(value, position, encoding, caught_up)
         elif kind == "telemetry":

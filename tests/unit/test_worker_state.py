@@ -525,3 +525,37 @@ def test_a_backlog_lasts_across_the_commits_made_while_it_is_drained(monkeypatch
     asyncio.run(state.commit(force=True))
     state.handle("telemetry", b"", SourcePosition("telemetry", 0, 1))
     assert state.behind_since == since
+
+
+def test_a_message_asks_each_channels_high_watermark_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """During a backlog, the channels caught up after a message are asked once (for its processor) and that
+    answer decides the commit too: each ``caught_up()`` asks the consumer for every channel's high watermark."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from streams.worker import handle_event
+
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+    asked: Counter[tuple[str, int]] = Counter()
+
+    def highwater(topic: str, partition: int) -> int:
+        asked[(topic, partition)] += 1
+        return 10 * BACKLOG_MESSAGES if topic == "telemetry" else 0
+
+    state.highwater = highwater
+    inputs = {"telemetry": "telemetry", "decisions": "decisions"}
+    state.configure(inputs, [("telemetry", 0)] + [("decisions", p) for p in range(4)])
+    monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())
+    ops = SimpleNamespace(app=None, status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
+
+    async def drain(offsets: range) -> None:
+        for offset in offsets:
+            event = Event(SimpleNamespace(topic="telemetry", partition=0, offset=offset, value=b"", timestamp=None))
+            await handle_event(state, ops, stream, event, "telemetry", "auto")  # type: ignore[arg-type]
+
+    asyncio.run(drain(range(1)))  # (the first message also asks whether the task is behind: the backlog starts)
+    assert state.behind_since is not None
+    asked.clear()
+    asyncio.run(drain(range(1, 4)))
+    assert asked == dict.fromkeys([("telemetry", 0)] + [("decisions", p) for p in range(4)], 3)
