@@ -39,8 +39,9 @@ import numpy.typing as npt
 from streams.engine import dag, elements
 from streams.engine.carry import Chained, Owners, last_end_per_rank
 from streams.engine.codes import key_sums
-from streams.engine.ideal import Peers, peer_stage
-from streams.engine.stepgraph import TRANSFER_KINDS, Floats, Ints, StepGraph
+from streams.engine.ideal import Peers
+from streams.engine.members import StepElements
+from streams.engine.stepgraph import Floats, Ints, StepGraph
 from streams.engine.systematic import NONE, Slow
 
 MAX_ALL = 64  # stages, links, replicas: all of them up to this many, else the ones most above their ideal
@@ -87,8 +88,8 @@ class Candidates:
     contains: dict[str, tuple[str, ...]]
     own: Mask  # the nodes that are not transfers over a candidate link
 
-    def add(self, element: str, mask: Mask, contains: tuple[str, ...] = ()) -> None:
-        self.nodes[element] = np.flatnonzero(mask)
+    def add(self, element: str, nodes: Ints, contains: tuple[str, ...] = ()) -> None:
+        self.nodes[element] = nodes
         if contains:
             self.contains[element] = contains
 
@@ -162,6 +163,7 @@ class Pending:
     peers: Peers  # the structure's peer groups (:mod:`ideal`)
     owners: Owners  # whose clock each observed start is on (:mod:`carry`)
     slow: Slow = (NONE, NONE)  # the job's systematically slow ranks and links, left out of every peer group
+    members: StepElements | None = None  # the structure's elements' nodes (None: found when needed)
 
     def without(self, slow: Slow) -> Pending:
         """This step with its ideal from peers other than the ranks and links ``slow`` (:mod:`systematic`)."""
@@ -172,7 +174,8 @@ class Pending:
     def run(self, actual_s: float, ideal_s: float, chained: Chained | None = None) -> Structural:
         """The decomposition; ``actual_s``, ``ideal_s``: the step's times on its timelines (``chained``;
         default: a fresh step)."""
-        found = plan(self.g, self.job, self.ops, self.d0, self.ideal, self.peers.replica.typical(self.d0, self.slow))
+        typical_replica = self.peers.replica.typical(self.d0, self.slow)
+        found = plan(self.g, self.job, self.ops, self.d0, self.ideal, typical_replica, self.members)
         return found.result(actual_s, ideal_s, self, chained or Chained(None))
 
     def sharing(self, other: Pending | None) -> Pending:
@@ -206,7 +209,7 @@ class Pending:
         left out; the group cause's nodes are every span)."""
         if not groups:
             return []
-        found = candidates(self.g, self.job, self.ops, self.d0, self.ideal)
+        found = candidates(self.g, self.job, self.ops, self.d0, self.ideal, self.members)
         healed = [found.mask(parts) for _, parts in groups]
         shares = []
         for (container, _), mask in zip(groups, healed, strict=True):
@@ -218,39 +221,49 @@ class Pending:
         return list(zip(times.tolist(), shares, strict=True))
 
 
-def candidates(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats) -> Candidates:
-    """The elements of one step that may cause its slowdown, each with its nodes (the group cause apart)."""
+def candidates(
+    g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, of: StepElements | None = None
+) -> Candidates:
+    """The elements of one step that may cause its slowdown, each with its nodes (the group cause apart);
+    ``of``: ``StepElements.of(g)``, which depends on the structure only."""
+    of = of or StepElements.of(g)
     spans = g.span >= 0
     excess = np.maximum(0.0, d0 - ideal)
-    p2p = np.isin(g.kind, TRANSFER_KINDS)
-    peer_pp = peer_stage(g, p2p)
-    link = np.where(p2p & (peer_pp >= 0) & (peer_pp != g.pp), np.minimum(g.pp, peer_pp), -1)
-    links = _most(link[p2p & (link >= 0)], excess[p2p & (link >= 0)], MAX_ALL)
-    own = ~np.isin(link, links)  # a rank's nodes: all but its transfers over the candidate links
+    crossing = of.link >= 0
+    links = _most(of.link[crossing], excess[crossing], MAX_ALL)
+    own = np.ones(g.nodes, np.bool_)  # a rank's nodes: all but its transfers over the candidate links
+    for lk in links:
+        own[of.links(lk)] = False
     out = Candidates({}, {}, own)
     ranks = _most(g.rank[spans & own], excess[spans & own], MAX_RANKS)
-    first_node = {r: int(np.argmax(spans & (g.rank == r))) for r in ranks}
+    first_node = {r: int(of.rank(r)[np.argmax(spans[of.rank(r)])]) for r in ranks}
     for r in ranks:
-        out.add(elements.rank(job, r), (g.rank == r) & own)
-    for column, build in ((g.dp, elements.dp), (g.pp, elements.stage)):
+        nodes = of.rank(r)
+        out.add(elements.rank(job, r), nodes[own[nodes]])
+    for column, build, members in ((g.dp, elements.dp, of.dp), (g.pp, elements.stage, of.pp)):
         for i in _most(column[spans], excess[spans], MAX_ALL):
             inside = tuple(elements.rank(job, r) for r in ranks if column[first_node[r]] == i)
-            nodes = spans & (column == i)
+            nodes = members(i)
             if build is elements.stage:  # a stage's spans hold the transfers over its links
                 inside += tuple(elements.stage_link(job, lk) for lk in links if lk in (i - 1, i))
+                nodes = nodes[spans[nodes]]
             else:
-                nodes &= own
+                nodes = nodes[spans[nodes] & own[nodes]]
             out.add(build(job, i), nodes, inside)
     for lk in links:
-        out.add(elements.stage_link(job, lk), link == lk)
+        out.add(elements.stage_link(job, lk), of.links(lk))
     for o in _most(g.op[spans], excess[spans], MAX_OPS, positive=True):
-        out.add(elements.of_job("op", job, ops[o]), spans & (g.op == o))
+        nodes = of.op(o)
+        out.add(elements.of_job("op", job, ops[o]), nodes[spans[nodes]])
     return out
 
 
-def plan(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typical_replica: Floats) -> Plan:
+def plan(
+    g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typical_replica: Floats,
+    of: StepElements | None = None,
+) -> Plan:  # fmt: skip
     """The candidates of one step and their two rows each (heal only; leave only unhealed)."""
-    found = candidates(g, job, ops, d0, ideal)
+    found = candidates(g, job, ops, d0, ideal, of)
     out = Plan(list(found.nodes), list(found.nodes.values()), dict(found.contains))
     replicas = [e for e in out.elements if elements.is_kind(e, "dp")]
     if len(replicas) > 1:  # within a stage, peers differ by replica: a replica or a stage may locate the spread
