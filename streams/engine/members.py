@@ -14,7 +14,7 @@ import numpy as np
 
 from streams.engine.codes import compact
 from streams.engine.ideal import peer_stage
-from streams.engine.stepgraph import TRANSFER_KINDS, Ints, StepGraph
+from streams.engine.stepgraph import TRANSFER_KINDS, Floats, Ints, StepGraph
 
 _NONE: Ints = np.zeros(0, np.int64)
 
@@ -53,3 +53,24 @@ class StepElements:
         peer_pp = peer_stage(g, p2p)
         link = compact(np.where(p2p & (peer_pp >= 0) & (peer_pp != g.pp), np.minimum(g.pp, peer_pp), -1))
         return cls(Members(g.rank), Members(g.dp), Members(g.pp), Members(g.op), link, Members(link))
+
+
+class LastEnds:
+    """Per structure: the spans by rank, for each rank's last span's end in a row of end times
+    (:func:`carry.last_end_per_rank`: the same maxima, by one ``reduceat`` over the spans sorted by rank
+    instead of an unbuffered ``np.maximum.at``)."""
+
+    def __init__(self, g: StepGraph) -> None:
+        spans = np.flatnonzero(g.span >= 0)
+        self.order = compact(spans[np.argsort(g.rank[spans], kind="stable")])
+        ranks = g.rank[self.order]
+        self.starts = np.flatnonzero(np.r_[True, ranks[1:] != ranks[:-1]]) if len(ranks) else spans
+        self.ranks = ranks[self.starts]
+        self.size = int(g.rank.max(initial=0)) + 1
+
+    def __call__(self, ends: Floats) -> Floats:
+        """Per rank: its last span's end (-inf: a rank without spans in the step)."""
+        out = np.full(self.size, -np.inf)
+        if len(self.order):
+            out[self.ranks] = np.maximum.reduceat(ends[self.order], self.starts)
+        return out

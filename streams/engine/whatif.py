@@ -30,12 +30,12 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine import dag, elements
-from streams.engine.carry import Owners, last_end_per_rank
+from streams.engine.carry import Owners
 from streams.engine.codes import compact
 from streams.engine.decompose import Mask, Pending, Rows, Structural
 from streams.engine.ideal import Peers, occurrences, peer_stage
 from streams.engine.medians import MIDDLE, NUMPY, grouped, nanmedian_excluding_each_row
-from streams.engine.members import Members, StepElements
+from streams.engine.members import LastEnds, Members, StepElements
 from streams.engine.stepgraph import PROGRAM_KINDS, RECV, SEND, Floats, Ints, StepGraph, dense
 
 TOP_RANKS = 4
@@ -166,6 +166,12 @@ class Elements:
     stages: list[int]  # the stages of the program nodes with stage peers
     links: list[int]  # the links of the asynchronous sends
     where: dict[int, tuple[set[int], set[int]]]  # per rank: the replicas and stages of its nodes
+    last_ends: LastEnds
+    spans: Ints  # the span nodes
+    span_rank: Ints  # per span its rank
+    span_dp: Ints  # per span its replica
+    chain: Mask  # the program nodes with stage peers
+    sends: Mask  # the asynchronous sends over a link
 
     @classmethod
     def of(cls, g: StepGraph, link: Ints, chain: Mask, sends: Mask) -> Elements:
@@ -173,7 +179,9 @@ class Elements:
         ranks = np.unique(g.rank).tolist()
         where = {r: (set(g.dp[step.rank(r)].tolist()), set(g.pp[step.rank(r)].tolist())) for r in ranks}
         stages, links = sorted(set(g.pp[chain].tolist())), sorted(set(link[sends].tolist()))
-        return cls(step, Members(link), stages, links, where)
+        spans = compact(np.flatnonzero(g.span >= 0))
+        return cls(step, Members(link), stages, links, where, LastEnds(g), spans, g.rank[spans], g.dp[spans],
+                   chain, sends)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -218,10 +226,11 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     # time (no stack of rows, no row kept longer than it is read); the other candidates' step ends without a
     # row of durations each (:class:`decompose.Rows`)
     ends = _row_ends(g, d0)
-    ideal = roles.peers.ideal.typical(d0)
+    ideal, evidence = roles.peers.at_ideal(d0)
     ideal_ends = _row_ends(g, ideal)
     actual_s, ideal_s = float(ends.max()), float(ideal_ends.max())
-    ideal_rank_ends = last_end_per_rank(g, ideal_ends)
+    last_end_per_rank = roles.members.last_ends
+    ideal_rank_ends = last_end_per_rank(ideal_ends)
     del ideal_ends
     spans = g.span >= 0
     peer_med = np.where(spans, roles.position.spread(roles.position.medians(d0)), d0)
@@ -230,7 +239,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     if cands and cands[0].dimension == "rank":
         healed = d0.copy()
         healed[healing[0][1]] = healing[0][0][healing[0][1]]
-        healed_rank_ends = last_end_per_rank(g, _row_ends(g, healed))
+        healed_rank_ends = last_end_per_rank(_row_ends(g, healed))
     structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)
     at_baseline = [] if baseline is None else [(baseline, np.arange(g.nodes))]  # every node at the baseline
     counterfactual = _healed_step_ends(g, d0, healing + at_baseline)
@@ -243,11 +252,13 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         counterfactual_s=counterfactual[: len(healing)],
         ends=ends,
         peer_median=peer_med,
-        rank_ends=last_end_per_rank(g, ends),
+        rank_ends=last_end_per_rank(ends),
         ideal_rank_ends=ideal_rank_ends,
         healed_rank_ends=healed_rank_ends,
         structural=structural,
-        pending=Pending(g, job, ops, d0, ideal, roles.peers, roles.owners, members=roles.members.step),
+        pending=Pending(
+            g, job, ops, d0, ideal, roles.peers, roles.owners, members=roles.members.step, evidence=evidence
+        ),
     )
 
 
@@ -262,9 +273,8 @@ def _candidates(
 ) -> tuple[list[Candidate], list[tuple[Floats, Ints]]]:
     """The candidates, in order (ranks first), and per candidate the durations it heals to and its nodes."""
     d0 = g.intrinsic
-    spans = g.span >= 0
     of = roles.members
-    excess = np.maximum(0.0, d0 - peer_med)
+    excess = np.maximum(0.0, d0[of.spans] - peer_med[of.spans])  # per span
     cands: list[Candidate] = []
     healing: list[tuple[Floats, Ints]] = []
 
@@ -272,29 +282,26 @@ def _candidates(
         healing.append((alt, nodes))
         cands.append(Candidate(element, dimension, contains))
 
-    rank_of, dp_of, excess = g.rank[spans], g.dp[spans], excess[spans]  # per span
-    rank_excess = np.bincount(rank_of, excess).tolist()
-    ranks_in = np.flatnonzero(np.bincount(rank_of)).tolist()
+    rank_excess = np.bincount(of.span_rank, excess).tolist()
+    ranks_in = np.flatnonzero(np.bincount(of.span_rank)).tolist()
     top_ranks = sorted(ranks_in, key=lambda r: (-rank_excess[r], r))[:TOP_RANKS]
     where = of.where
     for r in top_ranks:
         add(elements.rank(job, r), "rank", peer_med, of.step.rank(r))
-    dp_excess = np.bincount(dp_of, excess).tolist()
-    replicas = sorted(np.flatnonzero(np.bincount(dp_of)).tolist(), key=lambda d: (-dp_excess[d], d))
+    dp_excess = np.bincount(of.span_dp, excess).tolist()
+    replicas = sorted(np.flatnonzero(np.bincount(of.span_dp)).tolist(), key=lambda d: (-dp_excess[d], d))
     for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
         inside = tuple(elements.rank(job, r) for r in top_ranks if d in where[r][0])
         add(elements.dp(job, d), "dp", peer_med, of.step.dp(d), inside)
-    chain = roles.stage_key >= 0
     by_stage = _peer_medians_excluding(roles.by_stage, d0, g.pp)
-    healable = chain & np.isfinite(by_stage)
-    for s in _top(by_stage, g.pp, d0, chain, of.stages):
+    healable = of.chain & np.isfinite(by_stage)
+    for s in _top(by_stage, g.pp, d0, of.chain, of.stages):
         inside = tuple(elements.rank(job, r) for r in top_ranks if s in where[r][1])
         nodes = of.step.pp(s)
         add(elements.stage(job, s), "stage", by_stage, nodes[healable[nodes]], inside)
-    sends = (roles.link >= 0) & (g.kind == SEND)
     by_link = _peer_medians_excluding(roles.by_link, d0, roles.link)
-    healable = sends & np.isfinite(by_link)
-    for lk in _top(by_link, roles.link, d0, sends, of.links):
+    healable = of.sends & np.isfinite(by_link)
+    for lk in _top(by_link, roles.link, d0, of.sends, of.links):
         nodes = of.link(lk)
         add(elements.stage_link(job, lk), "link", by_link, nodes[healable[nodes]])
     if baseline is not None:
