@@ -171,6 +171,9 @@ class Pending:
     members: StepElements | None = None  # the structure's elements' nodes (None: found when needed)
     evidence: Evidence | None = None  # the step's evidence of systematic slowness (None: found when needed)
 
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "members": None}  # (found again from the graph when needed after a restore)
+
     def deviations(self) -> Evidence:
         """The step's evidence that a rank or link is systematically slow (:meth:`Peers.deviations`)."""
         return self.peers.deviations(self.d0) if self.evidence is None else self.evidence

@@ -24,7 +24,7 @@ end, without a row of durations each (:class:`decompose.Rows`: bounded memory at
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -129,7 +129,7 @@ class Roles:
     owners: Owners  # whose clock each observed start is on (:mod:`carry`)
     by_stage: PeerCells  # program nodes by (stage, stage key)
     by_link: PeerCells  # asynchronous sends by (link, link key)
-    members: Elements  # each element's nodes
+    members: Elements | None = field(default=None, compare=False)  # each element's nodes: :meth:`elements`
 
     @classmethod
     def of(cls, g: StepGraph) -> Roles:
@@ -150,9 +150,19 @@ class Roles:
         link_key = compact(np.where(link >= 0, dense(direction, g.microbatch), -1))
         by_stage = PeerCells.of(np.where(stage_key >= 0, g.pp, 0), np.maximum(stage_key, 0), stage_key >= 0)
         by_link = PeerCells.of(np.maximum(link, 0), np.maximum(link_key, 0), (link >= 0) & (g.kind == SEND))
-        members = Elements.of(g, link, stage_key >= 0, (link >= 0) & (g.kind == SEND))
-        peers = Peers.of(g)
-        return cls(Grouping(position), stage_key, link, link_key, peers, Owners.of(g), by_stage, by_link, members)
+        return cls(Grouping(position), stage_key, link, link_key, Peers.of(g), Owners.of(g), by_stage, by_link)
+
+    def elements(self, g: StepGraph) -> Elements:
+        """Each element's nodes (``g``: a graph of this structure), found on first use and kept while the
+        structure is (not in a snapshot: found again after a restore, the same nodes)."""
+        if self.members is None:
+            made = Elements.of(g, self.link, self.stage_key >= 0, (self.link >= 0) & (g.kind == SEND))
+            object.__setattr__(self, "members", made)  # (a cache of a frozen value)
+        assert self.members is not None
+        return self.members
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "members": None}  # (a cache: a structure's snapshot stays its peer groups)
 
 
 @dataclass(frozen=True)
@@ -229,7 +239,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     ideal, evidence = roles.peers.at_ideal(d0)
     ideal_ends = _row_ends(g, ideal)
     actual_s, ideal_s = float(ends.max()), float(ideal_ends.max())
-    last_end_per_rank = roles.members.last_ends
+    last_end_per_rank = roles.elements(g).last_ends
     ideal_rank_ends = last_end_per_rank(ideal_ends)
     del ideal_ends
     spans = g.span >= 0
@@ -257,7 +267,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         healed_rank_ends=healed_rank_ends,
         structural=structural,
         pending=Pending(
-            g, job, ops, d0, ideal, roles.peers, roles.owners, members=roles.members.step, evidence=evidence
+            g, job, ops, d0, ideal, roles.peers, roles.owners, members=roles.elements(g).step, evidence=evidence
         ),
     )
 
@@ -273,7 +283,7 @@ def _candidates(
 ) -> tuple[list[Candidate], list[tuple[Floats, Ints]]]:
     """The candidates, in order (ranks first), and per candidate the durations it heals to and its nodes."""
     d0 = g.intrinsic
-    of = roles.members
+    of = roles.elements(g)
     excess = np.maximum(0.0, d0[of.spans] - peer_med[of.spans])  # per span
     cands: list[Candidate] = []
     healing: list[tuple[Floats, Ints]] = []

@@ -4,6 +4,8 @@ and the ideal with its evidence found at once equals each found alone, bit for b
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from streams.engine.carry import last_end_per_rank
 from streams.engine.ideal import Peers
 from streams.engine.members import LastEnds, Members, StepElements
 from streams.engine.stepgraph import Codebook, build
+from streams.engine.whatif import Roles
 from streams.sim.scenarios import SCENARIOS
 from tests.unit.test_stepgraph import op_columns
 
@@ -56,3 +59,15 @@ def test_the_ideal_and_its_evidence_at_once_equal_each_alone(name: str, ranks: i
     alone = peers.deviations(g.intrinsic)
     assert all(np.array_equal(a, b) for mine, theirs in zip(evidence, alone, strict=True)
                for a, b in zip(mine, theirs, strict=True))  # fmt: skip
+
+
+def test_a_snapshot_keeps_no_elements_and_a_restored_structure_finds_the_same() -> None:
+    g = build(op_columns(SCENARIOS["training-slow-link"](2, 32, 12), 10), Codebook(), Codebook(), {})
+    roles = Roles.of(g)
+    found = roles.elements(g)
+    restored = pickle.loads(pickle.dumps(roles))
+    assert restored.members is None and roles.members is found  # (the cache: not in the snapshot)
+    again = restored.elements(g)
+    assert again.stages == found.stages and again.links == found.links and again.where == found.where
+    for r in range(32):
+        assert np.array_equal(again.step.rank(r), found.step.rank(r))
