@@ -124,7 +124,7 @@ class SeriesDrift(Detector):
         adjusted, seasonal = self._season.adjust(rows, values)
         if seasonal.size:
             self.detector.restart(seasonal)  # what it learned of these included their pattern
-        found = [self._finding(c) for c in self.detector.update(rows, adjusted) if self._material(c)]
+        found = [self._finding(c) for c in self.detector.update(rows, adjusted, self._material)]
         if not self._warnings:
             return found
         for row, time, value in zip(rows.tolist(), times.tolist(), values.tolist(), strict=True):

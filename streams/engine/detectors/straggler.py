@@ -136,35 +136,41 @@ class CollectiveLateness(Detector):
         return findings
 
     def _close(self, c: _Open) -> list[Finding]:
+        """Judge one collective; its members' histories (Python numbers: a collective has a few members, and
+        numpy's per-call cost was most of this)."""
         if len(c.ranks) < 2:
             return []
-        arrivals = np.asarray(c.arrivals)
-        order = np.argsort(arrivals, kind="stable")
+        arrivals = c.arrivals
+        order = sorted(range(len(arrivals)), key=arrivals.__getitem__)  # stable, as np.argsort(kind="stable")
         last, second = order[-1], order[-2]
-        gap = float(arrivals[last] - arrivals[second])
+        gap = arrivals[last] - arrivals[second]
         late_rank = c.ranks[last] if gap > self.min_gap_s else None
-        waited = float((arrivals[last] - arrivals).sum())  # the peers' wait for the last arrival
         findings = []
         for rank in c.ranks:
-            history = self._late.setdefault(rank, deque(maxlen=self.window))
+            history = self._late.get(rank)
+            if history is None:
+                history = self._late[rank] = deque(maxlen=self.window)
             is_late = rank == late_rank
             history.append(is_late)
-            if is_late:
-                episode = self._episodes.setdefault(rank, _Episode(float(arrivals[last])))
-                episode.gaps.append(gap)
-                episode.late += 1
-                episode.waited_s += waited
-                self._quiet[rank] = 0
-            else:
-                self._quiet[rank] = self._quiet.get(rank, 0) + 1
-                if self._quiet[rank] >= self.window:
+            if not is_late:
+                quiet = self._quiet[rank] = self._quiet.get(rank, 0) + 1
+                if quiet >= self.window:
                     self._episodes.pop(rank, None)
                     self._alarmed.discard(rank)
-            if is_late and rank not in self._alarmed and sum(history) >= self.persistence:
+                continue
+            episode = self._episodes.get(rank)
+            if episode is None:
+                episode = self._episodes[rank] = _Episode(arrivals[last])
+            episode.gaps.append(gap)
+            episode.late += 1
+            # the peers' wait for the last arrival (numpy's sum, as the finding's cost was always added)
+            episode.waited_s += float((arrivals[last] - np.asarray(arrivals)).sum())
+            self._quiet[rank] = 0
+            if rank not in self._alarmed and sum(history) >= self.persistence:
                 self._alarmed.add(rank)
                 root = rank if self.compute is None else self.compute.root(c.step)
                 if root == rank:  # a rank late because another slowed it gets no finding
-                    findings.append(self._finding(rank, float(max(c.ends))))
+                    findings.append(self._finding(rank, max(c.ends)))
         return findings
 
     def _finding(self, rank: int, end: float) -> Finding:
