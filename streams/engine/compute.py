@@ -4,12 +4,14 @@ compute most exceeds the median of its position's peers (same pipeline stage and
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from streams.engine.codes import classes
+from streams.engine.medians import median
 
 KEEP_STEPS = 8
 MIN_EXCESS = 1.05
@@ -30,16 +32,20 @@ class RankCompute:
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         sums = np.bincount(inverse.ravel(), c["duration"][mask])
         idx = np.flatnonzero(mask)[first]
-        for step, rank, pp, tp, total in zip(c["step"][idx].tolist(), c["rank"][idx].tolist(),
-                                             c["pp"][idx].tolist(), c["tp"][idx].tolist(), sums.tolist(),
-                                             strict=True):  # fmt: skip
+        steps, ranks = c["step"][idx], c["rank"][idx]  # by step, then rank (the order of ``key``)
+        self._position.update(zip(ranks.tolist(), zip(c["pp"][idx].tolist(), c["tp"][idx].tolist(), strict=True),
+                                  strict=True))  # fmt: skip
+        bounds = [0, *(np.flatnonzero(steps[1:] != steps[:-1]) + 1).tolist(), len(steps)]
+        for lo, hi in itertools.pairwise(bounds):  # each step's ranks at once
+            step, totals = int(steps[lo]), zip(ranks[lo:hi].tolist(), sums[lo:hi].tolist(), strict=True)
             per_rank = self._per_step.get(step)
-            if per_rank is None:
-                per_rank = self._per_step[step] = {}
+            if per_rank is None:  # (a bincount's sums start from 0.0: each is what 0.0 + it gives)
+                self._per_step[step] = dict(totals)
                 for old in sorted(self._per_step)[:-KEEP_STEPS]:  # the newest steps seen, however far apart
                     del self._per_step[old]
-            per_rank[rank] = per_rank.get(rank, 0.0) + total
-            self._position[rank] = (pp, tp)
+                continue
+            for rank, total in totals:
+                per_rank[rank] = per_rank.get(rank, 0.0) + total
 
     def root(self, step: int) -> int | None:
         """The rank whose compute in ``step`` most exceeds the median of its position's peers (> 5%)."""
@@ -49,7 +55,7 @@ class RankCompute:
         by_position: dict[tuple[int, int], list[float]] = {}
         for rank, total in per_rank.items():
             by_position.setdefault(self._position[rank], []).append(total)
-        medians = {p: float(np.median(v)) for p, v in by_position.items()}
+        medians = {p: median(v) for p, v in by_position.items()}
         excess = {r: t / medians[self._position[r]] for r, t in per_rank.items() if medians[self._position[r]] > 0}
         top = max(sorted(excess), key=excess.__getitem__, default=None)
         return top if top is not None and excess[top] > MIN_EXCESS else None

@@ -214,16 +214,19 @@ class ChangePoint:
         """Both tests on these rows (:meth:`_statistics`), each over its threshold; the alarms reported."""
         n_seg = self._n[rows]
         line, line_at, line_slope, var, var_at = self._statistics(rows, np.minimum(n_seg, self.window))
-        log_n = np.log(n_seg.astype(np.float64))
-        line_score = line / (self.line_a + self.line_b * log_n)
-        var_score = var / (self.var_a + self.var_b * log_n) / LOG_CHI2_VAR
-        alarm = np.maximum(line_score, var_score) > 1.0
+        log_n = np.log(n_seg.astype(np.float64)).tolist()  # numpy's log; the scores in Python numbers (the same
+        # operations on the same doubles; a test takes few series, so numpy's per-call cost was most of this)
+        a, b, var_a, var_b = self.line_a, self.line_b, self.var_a, self.var_b
         changes = []
-        for i in np.flatnonzero(alarm):
-            by_line = line_score[i] >= var_score[i]
+        for i, (ln, line_i, var_i) in enumerate(zip(log_n, line.tolist(), var.tolist(), strict=True)):
+            line_score = line_i / (a + b * ln)
+            var_score = var_i / (var_a + var_b * ln) / LOG_CHI2_VAR
+            if not (line_score > 1.0 or var_score > 1.0) or math.isnan(line_score) or math.isnan(var_score):
+                continue  # no alarm (np.maximum of the two over 1: a NaN in either is none)
+            by_line = line_score >= var_score
             split = int(line_at[i] if by_line else var_at[i])  # last column of the old segment
             kind = ("slope" if line_slope[i] else "level") if by_line else "variance"
-            change = self._report(int(rows[i]), split, kind, float(max(line_score[i], var_score[i])), keep)
+            change = self._report(int(rows[i]), split, kind, max(line_score, var_score), keep)
             if change is not None:
                 changes.append(change)
         return changes

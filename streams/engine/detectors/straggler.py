@@ -34,6 +34,7 @@ from streams.engine import elements
 from streams.engine.compute import RankCompute
 from streams.engine.detectors.base import Detector
 from streams.engine.findings import Finding
+from streams.engine.medians import median
 from streams.engine.steps import LAG
 
 
@@ -182,11 +183,11 @@ class CollectiveLateness(Detector):
             subjects=subjects,
             start=episode.start,
             end=end,
-            severity=round(float(np.median(episode.gaps)), 6),
+            severity=round(median(episode.gaps), 6),
             evidence={
                 "late_collectives": episode.late,
                 "window": self.window,
-                "median_late_s": float(np.median(episode.gaps)),
+                "median_late_s": median(episode.gaps),
                 "affected_ranks": affected,
                 "measure": "arrival lateness at collectives (gap to the next-latest member)",
             },
