@@ -99,25 +99,30 @@ class CollectiveLateness(Detector):
     ) -> list[Finding]:
         """Feed collective spans (one row per rank and collective) in input order; judges the collectives
         whose step is complete."""
-        for group, seq, step, rank, start, dur in zip(
-            groups.tolist(),
-            seqs.tolist(),
-            steps.tolist(),
-            ranks.tolist(),
-            starts.tolist(),
-            durations.tolist(),
-            strict=True,
-        ):
-            if step <= self._judged_through:
-                self.late_spans += 1  # too late to change a collective already judged
-                continue
-            current = self._open.get((group, seq))
+        late = steps <= self._judged_through  # too late to change a collective already judged
+        if late.any():
+            self.late_spans += int(np.count_nonzero(late))
+            keep = ~late
+            groups, seqs, steps, ranks = groups[keep], seqs[keep], steps[keep], ranks[keep]
+            starts, durations = starts[keep], durations[keep]
+        if not len(steps):
+            return self._judge(self._newest - LAG)
+        self._newest = max(self._newest, int(steps.max()))
+        # each collective's rows at once, collectives in the order they first appear, rows in input order
+        first: dict[tuple[str, int], int] = {}
+        keys = zip(groups.tolist(), seqs.tolist(), strict=True)
+        codes = np.fromiter((first.setdefault(k, len(first)) for k in keys), np.int64, len(steps))
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(first) + 1)).tolist()
+        columns = (ranks[order].tolist(), starts[order].tolist(), (starts + durations)[order].tolist())
+        step_of = steps[order].tolist()
+        for key, lo, hi in zip(first, bounds[:-1], bounds[1:], strict=True):
+            current = self._open.get(key)
             if current is None:
-                current = self._open[(group, seq)] = _Open(group, seq, step)
-            current.ranks.append(rank)
-            current.arrivals.append(start)
-            current.ends.append(start + dur)
-            self._newest = max(self._newest, step)
+                current = self._open[key] = _Open(key[0], key[1], step_of[lo])
+            current.ranks += columns[0][lo:hi]
+            current.arrivals += columns[1][lo:hi]
+            current.ends += columns[2][lo:hi]
         return self._judge(self._newest - LAG)
 
     def flush(self) -> list[Finding]:
