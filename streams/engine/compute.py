@@ -39,7 +39,7 @@ class RankCompute:
         for lo, hi in itertools.pairwise(bounds):  # each step's ranks at once
             step, totals = int(steps[lo]), zip(ranks[lo:hi].tolist(), sums[lo:hi].tolist(), strict=True)
             per_rank = self._per_step.get(step)
-            if per_rank is None:  # (a bincount's sums start from 0.0: each is what 0.0 + it gives)
+            if per_rank is None:  # its sums as they are (a bincount's begin at 0.0: each is 0.0 + itself)
                 self._per_step[step] = dict(totals)
                 for old in sorted(self._per_step)[:-KEEP_STEPS]:  # the newest steps seen, however far apart
                     del self._per_step[old]

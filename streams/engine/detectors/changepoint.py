@@ -42,8 +42,8 @@ from streams.engine.medians import median
 F = npt.NDArray[np.float64]
 I = npt.NDArray[np.int64]  # noqa: E741
 T = TypeVar("T", bound=np.generic)
-Terms = TypeVar("Terms", "_LineTerms", "_MeanTerms")
-Keep = Callable[["Change"], bool]  # which changes are reported  # what the tests take from the windows' lengths alone
+Terms = TypeVar("Terms", "_LineTerms", "_MeanTerms")  # what the tests take from the windows' lengths alone
+Keep = Callable[["Change"], bool]  # which changes are reported
 
 LOG_CHI2_VAR = math.pi**2 / 2  # variance of log(z²), z standard normal
 MAD_TO_SIGMA = 1.4826 / math.sqrt(2)  # a difference of two points has √2 times the noise
@@ -214,8 +214,9 @@ class ChangePoint:
         """Both tests on these rows (:meth:`_statistics`), each over its threshold; the alarms reported."""
         n_seg = self._n[rows]
         line, line_at, line_slope, var, var_at = self._statistics(rows, np.minimum(n_seg, self.window))
-        log_n = np.log(n_seg.astype(np.float64)).tolist()  # numpy's log; the scores in Python numbers (the same
-        # operations on the same doubles; a test takes few series, so numpy's per-call cost was most of this)
+        # numpy's log; the scores in Python numbers, the same operations on the same doubles (a test takes a few
+        # series: numpy's per-call cost was most of it)
+        log_n = np.log(n_seg.astype(np.float64)).tolist()
         a, b, var_a, var_b = self.line_a, self.line_b, self.var_a, self.var_b
         changes = []
         for i, (ln, line_i, var_i) in enumerate(zip(log_n, line.tolist(), var.tolist(), strict=True)):

@@ -169,7 +169,7 @@ class CollectiveLateness(Detector):
                 episode = self._episodes[rank] = _Episode(arrivals[last])
             episode.gaps.append(gap)
             episode.late += 1
-            # the peers' wait for the last arrival (numpy's sum, as the finding's cost was always added)
+            # the peers' wait for the last arrival (numpy's pairwise sum: the cost's bits as they were)
             episode.waited_s += float((arrivals[last] - np.asarray(arrivals)).sum())
             self._quiet[rank] = 0
             if rank not in self._alarmed and sum(history) >= self.persistence:

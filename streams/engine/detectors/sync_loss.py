@@ -96,8 +96,8 @@ class SyncLoss(Detector):
 
 
 def _distinct(steps: Ints) -> Ints:
-    """The distinct steps of a batch, or as many as show each (a batch's steps usually ascend: then without
-    sorting its every span)."""
+    """A batch's steps, each once where they ascend (the usual batch: without sorting every span), else all
+    of them (``union1d`` sorts them)."""
     if (steps[1:] >= steps[:-1]).all():
         return steps[np.r_[True, steps[1:] != steps[:-1]]]
     return steps
