@@ -4,7 +4,6 @@ compute most exceeds the median of its position's peers (same pipeline stage and
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,20 +31,16 @@ class RankCompute:
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         sums = np.bincount(inverse.ravel(), c["duration"][mask])
         idx = np.flatnonzero(mask)[first]
-        steps, ranks = c["step"][idx], c["rank"][idx]  # by step, then rank (the order of ``key``)
-        self._position.update(zip(ranks.tolist(), zip(c["pp"][idx].tolist(), c["tp"][idx].tolist(), strict=True),
-                                  strict=True))  # fmt: skip
-        bounds = [0, *(np.flatnonzero(steps[1:] != steps[:-1]) + 1).tolist(), len(steps)]
-        for lo, hi in itertools.pairwise(bounds):  # each step's ranks at once
-            step, totals = int(steps[lo]), zip(ranks[lo:hi].tolist(), sums[lo:hi].tolist(), strict=True)
+        for step, rank, pp, tp, total in zip(c["step"][idx].tolist(), c["rank"][idx].tolist(),
+                                             c["pp"][idx].tolist(), c["tp"][idx].tolist(), sums.tolist(),
+                                             strict=True):  # fmt: skip
             per_rank = self._per_step.get(step)
-            if per_rank is None:  # its sums as they are (a bincount's begin at 0.0: each is 0.0 + itself)
-                self._per_step[step] = dict(totals)
+            if per_rank is None:
+                per_rank = self._per_step[step] = {}
                 for old in sorted(self._per_step)[:-KEEP_STEPS]:  # the newest steps seen, however far apart
                     del self._per_step[old]
-                continue
-            for rank, total in totals:
-                per_rank[rank] = per_rank.get(rank, 0.0) + total
+            per_rank[rank] = per_rank.get(rank, 0.0) + total
+            self._position[rank] = (pp, tp)
 
     def root(self, step: int) -> int | None:
         """The rank whose compute in ``step`` most exceeds the median of its position's peers (> 5%)."""

@@ -27,9 +27,6 @@ def of_metrics(rows: list[tuple[str, str, float, float]]) -> Series:
     """Metric rows (entity, name, value, time): the named metrics per entity, and p99/p50 where a service
     reported both at once."""
     p50 = {(e, t): v for e, n, v, t in rows if n == "latency_p50_s"}
-    if not p50:  # no service's p50 (a training job's batch): the named metrics alone
-        named = [(e, n, v, t) for e, n, v, t in rows if n in METRICS]
-        return [series_key(e, n) for e, n, _, _ in named], [t for *_, t in named], [v for _, _, v, _ in named]
     keys, times, values = [], [], []
     for entity, name, v, t in rows:
         if name in METRICS:
