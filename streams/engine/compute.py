@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from streams.engine.codes import classes
+from streams.engine.medians import median
 
 KEEP_STEPS = 8
 MIN_EXCESS = 1.05
@@ -49,7 +50,7 @@ class RankCompute:
         by_position: dict[tuple[int, int], list[float]] = {}
         for rank, total in per_rank.items():
             by_position.setdefault(self._position[rank], []).append(total)
-        medians = {p: float(np.median(v)) for p, v in by_position.items()}
+        medians = {p: median(v) for p, v in by_position.items()}
         excess = {r: t / medians[self._position[r]] for r, t in per_rank.items() if medians[self._position[r]] > 0}
         top = max(sorted(excess), key=excess.__getitem__, default=None)
         return top if top is not None and excess[top] > MIN_EXCESS else None

@@ -204,13 +204,17 @@ class JobState:
     def _power_samples(self, rows: list[tuple[str, float, float]]) -> None:
         """``power_w`` (entity, time, watts) of the job: its energy (a reading holds until the entity's
         next one), and the power of racks and nodes (not single devices) for the energy-feedback-loop check."""
+        device = elements.prefix("device")  # (is_kind, without two calls a row)
+        held = []
         for entity, t, watts in rows:
-            if not elements.is_kind(entity, "device"):
+            if not entity.startswith(device):
                 self.coherence.power(entity, t, watts)
             last = self._power.get(entity)
             self._power[entity] = (t, watts)
             if last is not None and 0 < t - last[0] <= MAX_POWER_GAP_S:
-                self.window.add_energy(last[0], t, last[1])
+                held.append((last[0], t, last[1]))
+        if held:
+            self.window.add_energy(held)
 
     def _place(self, relations: list[Relation]) -> None:
         """Remember where ranks run (rank → device → node), to name the node of a straggler."""

@@ -11,6 +11,8 @@ same values). Same values as the loop: the median of an even count is the mean o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import numpy.typing as npt
 
@@ -57,6 +59,20 @@ def nanmedian(values: Floats) -> np.float64:
         return np.float64(np.nanmedian(values))
     middle: np.float64 = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
     return middle
+
+
+def median(values: Floats | Sequence[float]) -> float:
+    """``float(np.median(values))`` of a 1-D array (the same value), without numpy's per-call cost (several
+    times a sort of the few values a detector takes it of); a zero among the middle values (whose sign
+    numpy's selection decides), NaN and an empty array go to numpy."""
+    v = np.sort(values)
+    n = len(v)
+    if not n:
+        return float(np.median(values))
+    low, high = float(v[(n - 1) // 2]), float(v[n // 2])
+    if low == 0 or high == 0 or np.isnan(v[-1]):
+        return float(np.median(values))
+    return high if n % 2 else (low + high) / 2
 
 
 LOWER, MIDDLE, NUMPY = range(3)  # what grouped() computes per group (see native/src/median.rs)

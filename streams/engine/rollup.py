@@ -116,9 +116,9 @@ class StepWindow:
     def __post_init__(self) -> None:
         self._windows = Windows(self.size, self.span_s)
 
-    def add_energy(self, t0: float, t1: float, watts: float) -> None:
-        """A power reading of ``watts`` held from ``t0`` to ``t1``."""
-        self._power.append((t0, t1, watts))
+    def add_energy(self, readings: list[tuple[float, float, float]]) -> None:
+        """Power readings, each ``(t0, t1, watts)``: ``watts`` held from ``t0`` to ``t1``."""
+        self._power.extend(readings)
 
     def add_rerun(self, accel_s: float) -> None:
         """Accelerator-seconds spent on work that had to be redone (a re-run step, a retried attempt)."""
@@ -150,8 +150,14 @@ class StepWindow:
 
     def _energy(self, start: float, end: float) -> float:
         """Joules over [start, end]; readings wholly before ``end`` are used up."""
-        joules = sum(w * max(0.0, min(t1, end) - max(t0, start)) for t0, t1, w in self._power)
-        self._power = [p for p in self._power if p[1] > end]
+        if not self._power:
+            return 0
+        t0, t1, w = np.array(self._power, np.float64).T
+        # each term as Python's max(0.0, min(t1, end) - max(t0, start)) takes it (NaN and -0.0 give 0.0), the
+        # terms added one after the other (Python's sum, not numpy's pairwise one)
+        held = np.where(end < t1, end, t1) - np.where(start > t0, start, t0)
+        joules: float = sum((w * np.where(held > 0.0, held, 0.0)).tolist())
+        self._power = [p for p, keep in zip(self._power, (t1 > end).tolist(), strict=True) if keep]
         return joules
 
     def _rollups(self, rows: list[StepRow], rerun_accel_s: float) -> list[Rollup]:

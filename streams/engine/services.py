@@ -44,10 +44,10 @@ class Services:
     def metrics(self, rows: Iterable[tuple[str, str, float, float]]) -> tuple[list[Finding], list[Attribution]]:
         """(entity, name, value, time) rows of one batch."""
         windows: dict[tuple[str, float], dict[str, float]] = {}
-        for entity, name, value, t in rows:
-            if elements.is_kind(entity, "service") and name in NAMES:
+        for entity, name, value, t in rows:  # the name first: most rows are of neither (a device's power)
+            if name in NAMES and elements.is_kind(entity, "service"):
                 windows.setdefault((entity, t), {})[name] = value
-            elif elements.is_kind(entity, "replica") and name in REPLICA_NAMES:
+            elif name in REPLICA_NAMES and elements.is_kind(entity, "replica"):
                 self._replicas.setdefault(entity, deque(maxlen=HISTORY)).append((t, name, value))
         findings: list[Finding] = []
         attributions: list[Attribution] = []

@@ -12,6 +12,7 @@ a structure (the first steps of a job are assumed healthy; a detector warms up o
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -90,11 +91,7 @@ class JobSteps:
 
     def add(self, steps: npt.NDArray[np.int64], columns: dict[str, npt.NDArray[Any]]) -> list[StepReport]:
         """Add op spans of this job (any steps); returns the reports of the steps this completed."""
-        present = np.unique(steps).tolist()
-        for step in present:
-            mask = steps == step
-            rows = slice(None) if len(present) == 1 else mask  # one step (the usual batch): no copy
-            n = int(np.count_nonzero(mask))
+        for step, rows, n in _step_rows(steps):
             if step <= self._done_through:
                 self.late_spans += n
                 continue
@@ -152,6 +149,20 @@ class JobSteps:
         return StepReport(
             self.job, step, g.t0, result, summarise(g, path), cost, ranks, structure.positions, replica_phase
         )
+
+
+def _step_rows(steps: npt.NDArray[np.int64]) -> list[tuple[int, slice | npt.NDArray[np.bool_], int]]:
+    """Each step of a batch (ascending): its rows and their count. Where the batch's steps ascend (the usual
+    batch of a few steps) its rows are a slice (views, no copy), else a mask."""
+    if not len(steps):
+        return []
+    if steps[0] == steps[-1] and (steps == steps[0]).all():  # one step (the usual message): its columns as they are
+        return [(int(steps[0]), slice(None), len(steps))]
+    if (steps[1:] >= steps[:-1]).all():
+        bounds = [0, *(np.flatnonzero(steps[1:] != steps[:-1]) + 1).tolist(), len(steps)]
+        return [(int(steps[lo]), slice(lo, hi), hi - lo) for lo, hi in itertools.pairwise(bounds)]
+    masks = ((step, steps == step) for step in np.unique(steps).tolist())
+    return [(step, mask, int(np.count_nonzero(mask))) for step, mask in masks]
 
 
 def _own_rows(parts: list[dict[str, npt.NDArray[Any]]]) -> None:

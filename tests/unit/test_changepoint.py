@@ -196,3 +196,27 @@ def test_a_series_updated_alone_is_updated_as_among_others(every: int) -> None:
     assert found_alone == found_together
     for name in ("_x", "_y", "_n", "_seen", "_sigma"):
         assert getattr(alone, name)[0].tobytes() == getattr(together, name)[0].tobytes(), name
+
+
+def test_changes_not_kept_restart_their_series_all_the_same() -> None:
+    """``update(..., keep)`` reports the changes ``keep`` keeps, the same ones (slopes included) as without it,
+    and leaves the detector in the same state: a change not kept still restarts its series."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((4, 600))
+    x[:, 150:] += 5.0
+    x[1:3, 300:] += np.linspace(0.0, 40.0, 300)
+    x[:, 450:] *= 4.0
+    picky, plain = ChangePoint(4, every=2), ChangePoint(4, every=2)
+
+    def keep(c: Change) -> bool:
+        assert np.isnan(c.slope_before) and np.isnan(c.slope_after)  # not fitted before it is kept
+        return c.series % 2 == 0
+
+    kept, every = [], []
+    for t in range(x.shape[1]):
+        kept += picky.update(np.arange(4), x[:, t], keep)
+        every += plain.update(np.arange(4), x[:, t])
+    assert {c.series for c in every} == {0, 1, 2, 3}  # changes in every series: some not kept
+    assert kept == [c for c in every if c.series % 2 == 0]
+    for name in ("_x", "_y", "_n", "_seen", "_sigma"):
+        assert getattr(picky, name).tobytes() == getattr(plain, name).tobytes(), name

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from audit import native
-from streams.engine.medians import nanmedian, nanmedian_excluding_each_row
+from streams.engine.medians import median, nanmedian, nanmedian_excluding_each_row
 
 
 def definition(values: np.ndarray) -> np.ndarray:
@@ -57,19 +57,44 @@ def test_the_native_core_and_the_numpy_definition_agree(monkeypatch: pytest.Monk
         assert (np.signbit(fast) == np.signbit(slow)).all()  # the same zeros (and NaNs)
 
 
+def few_values(rng: np.random.Generator, smallest: int) -> np.ndarray:
+    """Up to 29 values: normal, small integers (ties), rounded (ties), or zeros of either sign and infinities."""
+    n = int(rng.integers(smallest, 30))
+    pick = int(rng.integers(0, 4))
+    return [rng.normal(size=n), rng.integers(-2, 3, n).astype(float), np.round(rng.normal(size=n), 1),
+            rng.choice([0.0, -0.0, 1.0, -np.inf, np.inf], n)][pick]  # fmt: skip
+
+
+def assert_same_bits(got: float, want: float) -> None:
+    assert np.array_equal(np.array([got]), np.array([want]), equal_nan=True)
+    assert np.signbit(got) == np.signbit(want) or np.isnan(want)
+
+
 def test_nanmedian_is_numpys_bit_for_bit() -> None:
     """The 1-D ``nanmedian`` gives np.nanmedian's value and type, with NaN, ties, zeros of either sign,
     infinities and all-NaN arrays."""
     rng = np.random.default_rng(11)
     for _ in range(3000):
-        n = int(rng.integers(1, 30))
-        pick = int(rng.integers(0, 4))
-        x = [rng.normal(size=n), rng.integers(-2, 3, n).astype(float), np.round(rng.normal(size=n), 1),
-             rng.choice([0.0, -0.0, 1.0, -np.inf, np.inf], n)][pick]  # fmt: skip
-        x[rng.random(n) < 0.25] = np.nan
+        x = few_values(rng, 1)
+        x[rng.random(len(x)) < 0.25] = np.nan
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             want, got = np.nanmedian(x), nanmedian(x)
         assert type(got) is type(want)
-        assert np.array_equal(np.array([got]), np.array([want]), equal_nan=True)
-        assert np.signbit(got) == np.signbit(want) or np.isnan(want)
+        assert_same_bits(got, want)
+
+
+def test_median_is_numpys_bit_for_bit() -> None:
+    """The 1-D ``median`` of a few values (an array or a list) gives ``float(np.median(x))``: odd and even
+    counts, ties, zeros of either sign among the middle values, infinities, NaN and the empty array."""
+    rng = np.random.default_rng(12)
+    for trial in range(3000):
+        x = few_values(rng, 0)
+        if trial % 5 == 0:
+            x[rng.random(len(x)) < 0.2] = np.nan
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the empty array's mean
+            want = float(np.median(x))
+            got = median(x if trial % 2 else x.tolist())
+        assert type(got) is float
+        assert_same_bits(got, want)

@@ -83,3 +83,17 @@ def test_derived_reports_let_their_step_graph_and_rows_of_ends_go() -> None:
     assert all(r.whatif.ends.base is None or r.whatif.ends.base.size == r.whatif.ends.size for r in reports)  # one row
     assert all(not len(r.whatif.ends) and not len(r.whatif.peer_median) for r in released)  # per node: let go
     assert [summary(r) for r in released] == [summary(r) for r in reports]
+
+
+def test_a_batch_of_several_steps_gives_the_reports_in_order_or_not() -> None:
+    """A batch of several steps is split by step as slices where its steps ascend (the usual epoch) and by
+    masks where they do not: the same reports either way, and as when each step came on its own."""
+    batch, step_of = one_batch(Job(dp=3, pp=2, jitter=0.05), 6)
+    whole = JobSteps("j")
+    in_order = whole.add(step_of, batch) + whole.flush()
+    mixed = np.argsort(step_of % 2, kind="stable")  # even steps first: each step's rows in their order
+    shuffled = JobSteps("j")
+    out_of_order = shuffled.add(step_of[mixed], {k: v[mixed] for k, v in batch.items()}) + shuffled.flush()
+    alone = add_as_slices(JobSteps("j"), batch, step_of)
+    assert len(in_order) == 6
+    assert [summary(r) for r in in_order] == [summary(r) for r in out_of_order] == [summary(r) for r in alone]

@@ -37,11 +37,13 @@ import numpy as np
 import numpy.typing as npt
 
 from audit import native
+from streams.engine.medians import median
 
 F = npt.NDArray[np.float64]
 I = npt.NDArray[np.int64]  # noqa: E741
 T = TypeVar("T", bound=np.generic)
 Terms = TypeVar("Terms", "_LineTerms", "_MeanTerms")  # what the tests take from the windows' lengths alone
+Keep = Callable[["Change"], bool]  # which changes are reported
 
 LOG_CHI2_VAR = math.pi**2 / 2  # variance of log(z²), z standard normal
 MAD_TO_SIGMA = 1.4826 / math.sqrt(2)  # a difference of two points has √2 times the noise
@@ -120,11 +122,13 @@ class ChangePoint:
         self._phase = np.concatenate([self._phase, rows if phases is None else np.asarray(phases, np.int64)])
         self.series += count
 
-    def update(self, rows: I, values: F) -> list[Change]:
+    def update(self, rows: I, values: F, keep: Keep | None = None) -> list[Change]:
+        """The changes found; with ``keep``, only those it keeps (the others restart their series all the same,
+        their slopes, which only a report reads, not fitted)."""
         rows = np.asarray(rows, np.int64)
         values = np.asarray(values, np.float64)
         if rows.size == 1:  # one series (a job's step time, its output per step): Python numbers
-            return self._update_one(int(rows[0]), float(values[0]))
+            return self._update_one(int(rows[0]), float(values[0]), keep)
         ok = np.isfinite(values)
         if not ok.all():
             rows, values = rows[ok], values[ok]
@@ -138,9 +142,9 @@ class ChangePoint:
             sigma = self._sigma[rows]
         ready = rows[self._tested(n, np.isfinite(sigma), rows)]
         # in chunks, so that the tests' temporaries (a dozen arrays of chunk x window) stay small
-        return [c for i in range(0, ready.size, CHUNK) for c in self._test(ready[i : i + CHUNK])]
+        return [c for i in range(0, ready.size, CHUNK) for c in self._test(ready[i : i + CHUNK], keep)]
 
-    def _update_one(self, row: int, value: float) -> list[Change]:
+    def _update_one(self, row: int, value: float, keep: Keep | None) -> list[Change]:
         """:meth:`update` of one series, its bookkeeping in Python numbers (numpy's per-call overhead was most
         of its cost): the same steps, the same values."""
         if not math.isfinite(value):
@@ -156,7 +160,7 @@ class ChangePoint:
         self._seen[row] += 1
         if self._relearns(n, math.isnan(self._sigma[row])):
             self._learn(np.array([row]))
-        return self._test(np.array([row])) if self._tested(n, math.isfinite(self._sigma[row]), row) else []
+        return self._test(np.array([row]), keep) if self._tested(n, math.isfinite(self._sigma[row]), row) else []
 
     def _relearns(self, n: Any, unlearned: Any) -> Any:
         """Whether each series (``n``: its segment's points, arrays or one series' numbers) learns its noise now:
@@ -206,20 +210,26 @@ class ChangePoint:
         level = np.abs(self._x[rows, -1])
         self._sigma[rows] = np.maximum(mad * MAD_TO_SIGMA, np.maximum(level, 1.0) * 1e-9)
 
-    def _test(self, rows: I) -> list[Change]:
+    def _test(self, rows: I, keep: Keep | None) -> list[Change]:
         """Both tests on these rows (:meth:`_statistics`), each over its threshold; the alarms reported."""
         n_seg = self._n[rows]
         line, line_at, line_slope, var, var_at = self._statistics(rows, np.minimum(n_seg, self.window))
-        log_n = np.log(n_seg.astype(np.float64))
-        line_score = line / (self.line_a + self.line_b * log_n)
-        var_score = var / (self.var_a + self.var_b * log_n) / LOG_CHI2_VAR
-        alarm = np.maximum(line_score, var_score) > 1.0
+        # numpy's log; the scores in Python numbers, the same operations on the same doubles (a test takes a few
+        # series: numpy's per-call cost was most of it)
+        log_n = np.log(n_seg.astype(np.float64)).tolist()
+        a, b, var_a, var_b = self.line_a, self.line_b, self.var_a, self.var_b
         changes = []
-        for i in np.flatnonzero(alarm):
-            by_line = line_score[i] >= var_score[i]
+        for i, (ln, line_i, var_i) in enumerate(zip(log_n, line.tolist(), var.tolist(), strict=True)):
+            line_score = line_i / (a + b * ln)
+            var_score = var_i / (var_a + var_b * ln) / LOG_CHI2_VAR
+            if not (line_score > 1.0 or var_score > 1.0) or math.isnan(line_score) or math.isnan(var_score):
+                continue  # no alarm (np.maximum of the two over 1: a NaN in either is none)
+            by_line = line_score >= var_score
             split = int(line_at[i] if by_line else var_at[i])  # last column of the old segment
             kind = ("slope" if line_slope[i] else "level") if by_line else "variance"
-            changes.append(self._report(int(rows[i]), split, kind, float(max(line_score[i], var_score[i]))))
+            change = self._report(int(rows[i]), split, kind, max(line_score, var_score), keep)
+            if change is not None:
+                changes.append(change)
         return changes
 
     def _statistics(self, rows: I, k: I) -> tuple[F, I, npt.NDArray[np.bool_], F, I]:
@@ -245,25 +255,31 @@ class ChangePoint:
         var, var_at = _mean_glr(np.where(y_valid, y, 0.0), y_valid, m)
         return line, line_at, line_slope, var, var_at
 
-    def _report(self, row: int, split: int, kind: str, score: float) -> Change:
+    def _report(self, row: int, split: int, kind: str, score: float, keep: Keep | None) -> Change | None:
         w = self.window
         k = int(min(self._n[row], w))
         left, right = self._x[row, w - k : split + 1], self._x[row, split + 1 :]
-        (lb, l_at), (rb, r_at) = _fit(left, len(left) - 1), _fit(right, -0.5)
         noise_l, noise_r = _noise(left), _noise(right)
-        jump = abs(float(np.median(right)) - float(np.median(left[-len(right) :])))
-        if kind == "level" and max(noise_l, noise_r) >= 2 * min(noise_l, noise_r) and jump < 3 * max(noise_l, noise_r):
-            kind = "variance"  # the new noise's first excursions, not a step: the levels hardly differ
+        if kind == "level" and max(noise_l, noise_r) >= 2 * min(noise_l, noise_r):
+            jump = abs(median(right) - median(left[-len(right) :]))
+            if jump < 3 * max(noise_l, noise_r):
+                kind = "variance"  # the new noise's first excursions, not a step: the levels hardly differ
+        fits = None
         if kind == "level":  # the median either side: a few points after a step do not make a slope
-            before, after = float(np.median(left[-max(len(right), self.warmup) :])), float(np.median(right))
+            before, after = median(left[-max(len(right), self.warmup) :]), median(right)
         elif kind == "slope":  # the left line at its last point, the right one half a step before its first
-            before, after = l_at, r_at
+            fits = _fit(left, len(left) - 1), _fit(right, -0.5)
+            before, after = fits[0][1], fits[1][1]
         else:
             before, after = noise_l, noise_r
         seen = int(self._seen[row])
-        change = Change(row, seen - len(right), seen - 1, kind, float(before), float(after), lb, rb, score)
+        change = Change(row, seen - len(right), seen - 1, kind, float(before), float(after), math.nan, math.nan, score)
+        kept = keep is None or keep(change)
+        if kept:
+            (lb, _), (rb, _) = fits or (_fit(left, len(left) - 1), _fit(right, -0.5))
+            change = change._replace(slope_before=lb, slope_after=rb)
         self._restart(row, len(right))
-        return change
+        return change if kept else None
 
     def restart(self, rows: I) -> None:
         """These series start a new, empty segment (what came before says nothing of what comes next)."""
@@ -479,4 +495,4 @@ def _fit(x: F, at: float) -> tuple[float, float]:
 
 def _noise(x: F) -> float:
     d = np.diff(x)
-    return float(np.median(np.abs(d - np.median(d))) * MAD_TO_SIGMA) if len(d) else math.nan
+    return median(np.abs(d - median(d))) * MAD_TO_SIGMA if len(d) else math.nan

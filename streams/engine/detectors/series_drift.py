@@ -22,6 +22,7 @@ fixed window of values and times (and an early-warning window), so it is bounded
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,12 @@ def parse_series_key(key: str) -> tuple[str, str]:
     return element, metric
 
 
+@functools.lru_cache(maxsize=4096)
+def _metric(key: str) -> str:
+    """The metric of a ``series_key`` (kept: a job's keys come back every batch)."""
+    return parse_series_key(key)[1]
+
+
 @dataclass
 class SeriesDrift(Detector):
     warn_on: tuple[str, ...] = ()
@@ -67,20 +74,19 @@ class SeriesDrift(Detector):
     def update(self, keys: Sequence[str], times: npt.ArrayLike, values: npt.ArrayLike) -> list[Finding]:
         t = np.asarray(times, np.float64)
         v = np.asarray(values, np.float64)
-        keep = np.isfinite(v) & np.isfinite(t)
         self._add(keys)
-        rows = np.fromiter((self._rows[k] for k in keys), np.int64, len(keys))[keep]
-        t, v = t[keep], v[keep]
-        listed = rows.tolist()
-        newest: dict[int, float] = {}
-        for r, time in zip(listed, t.tolist(), strict=True):
-            newest[r] = max(time, newest.get(r, time))
+        rows = np.fromiter(map(self._rows.__getitem__, keys), np.int64, len(keys))
+        keep = np.isfinite(v) & np.isfinite(t)
+        if not keep.all():
+            rows, t, v = rows[keep], t[keep], v[keep]
+        by_time = np.argsort(t, kind="stable")
+        newest = dict(zip(rows[by_time].tolist(), t[by_time].tolist(), strict=True))  # (the latest time wins)
         clock: dict[str, float] = {}
         for r in sorted(newest):  # the newest sample time of each metric
-            metric = parse_series_key(self._keys[r])[1]
+            metric = _metric(self._keys[r])
             clock[metric] = max(clock.get(metric, -np.inf), newest[r])
         # each key once (the usual batch): one round
-        out = self._round(rows, t, v) if len(newest) == len(listed) else self._rounds(rows, t, v)
+        out = self._round(rows, t, v) if len(newest) == len(rows) else self._rounds(rows, t, v)
         drift = [f for f in out if f.kind == "series_drift"]
         return [f for f in out if f.kind != "series_drift"] + self._groups.add(drift, clock)
 
@@ -124,7 +130,7 @@ class SeriesDrift(Detector):
         adjusted, seasonal = self._season.adjust(rows, values)
         if seasonal.size:
             self.detector.restart(seasonal)  # what it learned of these included their pattern
-        found = [self._finding(c) for c in self.detector.update(rows, adjusted) if self._material(c)]
+        found = [self._finding(c) for c in self.detector.update(rows, adjusted, self._material)]
         if not self._warnings:
             return found
         for row, time, value in zip(rows.tolist(), times.tolist(), values.tolist(), strict=True):

@@ -34,6 +34,7 @@ from streams.engine import elements
 from streams.engine.compute import RankCompute
 from streams.engine.detectors.base import Detector
 from streams.engine.findings import Finding
+from streams.engine.medians import median
 from streams.engine.steps import LAG
 
 
@@ -98,25 +99,30 @@ class CollectiveLateness(Detector):
     ) -> list[Finding]:
         """Feed collective spans (one row per rank and collective) in input order; judges the collectives
         whose step is complete."""
-        for group, seq, step, rank, start, dur in zip(
-            groups.tolist(),
-            seqs.tolist(),
-            steps.tolist(),
-            ranks.tolist(),
-            starts.tolist(),
-            durations.tolist(),
-            strict=True,
-        ):
-            if step <= self._judged_through:
-                self.late_spans += 1  # too late to change a collective already judged
-                continue
-            current = self._open.get((group, seq))
+        late = steps <= self._judged_through  # too late to change a collective already judged
+        if late.any():
+            self.late_spans += int(np.count_nonzero(late))
+            keep = ~late
+            groups, seqs, steps, ranks = groups[keep], seqs[keep], steps[keep], ranks[keep]
+            starts, durations = starts[keep], durations[keep]
+        if not len(steps):
+            return self._judge(self._newest - LAG)
+        self._newest = max(self._newest, int(steps.max()))
+        # each collective's rows at once, collectives in the order they first appear, rows in input order
+        first: dict[tuple[str, int], int] = {}
+        keys = zip(groups.tolist(), seqs.tolist(), strict=True)
+        codes = np.fromiter((first.setdefault(k, len(first)) for k in keys), np.int64, len(steps))
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(first) + 1)).tolist()
+        columns = (ranks[order].tolist(), starts[order].tolist(), (starts + durations)[order].tolist())
+        step_of = steps[order].tolist()
+        for key, lo, hi in zip(first, bounds[:-1], bounds[1:], strict=True):
+            current = self._open.get(key)
             if current is None:
-                current = self._open[(group, seq)] = _Open(group, seq, step)
-            current.ranks.append(rank)
-            current.arrivals.append(start)
-            current.ends.append(start + dur)
-            self._newest = max(self._newest, step)
+                current = self._open[key] = _Open(key[0], key[1], step_of[lo])
+            current.ranks += columns[0][lo:hi]
+            current.arrivals += columns[1][lo:hi]
+            current.ends += columns[2][lo:hi]
         return self._judge(self._newest - LAG)
 
     def flush(self) -> list[Finding]:
@@ -136,35 +142,41 @@ class CollectiveLateness(Detector):
         return findings
 
     def _close(self, c: _Open) -> list[Finding]:
+        """Judge one collective; its members' histories (Python numbers: a collective has a few members, and
+        numpy's per-call cost was most of this)."""
         if len(c.ranks) < 2:
             return []
-        arrivals = np.asarray(c.arrivals)
-        order = np.argsort(arrivals, kind="stable")
+        arrivals = c.arrivals
+        order = sorted(range(len(arrivals)), key=arrivals.__getitem__)  # stable, as np.argsort(kind="stable")
         last, second = order[-1], order[-2]
-        gap = float(arrivals[last] - arrivals[second])
+        gap = arrivals[last] - arrivals[second]
         late_rank = c.ranks[last] if gap > self.min_gap_s else None
-        waited = float((arrivals[last] - arrivals).sum())  # the peers' wait for the last arrival
         findings = []
         for rank in c.ranks:
-            history = self._late.setdefault(rank, deque(maxlen=self.window))
+            history = self._late.get(rank)
+            if history is None:
+                history = self._late[rank] = deque(maxlen=self.window)
             is_late = rank == late_rank
             history.append(is_late)
-            if is_late:
-                episode = self._episodes.setdefault(rank, _Episode(float(arrivals[last])))
-                episode.gaps.append(gap)
-                episode.late += 1
-                episode.waited_s += waited
-                self._quiet[rank] = 0
-            else:
-                self._quiet[rank] = self._quiet.get(rank, 0) + 1
-                if self._quiet[rank] >= self.window:
+            if not is_late:
+                quiet = self._quiet[rank] = self._quiet.get(rank, 0) + 1
+                if quiet >= self.window:
                     self._episodes.pop(rank, None)
                     self._alarmed.discard(rank)
-            if is_late and rank not in self._alarmed and sum(history) >= self.persistence:
+                continue
+            episode = self._episodes.get(rank)
+            if episode is None:
+                episode = self._episodes[rank] = _Episode(arrivals[last])
+            episode.gaps.append(gap)
+            episode.late += 1
+            # the peers' wait for the last arrival (numpy's pairwise sum: the cost's bits as they were)
+            episode.waited_s += float((arrivals[last] - np.asarray(arrivals)).sum())
+            self._quiet[rank] = 0
+            if rank not in self._alarmed and sum(history) >= self.persistence:
                 self._alarmed.add(rank)
                 root = rank if self.compute is None else self.compute.root(c.step)
                 if root == rank:  # a rank late because another slowed it gets no finding
-                    findings.append(self._finding(rank, float(max(c.ends))))
+                    findings.append(self._finding(rank, max(c.ends)))
         return findings
 
     def _finding(self, rank: int, end: float) -> Finding:
@@ -176,11 +188,11 @@ class CollectiveLateness(Detector):
             subjects=subjects,
             start=episode.start,
             end=end,
-            severity=round(float(np.median(episode.gaps)), 6),
+            severity=round(median(episode.gaps), 6),
             evidence={
                 "late_collectives": episode.late,
                 "window": self.window,
-                "median_late_s": float(np.median(episode.gaps)),
+                "median_late_s": median(episode.gaps),
                 "affected_ranks": affected,
                 "measure": "arrival lateness at collectives (gap to the next-latest member)",
             },

@@ -50,7 +50,7 @@ class SyncLoss(Detector):
             self._replica = np.concatenate([self._replica, np.full(top - len(self._replica), -1, np.int64)])
         np.maximum.at(self._latest, ranks, steps)
         self._replica[ranks] = replicas
-        self._observed = np.union1d(self._observed, steps)[-KEEP_OBSERVED:]
+        self._observed = np.union1d(self._observed, _distinct(steps))[-KEEP_OBSERVED:]
         newest = int(steps.max())
         if newest <= self._newest:
             return None
@@ -93,6 +93,14 @@ class SyncLoss(Detector):
                 "measure": "observed steps a subset of ranks lags behind the job's newest step, growing",
             },
         )
+
+
+def _distinct(steps: Ints) -> Ints:
+    """A batch's steps, each once where they ascend (the usual batch: without sorting every span), else all
+    of them (``union1d`` sorts them)."""
+    if (steps[1:] >= steps[:-1]).all():
+        return steps[np.r_[True, steps[1:] != steps[:-1]]]
+    return steps
 
 
 @dataclass
