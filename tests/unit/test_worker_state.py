@@ -449,9 +449,8 @@ def test_a_task_keeping_up_with_large_fetches_leaves_its_commits_to_the_timer(
     Only ``COMMIT_EVERY_MESSAGES`` commits, as for any input."""
     from types import SimpleNamespace
 
-    from streams.worker import COMMIT_EVERY_MESSAGES, handle_event
-
     from streams import worker_state
+    from streams.worker import COMMIT_EVERY_MESSAGES, handle_event
 
     clock = [0.0]  # the task's clock: each message takes 10 µs, however loaded the machine running the test
     monkeypatch.setattr(worker_state, "time", SimpleNamespace(monotonic=lambda: clock[0]))
