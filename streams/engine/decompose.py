@@ -39,9 +39,8 @@ import numpy.typing as npt
 from streams.engine import dag, elements
 from streams.engine.carry import Chained, Owners, last_end_per_rank
 from streams.engine.codes import key_sums
-from streams.engine.ideal import Evidence, Peers
-from streams.engine.members import StepElements
-from streams.engine.stepgraph import Floats, Ints, StepGraph
+from streams.engine.ideal import Peers, peer_stage
+from streams.engine.stepgraph import TRANSFER_KINDS, Floats, Ints, StepGraph
 from streams.engine.systematic import NONE, Slow
 
 MAX_ALL = 64  # stages, links, replicas: all of them up to this many, else the ones most above their ideal
@@ -88,8 +87,8 @@ class Candidates:
     contains: dict[str, tuple[str, ...]]
     own: Mask  # the nodes that are not transfers over a candidate link
 
-    def add(self, element: str, nodes: Ints, contains: tuple[str, ...] = ()) -> None:
-        self.nodes[element] = nodes
+    def add(self, element: str, mask: Mask, contains: tuple[str, ...] = ()) -> None:
+        self.nodes[element] = np.flatnonzero(mask)
         if contains:
             self.contains[element] = contains
 
@@ -106,30 +105,23 @@ class Candidates:
 class Rows:
     """What-if rows given as masks, never as a row of durations each: row ``k`` has the nodes of
     ``masks[k]`` (a mask, or the nodes' indices: a few of a large job's many nodes) at ``alt`` and every
-    other node at ``base``; then a row per entry of ``more``, its nodes at its own durations."""
+    other node at ``base``."""
 
     base: Floats
     alt: Floats
     masks: list[Mask] | list[Ints]
-    more: tuple[tuple[Floats, Ints], ...] = ()
 
     def step_ends(self, g: StepGraph, floor: Floats | None = None) -> Floats:
         """The step end of each row (``floor``: as for :meth:`StepGraph.evaluate`). The native core holds no
-        row (a 1,024-rank job has ~170 rows of ~50k nodes) and evaluates them all in one walk of the graph (a
-        block of rows at a time); without it, ``CHUNK`` rows at a time."""
+        row (a 1,024-rank job has ~170 rows of ~50k nodes); without it, ``CHUNK`` rows at a time."""
         floors = g.floor if floor is None else floor
         if dag.masked_available:
             nodes: list[Ints] = [np.flatnonzero(m) if m.dtype == np.bool_ else m.astype(np.int64, copy=False)
                                  for m in self.masks]  # fmt: skip
-            if self.more:
-                values = [self.alt[m] for m in nodes] + [alt[m] for alt, m in self.more]
-                nodes += [m for _, m in self.more]
-                return dag.valued_step_ends(g.schedule, g.indptr, g.indices, floors, self.base, nodes, values)
             return dag.masked_step_ends(g.schedule, g.indptr, g.indices, floors, self.base, self.alt, nodes)
         masks = [m if m.dtype == np.bool_ else np.isin(np.arange(len(self.base)), m) for m in self.masks]
         parts = [g.evaluate(np.stack([np.where(m, self.alt, self.base) for m in masks[i : i + CHUNK]]),
                             floor).max(axis=1) for i in range(0, len(masks), CHUNK)]  # fmt: skip
-        parts += [Rows(self.base, alt, [m]).step_ends(g, floor) for alt, m in self.more]
         return np.concatenate(parts) if parts else np.zeros(0)
 
 
@@ -148,10 +140,12 @@ class Plan:
         """The decomposition, with the step's times as periods on its timelines (:mod:`carry`): the heal-only
         rows from the observed starts, the leave-only rows from the ideal's (evaluated apart from the actual
         and ideal rows, so that a step not slow enough to ask why costs two rows, not all)."""
-        spans = np.flatnonzero(p.g.span >= 0)  # the group cause's nodes: its rows last, in the same walk
-        cause = [((alt, spans),) for alt in self.spread] if self.spread is not None else [(), ()]
-        healed = Rows(p.d0, p.ideal, self.masks, cause[0]).step_ends(p.g)
-        unhealed = Rows(p.ideal, p.d0, self.masks, cause[1]).step_ends(p.g, chained.floor)
+        healed = Rows(p.d0, p.ideal, self.masks).step_ends(p.g)
+        unhealed = Rows(p.ideal, p.d0, self.masks).step_ends(p.g, chained.floor)
+        if self.spread is not None:
+            spans = [p.g.span >= 0]
+            healed = np.r_[healed, Rows(p.d0, self.spread[0], spans).step_ends(p.g)]
+            unhealed = np.r_[unhealed, Rows(p.ideal, self.spread[1], spans).step_ends(p.g, chained.floor)]
         healed, unhealed = healed - chained.actual_before, unhealed - chained.ideal_before
         return Structural(actual_s, ideal_s, tuple(self.elements), healed, unhealed, self.contains)
 
@@ -168,15 +162,6 @@ class Pending:
     peers: Peers  # the structure's peer groups (:mod:`ideal`)
     owners: Owners  # whose clock each observed start is on (:mod:`carry`)
     slow: Slow = (NONE, NONE)  # the job's systematically slow ranks and links, left out of every peer group
-    members: StepElements | None = None  # the structure's elements' nodes (None: found when needed)
-    evidence: Evidence | None = None  # the step's evidence of systematic slowness (None: found when needed)
-
-    def __getstate__(self) -> dict[str, object]:
-        return {**self.__dict__, "members": None}  # (found again from the graph when needed after a restore)
-
-    def deviations(self) -> Evidence:
-        """The step's evidence that a rank or link is systematically slow (:meth:`Peers.deviations`)."""
-        return self.peers.deviations(self.d0) if self.evidence is None else self.evidence
 
     def without(self, slow: Slow) -> Pending:
         """This step with its ideal from peers other than the ranks and links ``slow`` (:mod:`systematic`)."""
@@ -187,8 +172,7 @@ class Pending:
     def run(self, actual_s: float, ideal_s: float, chained: Chained | None = None) -> Structural:
         """The decomposition; ``actual_s``, ``ideal_s``: the step's times on its timelines (``chained``;
         default: a fresh step)."""
-        typical_replica = self.peers.replica.typical(self.d0, self.slow)
-        found = plan(self.g, self.job, self.ops, self.d0, self.ideal, typical_replica, self.members)
+        found = plan(self.g, self.job, self.ops, self.d0, self.ideal, self.peers.replica.typical(self.d0, self.slow))
         return found.result(actual_s, ideal_s, self, chained or Chained(None))
 
     def sharing(self, other: Pending | None) -> Pending:
@@ -222,7 +206,7 @@ class Pending:
         left out; the group cause's nodes are every span)."""
         if not groups:
             return []
-        found = candidates(self.g, self.job, self.ops, self.d0, self.ideal, self.members)
+        found = candidates(self.g, self.job, self.ops, self.d0, self.ideal)
         healed = [found.mask(parts) for _, parts in groups]
         shares = []
         for (container, _), mask in zip(groups, healed, strict=True):
@@ -234,49 +218,39 @@ class Pending:
         return list(zip(times.tolist(), shares, strict=True))
 
 
-def candidates(
-    g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, of: StepElements | None = None
-) -> Candidates:
-    """The elements of one step that may cause its slowdown, each with its nodes (the group cause apart);
-    ``of``: ``StepElements.of(g)``, which depends on the structure only."""
-    of = of or StepElements.of(g)
+def candidates(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats) -> Candidates:
+    """The elements of one step that may cause its slowdown, each with its nodes (the group cause apart)."""
     spans = g.span >= 0
     excess = np.maximum(0.0, d0 - ideal)
-    crossing = of.link >= 0
-    links = _most(of.link[crossing], excess[crossing], MAX_ALL)
-    own = np.ones(g.nodes, np.bool_)  # a rank's nodes: all but its transfers over the candidate links
-    for lk in links:
-        own[of.links(lk)] = False
+    p2p = np.isin(g.kind, TRANSFER_KINDS)
+    peer_pp = peer_stage(g, p2p)
+    link = np.where(p2p & (peer_pp >= 0) & (peer_pp != g.pp), np.minimum(g.pp, peer_pp), -1)
+    links = _most(link[p2p & (link >= 0)], excess[p2p & (link >= 0)], MAX_ALL)
+    own = ~np.isin(link, links)  # a rank's nodes: all but its transfers over the candidate links
     out = Candidates({}, {}, own)
     ranks = _most(g.rank[spans & own], excess[spans & own], MAX_RANKS)
-    first_node = {r: int(of.rank(r)[np.argmax(spans[of.rank(r)])]) for r in ranks}
+    first_node = {r: int(np.argmax(spans & (g.rank == r))) for r in ranks}
     for r in ranks:
-        nodes = of.rank(r)
-        out.add(elements.rank(job, r), nodes[own[nodes]])
-    for column, build, members in ((g.dp, elements.dp, of.dp), (g.pp, elements.stage, of.pp)):
+        out.add(elements.rank(job, r), (g.rank == r) & own)
+    for column, build in ((g.dp, elements.dp), (g.pp, elements.stage)):
         for i in _most(column[spans], excess[spans], MAX_ALL):
             inside = tuple(elements.rank(job, r) for r in ranks if column[first_node[r]] == i)
-            nodes = members(i)
+            nodes = spans & (column == i)
             if build is elements.stage:  # a stage's spans hold the transfers over its links
                 inside += tuple(elements.stage_link(job, lk) for lk in links if lk in (i - 1, i))
-                nodes = nodes[spans[nodes]]
             else:
-                nodes = nodes[spans[nodes] & own[nodes]]
+                nodes &= own
             out.add(build(job, i), nodes, inside)
     for lk in links:
-        out.add(elements.stage_link(job, lk), of.links(lk))
+        out.add(elements.stage_link(job, lk), link == lk)
     for o in _most(g.op[spans], excess[spans], MAX_OPS, positive=True):
-        nodes = of.op(o)
-        out.add(elements.of_job("op", job, ops[o]), nodes[spans[nodes]])
+        out.add(elements.of_job("op", job, ops[o]), spans & (g.op == o))
     return out
 
 
-def plan(
-    g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typical_replica: Floats,
-    of: StepElements | None = None,
-) -> Plan:  # fmt: skip
+def plan(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typical_replica: Floats) -> Plan:
     """The candidates of one step and their two rows each (heal only; leave only unhealed)."""
-    found = candidates(g, job, ops, d0, ideal, of)
+    found = candidates(g, job, ops, d0, ideal)
     out = Plan(list(found.nodes), list(found.nodes.values()), dict(found.contains))
     replicas = [e for e in out.elements if elements.is_kind(e, "dp")]
     if len(replicas) > 1:  # within a stage, peers differ by replica: a replica or a stage may locate the spread

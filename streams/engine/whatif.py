@@ -24,18 +24,17 @@ end, without a row of durations each (:class:`decompose.Rows`: bounded memory at
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
 
 from streams.engine import dag, elements
-from streams.engine.carry import Owners
+from streams.engine.carry import Owners, last_end_per_rank
 from streams.engine.codes import compact
 from streams.engine.decompose import Mask, Pending, Rows, Structural
 from streams.engine.ideal import Peers, occurrences, peer_stage
 from streams.engine.medians import MIDDLE, NUMPY, grouped, nanmedian_excluding_each_row
-from streams.engine.members import LastEnds, Members, StepElements
 from streams.engine.stepgraph import PROGRAM_KINDS, RECV, SEND, Floats, Ints, StepGraph, dense
 
 TOP_RANKS = 4
@@ -129,7 +128,6 @@ class Roles:
     owners: Owners  # whose clock each observed start is on (:mod:`carry`)
     by_stage: PeerCells  # program nodes by (stage, stage key)
     by_link: PeerCells  # asynchronous sends by (link, link key)
-    members: Elements | None = field(default=None, compare=False)  # each element's nodes: :meth:`elements`
 
     @classmethod
     def of(cls, g: StepGraph) -> Roles:
@@ -151,47 +149,6 @@ class Roles:
         by_stage = PeerCells.of(np.where(stage_key >= 0, g.pp, 0), np.maximum(stage_key, 0), stage_key >= 0)
         by_link = PeerCells.of(np.maximum(link, 0), np.maximum(link_key, 0), (link >= 0) & (g.kind == SEND))
         return cls(Grouping(position), stage_key, link, link_key, Peers.of(g), Owners.of(g), by_stage, by_link)
-
-    def elements(self, g: StepGraph) -> Elements:
-        """Each element's nodes (``g``: a graph of this structure), found on first use and kept while the
-        structure is (not in a snapshot: found again after a restore, the same nodes)."""
-        if self.members is None:
-            made = Elements.of(g, self.link, self.stage_key >= 0, (self.link >= 0) & (g.kind == SEND))
-            object.__setattr__(self, "members", made)  # (a cache of a frozen value)
-        assert self.members is not None
-        return self.members
-
-    def __getstate__(self) -> dict[str, object]:
-        return {**self.__dict__, "members": None}  # (a cache: a structure's snapshot stays its peer groups)
-
-
-@dataclass(frozen=True)
-class Elements:
-    """Per structure: the nodes of each element (:class:`members.StepElements`; a link: the transfers that
-    cross it, as healed here), the stages and links that may be candidates, and each rank's replicas and
-    stages."""
-
-    step: StepElements
-    link: Members
-    stages: list[int]  # the stages of the program nodes with stage peers
-    links: list[int]  # the links of the asynchronous sends
-    where: dict[int, tuple[set[int], set[int]]]  # per rank: the replicas and stages of its nodes
-    last_ends: LastEnds
-    spans: Ints  # the span nodes
-    span_rank: Ints  # per span its rank
-    span_dp: Ints  # per span its replica
-    chain: Mask  # the program nodes with stage peers
-    sends: Mask  # the asynchronous sends over a link
-
-    @classmethod
-    def of(cls, g: StepGraph, link: Ints, chain: Mask, sends: Mask) -> Elements:
-        step = StepElements.of(g)
-        ranks = np.unique(g.rank).tolist()
-        where = {r: (set(g.dp[step.rank(r)].tolist()), set(g.pp[step.rank(r)].tolist())) for r in ranks}
-        stages, links = sorted(set(g.pp[chain].tolist())), sorted(set(link[sends].tolist()))
-        spans = compact(np.flatnonzero(g.span >= 0))
-        return cls(step, Members(link), stages, links, where, LastEnds(g), spans, g.rank[spans], g.dp[spans],
-                   chain, sends)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -236,39 +193,34 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     # time (no stack of rows, no row kept longer than it is read); the other candidates' step ends without a
     # row of durations each (:class:`decompose.Rows`)
     ends = _row_ends(g, d0)
-    ideal, evidence = roles.peers.at_ideal(d0)
+    ideal = roles.peers.ideal.typical(d0)
     ideal_ends = _row_ends(g, ideal)
     actual_s, ideal_s = float(ends.max()), float(ideal_ends.max())
-    last_end_per_rank = roles.elements(g).last_ends
-    ideal_rank_ends = last_end_per_rank(ideal_ends)
+    ideal_rank_ends = last_end_per_rank(g, ideal_ends)
     del ideal_ends
     spans = g.span >= 0
     peer_med = np.where(spans, roles.position.spread(roles.position.medians(d0)), d0)
     cands, healing = _candidates(g, job, ops, baseline, roles, peer_med)
     healed_rank_ends = None  # the top rank candidate healed (ranks are the first candidates)
     if cands and cands[0].dimension == "rank":
-        healed = d0.copy()
-        healed[healing[0][1]] = healing[0][0][healing[0][1]]
-        healed_rank_ends = last_end_per_rank(_row_ends(g, healed))
+        healed_rank_ends = last_end_per_rank(g, _row_ends(g, np.where(healing[0][1], healing[0][0], d0)))
     structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)
-    at_baseline = [] if baseline is None else [(baseline, np.arange(g.nodes))]  # every node at the baseline
-    counterfactual = _healed_step_ends(g, d0, healing + at_baseline)
-    baseline_s = float(counterfactual[-1]) if at_baseline else None
+    at_baseline = [] if baseline is None else [(baseline, spans | ~spans)]  # every node at the baseline
+    healed = _healed_step_ends(g, d0, healing + at_baseline)
+    baseline_s = float(healed[-1]) if at_baseline else None
     return StepWhatIf(
         step_s=actual_s,
         observed_s=g.observed_s,
         baseline_s=baseline_s,
         candidates=tuple(cands),
-        counterfactual_s=counterfactual[: len(healing)],
+        counterfactual_s=healed[: len(healing)],
         ends=ends,
         peer_median=peer_med,
-        rank_ends=last_end_per_rank(ends),
+        rank_ends=last_end_per_rank(g, ends),
         ideal_rank_ends=ideal_rank_ends,
         healed_rank_ends=healed_rank_ends,
         structural=structural,
-        pending=Pending(
-            g, job, ops, d0, ideal, roles.peers, roles.owners, members=roles.elements(g).step, evidence=evidence
-        ),
+        pending=Pending(g, job, ops, d0, ideal, roles.peers, roles.owners),
     )
 
 
@@ -280,53 +232,61 @@ def _row_ends(g: StepGraph, durations: Floats) -> Floats:
 
 def _candidates(
     g: StepGraph, job: str, ops: list[str], baseline: Floats | None, roles: Roles, peer_med: Floats
-) -> tuple[list[Candidate], list[tuple[Floats, Ints]]]:
+) -> tuple[list[Candidate], list[tuple[Floats, Mask]]]:
     """The candidates, in order (ranks first), and per candidate the durations it heals to and its nodes."""
     d0 = g.intrinsic
-    of = roles.elements(g)
-    excess = np.maximum(0.0, d0[of.spans] - peer_med[of.spans])  # per span
+    spans = g.span >= 0
+    excess = np.maximum(0.0, d0 - peer_med)
     cands: list[Candidate] = []
-    healing: list[tuple[Floats, Ints]] = []
+    healing: list[tuple[Floats, Mask]] = []
 
-    def add(element: str, dimension: str, alt: Floats, nodes: Ints, contains: tuple[str, ...] = ()) -> None:
+    def add(element: str, dimension: str, alt: Floats, nodes: Mask, contains: tuple[str, ...] = ()) -> None:
         healing.append((alt, nodes))
         cands.append(Candidate(element, dimension, contains))
 
-    rank_excess = np.bincount(of.span_rank, excess).tolist()
-    ranks_in = np.flatnonzero(np.bincount(of.span_rank)).tolist()
-    top_ranks = sorted(ranks_in, key=lambda r: (-rank_excess[r], r))[:TOP_RANKS]
-    where = of.where
+    rank_of, dp_of, excess = g.rank[spans], g.dp[spans], excess[spans]  # per span
+    ranks_in = np.flatnonzero(np.bincount(rank_of))
+    rank_excess = np.bincount(rank_of, excess)
+    top_ranks = [int(r) for r in sorted(ranks_in, key=lambda r: (-rank_excess[r], r))[:TOP_RANKS]]
+    of_rank = {r: g.rank == r for r in top_ranks}
     for r in top_ranks:
-        add(elements.rank(job, r), "rank", peer_med, of.step.rank(r))
-    dp_excess = np.bincount(of.span_dp, excess).tolist()
-    replicas = sorted(np.flatnonzero(np.bincount(of.span_dp)).tolist(), key=lambda d: (-dp_excess[d], d))
+        add(elements.rank(job, r), "rank", peer_med, of_rank[r])
+    dp_excess = np.bincount(dp_of, excess)
+    replicas = sorted(np.flatnonzero(np.bincount(dp_of)).tolist(), key=lambda d: (-dp_excess[d], d))
+    where = {r: (set(g.dp[nodes].tolist()), set(g.pp[nodes].tolist())) for r, nodes in of_rank.items()}
     for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
         inside = tuple(elements.rank(job, r) for r in top_ranks if d in where[r][0])
-        add(elements.dp(job, d), "dp", peer_med, of.step.dp(d), inside)
+        add(elements.dp(job, d), "dp", peer_med, g.dp == d, inside)
+    chain = roles.stage_key >= 0
     by_stage = _peer_medians_excluding(roles.by_stage, d0, g.pp)
-    healable = of.chain & np.isfinite(by_stage)
-    for s in _top(by_stage, g.pp, d0, of.chain, of.stages):
+    healable = chain & np.isfinite(by_stage)
+    for s in _top(by_stage, g.pp, d0, chain):
         inside = tuple(elements.rank(job, r) for r in top_ranks if s in where[r][1])
-        nodes = of.step.pp(s)
-        add(elements.stage(job, s), "stage", by_stage, nodes[healable[nodes]], inside)
+        add(elements.stage(job, s), "stage", by_stage, healable & (g.pp == s), inside)
+    sends = g.kind == SEND
+    links = roles.link >= 0
     by_link = _peer_medians_excluding(roles.by_link, d0, roles.link)
-    healable = of.sends & np.isfinite(by_link)
-    for lk in _top(by_link, roles.link, d0, of.sends, of.links):
-        nodes = of.link(lk)
-        add(elements.stage_link(job, lk), "link", by_link, nodes[healable[nodes]])
+    healable = sends & np.isfinite(by_link)
+    for lk in _top(by_link, roles.link, d0, links & sends):
+        add(elements.stage_link(job, lk), "link", by_link, healable & (roles.link == lk))
     if baseline is not None:
         op_excess = np.bincount(g.op, np.maximum(0.0, d0 - baseline), minlength=len(ops))
         for o in [int(o) for o in np.argsort(-op_excess, kind="stable")[:TOP_OPS] if op_excess[o] > 0]:
-            add(elements.of_job("op", job, ops[o]), "op", baseline, of.step.op(o))
+            add(elements.of_job("op", job, ops[o]), "op", baseline, g.op == o)
     return cands, healing
 
 
-def _healed_step_ends(g: StepGraph, d0: Floats, healing: list[tuple[Floats, Ints]]) -> Floats:
+def _healed_step_ends(g: StepGraph, d0: Floats, healing: list[tuple[Floats, Mask]]) -> Floats:
     """Per candidate, in order: the step end with its nodes healed (candidates healing to the same durations
     in one evaluation; with the native core, all of them in one call)."""
-    if dag.valued_available:
-        nodes, values = [m for _, m in healing], [alt[m] for alt, m in healing]
-        return dag.valued_step_ends(g.schedule, g.indptr, g.indices, g.floor, d0, nodes, values)
+    if dag.valued_available:  # the candidates' nodes and values written flat, one candidate at a time
+        ptr = np.zeros(len(healing) + 1, np.int64)
+        np.cumsum([np.count_nonzero(m) for _, m in healing], out=ptr[1:])
+        nodes, values = np.empty(ptr[-1], np.int64), np.empty(ptr[-1])
+        for k, (alt, m) in enumerate(healing):
+            nodes[ptr[k] : ptr[k + 1]] = np.flatnonzero(m)
+            values[ptr[k] : ptr[k + 1]] = alt[m]
+        return dag.valued_step_ends_flat(g.schedule, g.indptr, g.indices, g.floor, d0, ptr, nodes, values)
     out = np.zeros(len(healing))
     i = 0
     while i < len(healing):
@@ -338,9 +298,10 @@ def _healed_step_ends(g: StepGraph, d0: Floats, healing: list[tuple[Floats, Ints
     return out
 
 
-def _top(healed: Floats, group: Ints, d0: Floats, mask: Mask, present: list[int]) -> list[int]:
+def _top(healed: Floats, group: Ints, d0: Floats, mask: npt.NDArray[np.bool_]) -> list[int]:
     """Groups (stages, links) to evaluate: all of them up to MAX_ALL, else those most above their healing
-    (``healed``: per node, from the other groups; ``present``: the groups of ``mask``'s nodes, ascending)."""
+    (``healed``: per node, from the other groups)."""
+    present = sorted(set(group[mask].tolist()))
     if len(present) <= MAX_ALL:
         return present
     over = {s: float(np.nansum(np.where(mask & (group == s), d0 - healed, 0.0))) for s in present}
