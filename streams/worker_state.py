@@ -325,6 +325,7 @@ class WorkerState:
     ) -> Output:
         """A message of the ``telemetry``, ``decisions`` or ``metrics`` (OTLP) topic; ``now``: the Kafka
         record's timestamp (s), the reference for samples too far in the future."""
+        self.caught = None  # (until asked below: a message that fails before has the driver ask again)
         tp = (position.topic, position.partition)
         self.offsets[tp] = position.offset + 1
         if self.behind_since is None and kind in OWN_INPUT and self._behind(tp, position.offset) >= BACKLOG_MESSAGES:

@@ -37,6 +37,10 @@ native_layouts = hasattr(native.core, "same_in_order")  # (the same comparison f
 native_sorts = hasattr(native.core, "sorted_rows")
 KEEP = 16  # layouts kept (a job has a few structures; several jobs share a worker)
 KEEP_NODES = 1 << 20  # and span nodes over all kept layouts (~200 bytes each, ~35 more planned), beyond the latest
+# a layout keeps its plan (what a step's draft reads that the layout decides) up to this many nodes: a larger
+# one makes it again for each step, a few ms beside the step's own work, and the memory of a job of many
+# thousand ranks stays its steps' (16k ranks: ~30 MB less)
+PLAN_NODES = 1 << 18
 
 Mask = npt.NDArray[np.bool_]
 

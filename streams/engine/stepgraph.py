@@ -269,11 +269,11 @@ def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook
         )  # fmt: skip
     del columns, op, op_class, grp, seq, role, dp, pp, tp  # (the identity's: let go before the draft is made)
     mi, barrier_of = layout.members, layout.barrier_of
-    if layout.plan is None:  # (made on the step that laid it out, or found it kept without one)
-        layout.plan = draft.plan(
-            (rank, mb, direction, blocks, compute, sync), partner, ci, pi, node_of, (mi, barrier_of)
-        )
-    plan = layout.plan
+    plan = layout.plan  # (made on the step that laid it out, or found it kept without one)
+    if plan is None:
+        plan = draft.plan((rank, mb, direction, blocks, compute, sync), partner, ci, pi, node_of, (mi, barrier_of))
+        if plan.n <= layouts.PLAN_NODES:
+            layout.plan = plan
     n = plan.n
     tol = _step_tolerance(start, end, order, plan)
     d = draft.Draft(start, end, direction, partner, ci, pi, order, plan, tol)
