@@ -69,6 +69,21 @@ def test_a_kept_layout_gives_the_graph_built_from_scratch(name: str, monkeypatch
     assert reused >= len(sim_steps(name))  # most steps did reuse a layout and its edges
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_a_layout_too_large_to_keep_its_plan_gives_the_same_graphs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above ``PLAN_NODES`` a kept layout makes its plan again for every step: the same graphs as one that
+    keeps it (a plan is derived from the layout alone)."""
+    steps = [jittered(c, 30e-6, np.random.default_rng(7)) for c in sim_steps(name)]
+    keeping: list[layouts.Layout] = []
+    with_plans = [built(c, keeping, monkeypatch) for c in steps]
+    assert any(layout.plan is not None for layout in keeping)
+    monkeypatch.setattr(layouts, "PLAN_NODES", 0)
+    none: list[layouts.Layout] = []
+    for c, g in zip(steps, with_plans, strict=True):
+        assert_same(built(c, none, monkeypatch), g)
+    assert none and all(layout.plan is None for layout in none)
+
+
 def test_times_that_reorder_a_ranks_spans_give_the_graph_built_from_scratch(monkeypatch: pytest.MonkeyPatch) -> None:
     c = sim_steps("training-fabric")[2]
     kept: list[layouts.Layout] = []
