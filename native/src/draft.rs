@@ -49,7 +49,7 @@ pub(crate) fn numpy_order(a: f64, b: f64) -> Ordering {
 
 /// numpy's `searchsorted` (its binary search, which starts from the previous key's bounds), `right`: the
 /// side; the same places as numpy's even where `sorted` is not sorted.
-fn searchsorted(sorted: &[f64], keys: &[f64], right: bool) -> Vec<usize> {
+fn searchsorted(sorted: &[f64], keys: &[f64], right: bool) -> Vec<u32> {
     let cmp = |a: f64, b: f64| if right { !less(b, a) } else { less(a, b) };
     let n = sorted.len();
     let mut out = Vec::with_capacity(keys.len());
@@ -74,7 +74,7 @@ fn searchsorted(sorted: &[f64], keys: &[f64], right: bool) -> Vec<usize> {
                 hi = mid;
             }
         }
-        out.push(lo);
+        out.push(lo as u32); // (`sorted` is of a plan's positions: they fit int32)
     }
     out
 }
@@ -142,6 +142,81 @@ impl<'a> Plan<'a> {
         })
     }
 
+    /// The span nodes (chain, then p2p positions): those a step's `order` puts rows at.
+    fn n_spans(&self) -> usize {
+        (self.n.saturating_sub(self.n_barrier)).saturating_sub(self.get(P::Sends).len())
+    }
+
+    /// Whether every index of the plan is within what it indexes (`drafted` then reads it unchecked: a
+    /// plan is checked once, when it is made, not on every step drafted on it).
+    fn check(&self) -> Result<(), &'static str> {
+        let (n, n_chain, n_barrier) = (self.n as i64, self.n_chain as i64, self.n_barrier as i64);
+        let n_members = self.get(P::Mi).len();
+        let (n_sends, n_recvs) = (self.get(P::Sends).len(), self.get(P::Recvs).len());
+        if n_chain + n_barrier + n_sends as i64 > n {
+            return Err("more chain positions, barriers and launches than nodes");
+        }
+        let n_spans = self.n_spans() as i64;
+        let p2p = n_spans - n_chain;
+        let prev = self.get(P::Prev);
+        let sized = [
+            (P::Sync, n_chain as usize),
+            (P::Prev, n_chain as usize),
+            (P::Member, n_chain as usize),
+            (P::Rank, n_chain as usize),
+            (P::Mb, n_chain as usize),
+            (P::BarrierOf, n_members),
+            (P::BarrierNode, n_members),
+            (P::HasPrev, n_members),
+            (P::Gate, n_members),
+            (P::AsyncPeerNode, self.get(P::AsyncPeer).len()),
+            (P::LaunchSends, n_sends),
+            (P::SendRank, n_sends),
+            (P::MatchedFrom, self.get(P::Matched).len()),
+            (P::CompGroup, self.get(P::Comp).len()),
+            (P::RecvGroup, n_recvs),
+            (P::RecvRank, n_recvs),
+            (P::RecvMb, n_recvs),
+        ];
+        if sized.iter().any(|&(p, len)| self.get(p).len() != len) {
+            return Err("an array of the wrong length");
+        }
+        let within = |p: P, lo: i64, hi: i64| {
+            self.get(p)
+                .iter()
+                .all(|&v| lo <= v as i64 && (v as i64) < hi)
+        };
+        let ranges = [
+            (P::Prev, -1, n_chain),
+            (P::Mi, 0, n_chain),
+            (P::BarrierOf, 0, n_barrier),
+            (P::BarrierNode, 0, n),
+            (P::Gate, -1, n),
+            (P::Ungated, 0, n_members as i64),
+            (P::AsyncPeer, 0, n_members as i64),
+            (P::AsyncPeerNode, 0, n_spans),
+            (P::Plain, 0, n_chain),
+            (P::Source, 0, n_chain),
+            (P::After, 0, n_chain),
+            (P::Onto, 0, n_chain),
+            (P::Sends, 0, p2p),
+            (P::LaunchSends, 0, n),
+            (P::Recvs, 0, p2p),
+            (P::Matched, 0, n_recvs as i64),
+            (P::MatchedFrom, 0, n),
+            (P::Comp, 0, n_chain),
+        ];
+        if ranges.iter().any(|&(p, lo, hi)| !within(p, lo, hi)) {
+            return Err("an index out of range");
+        }
+        // (these read their previous span's)
+        let follows = |p: P| self.get(p).iter().all(|&k| prev[k as usize] >= 0);
+        if !(follows(P::Plain) && follows(P::After) && follows(P::Onto)) {
+            return Err("a position without a previous span read as following one");
+        }
+        Ok(())
+    }
+
     fn get(&self, p: P) -> &'a [i32] {
         self.a[p as usize]
     }
@@ -160,8 +235,9 @@ struct Draft<'a> {
     gap: Vec<f64>,
     host: Vec<f64>,
     pushed: Vec<f64>,
-    src: Vec<i64>,
-    dst: Vec<i64>,
+    src: &'a mut [i64],
+    dst: &'a mut [i64],
+    edges: usize, // (may exceed `src`'s length: the caller's bound was short, an error)
 }
 
 impl Draft<'_> {
@@ -173,9 +249,17 @@ impl Draft<'_> {
         self.end[at(self.order[k])]
     }
 
+    /// The row of the plan's `i`th receive.
+    fn recv_row(&self, p: &Plan, i: usize) -> usize {
+        at(self.order[p.n_chain + at(p.get(P::Recvs)[i])])
+    }
+
+    /// An edge, written into the caller's arrays (not gathered first: ~30 MB at 16k ranks).
     fn edge(&mut self, src: impl Into<i64>, dst: impl Into<i64>) {
-        self.src.push(src.into());
-        self.dst.push(dst.into());
+        if let (Some(s), Some(t)) = (self.src.get_mut(self.edges), self.dst.get_mut(self.edges)) {
+            (*s, *t) = (src.into(), dst.into());
+        }
+        self.edges += 1;
     }
 
     /// draft.py `host_time`.
@@ -197,23 +281,43 @@ impl Draft<'_> {
 }
 
 /// draft.py `drafted` (without typical transfer times: the caller's plan has no lone blocking transfer).
+/// Each part's temporaries go before the next part's are made (a 16k-rank step's draft is the high-water
+/// of its job's close).
 fn drafted(d: &mut Draft, p: &Plan, tol: f64, span_len: f64) {
     let n_chain = p.n_chain;
-    let (sync, prev, rank, mb) = (p.get(P::Sync), p.get(P::Prev), p.get(P::Rank), p.get(P::Mb));
-    for (k, &s) in sync.iter().enumerate().take(n_chain) {
+    for (k, &s) in p.get(P::Sync).iter().enumerate().take(n_chain) {
         d.intrinsic[k] = if s != 0 {
             0.0
         } else {
             d.end_at(k) - d.start_at(k)
         };
     }
-    // external arrivals
+    program_order(d, p);
+    d.host_time(p);
+    sends(d, p, tol, span_len);
+    let Some(consumers) = recvs(d, p, tol, span_len) else {
+        return;
+    };
+    // not host time
+    let prev = p.get(P::Prev);
+    for &(c, i) in &consumers {
+        let (c, ready) = (c as usize, d.end[d.recv_row(p, i as usize)]);
+        if prev[c] >= 0 {
+            let own = maximum(0.0, d.start_at(c) - maximum(d.end_at(at(prev[c])), ready));
+            d.gap[c] = minimum(d.gap[c], own);
+        }
+    }
+    d.host_time(p);
+}
+
+/// draft.py `program_order`, with `external_arrivals` (without host time).
+fn program_order(d: &mut Draft, p: &Plan) {
+    let prev = p.get(P::Prev);
     let mi = p.get(P::Mi);
     let mut external = vec![f64::NEG_INFINITY; mi.len()];
     for (&i, &node) in p.get(P::AsyncPeer).iter().zip(p.get(P::AsyncPeerNode)) {
         external[at(i)] = d.start_at(at(node));
     }
-    // program order
     for &k in p.get(P::Plain) {
         d.edge(prev[at(k)], k);
     }
@@ -259,32 +363,33 @@ fn drafted(d: &mut Draft, p: &Plan, tol: f64, span_len: f64) {
         let k = at(k);
         d.gap[k] = maximum(0.0, d.start_at(k) - d.end_at(at(prev[k])));
     }
-    d.host_time(p);
-    // transfers: sends
+}
+
+/// draft.py `transfers`: its sends.
+fn sends(d: &mut Draft, p: &Plan, tol: f64, span_len: f64) {
+    let n_chain = p.n_chain;
+    let rank = p.get(P::Rank);
     let (sends, launch, send_rank) = (p.get(P::Sends), p.get(P::LaunchSends), p.get(P::SendRank));
-    let s_rows: Vec<usize> = sends
-        .iter()
-        .map(|&s| at(d.order[n_chain + at(s)]))
-        .collect();
-    let after: Vec<i64> = if n_chain == 0 || sends.is_empty() {
+    let row = |d: &Draft, i: usize| at(d.order[n_chain + at(sends[i])]);
+    // per send: the chain position it is launched after, or -1 (draft.py `launched_after`)
+    let after: Vec<i32> = if n_chain == 0 || sends.is_empty() {
         vec![-1; sends.len()]
     } else {
         let key: Vec<f64> = (0..n_chain)
             .map(|k| rank[k] as f64 * span_len + d.end_at(k))
             .collect();
-        let want: Vec<f64> = s_rows
-            .iter()
-            .zip(send_rank)
-            .map(|(&r, &rk)| rk as f64 * span_len + d.start[r] + tol)
+        let want: Vec<f64> = (0..sends.len())
+            .map(|i| send_rank[i] as f64 * span_len + d.start[row(d, i)] + tol)
             .collect();
         let places = searchsorted(&key, &want, true);
+        drop((key, want));
         places
             .iter()
             .zip(send_rank)
             .map(|(&q, &rk)| {
                 let j = q as i64 - 1;
                 if j >= 0 && rank[j as usize] == rk {
-                    j
+                    j as i32
                 } else {
                     -1
                 }
@@ -297,7 +402,7 @@ fn drafted(d: &mut Draft, p: &Plan, tol: f64, span_len: f64) {
         }
     }
     for i in 0..sends.len() {
-        let (l, r) = (at(launch[i]), s_rows[i]);
+        let (l, r) = (at(launch[i]), row(d, i));
         if after[i] >= 0 {
             let j = at(after[i]);
             d.intrinsic[l] = maximum(0.0, d.start[r] - d.end_at(j) - d.pushed[j]);
@@ -308,16 +413,17 @@ fn drafted(d: &mut Draft, p: &Plan, tol: f64, span_len: f64) {
     for i in 0..sends.len() {
         d.edge(launch[i], (n_chain + at(sends[i])) as i64);
     }
-    for i in 0..sends.len() {
-        let r = s_rows[i];
-        d.intrinsic[n_chain + at(sends[i])] = d.end[r] - d.start[r];
+    for (i, &s) in sends.iter().enumerate() {
+        let r = row(d, i);
+        d.intrinsic[n_chain + at(s)] = d.end[r] - d.start[r];
     }
-    // receives
+}
+
+/// draft.py `transfers`: its receives; returns the compute spans that consume one (chain positions) and
+/// the receives they consume (in the plan's `recvs`), None without compute spans.
+fn recvs(d: &mut Draft, p: &Plan, tol: f64, span_len: f64) -> Option<Vec<(u32, u32)>> {
+    let n_chain = p.n_chain;
     let (recvs, matched) = (p.get(P::Recvs), p.get(P::Matched));
-    let r_rows: Vec<usize> = recvs
-        .iter()
-        .map(|&s| at(d.order[n_chain + at(s)]))
-        .collect();
     for (&from, &i) in p.get(P::MatchedFrom).iter().zip(matched) {
         d.edge(from, (n_chain + at(recvs[at(i)])) as i64);
     }
@@ -325,16 +431,15 @@ fn drafted(d: &mut Draft, p: &Plan, tol: f64, span_len: f64) {
     for &i in matched {
         unmatched[at(i)] = false;
     }
-    for i in 0..recvs.len() {
-        if unmatched[i] {
-            let (node, r) = (n_chain + at(recvs[i]), r_rows[i]);
-            d.floor[node] = d.start[r];
-            d.intrinsic[node] = d.end[r] - d.start[r];
-        }
+    for (i, _) in unmatched.iter().enumerate().filter(|(_, &u)| u) {
+        let (node, r) = (n_chain + at(recvs[i]), d.recv_row(p, i));
+        d.floor[node] = d.start[r];
+        d.intrinsic[node] = d.end[r] - d.start[r];
     }
+    drop(unmatched);
     let comp = p.get(P::Comp);
     if comp.is_empty() {
-        return;
+        return None;
     }
     let comp_group = p.get(P::CompGroup);
     let comp_key: Vec<f64> = comp
@@ -342,40 +447,46 @@ fn drafted(d: &mut Draft, p: &Plan, tol: f64, span_len: f64) {
         .zip(comp_group)
         .map(|(&k, &g)| g as f64 * span_len + d.start_at(at(k)))
         .collect();
-    let mut by_start: Vec<usize> = (0..comp.len()).collect();
-    by_start.sort_by(|&a, &b| numpy_order(comp_key[a], comp_key[b]));
-    let sorted: Vec<f64> = by_start.iter().map(|&i| comp_key[i]).collect();
+    let mut by_start: Vec<u32> = (0..comp.len() as u32).collect(); // (a plan's positions fit int32)
+    by_start.sort_by(|&a, &b| numpy_order(comp_key[a as usize], comp_key[b as usize]));
+    let sorted: Vec<f64> = by_start.iter().map(|&i| comp_key[i as usize]).collect();
+    drop(comp_key);
     let (recv_group, recv_rank, recv_mb) =
         (p.get(P::RecvGroup), p.get(P::RecvRank), p.get(P::RecvMb));
-    let want: Vec<f64> = r_rows
-        .iter()
-        .zip(recv_group)
-        .map(|(&r, &g)| g as f64 * span_len + d.end[r] - tol)
+    let want: Vec<f64> = (0..recvs.len())
+        .map(|i| recv_group[i] as f64 * span_len + d.end[d.recv_row(p, i)] - tol)
         .collect();
     let places = searchsorted(&sorted, &want, false);
+    drop((sorted, want));
+    let (rank, mb) = (p.get(P::Rank), p.get(P::Mb));
     let n_comp = comp.len();
     let mut consumers = Vec::new();
     for (i, &q) in places.iter().enumerate() {
-        let consumer = at(comp[by_start[q.min(n_comp - 1)]]);
+        let q = q as usize;
+        let consumer = at(comp[by_start[q.min(n_comp - 1)] as usize]);
         if q < n_comp && rank[consumer] == recv_rank[i] && mb[consumer] == recv_mb[i] {
             d.edge((n_chain + at(recvs[i])) as i64, consumer as i64);
-            consumers.push((consumer, d.end[r_rows[i]]));
+            consumers.push((consumer as u32, i as u32));
         }
     }
-    // not host time
-    for &(c, ready) in &consumers {
-        if prev[c] >= 0 {
-            let own = maximum(0.0, d.start_at(c) - maximum(d.end_at(at(prev[c])), ready));
-            d.gap[c] = minimum(d.gap[c], own);
-        }
-    }
-    d.host_time(p);
+    Some(consumers)
+}
+
+/// Whether a plan (`head`, `packed`: as `step_draft` reads them) is well formed: ValueError when it is not,
+/// naming what is wrong. A plan is checked once, when it is made (streams/engine/draft.py, `packed`), so
+/// that a step drafted on it reads it without checking each index.
+#[pyfunction]
+pub fn step_plan_check(head: PyBuffer<i64>, packed: PyBuffer<i32>) -> PyResult<()> {
+    let plan = Plan::of(items(&head, "head")?, items(&packed, "packed")?)?;
+    plan.check()
+        .map_err(|what| PyValueError::new_err(format!("step_draft: a malformed plan: {what}")))
 }
 
 /// Fill `floor` and `intrinsic` (float64 per node, as the definition makes them: -inf and 0) and the
 /// first edges of `src` and `dst` (int64, at least as many as the step has) with a step's draft on its
-/// plan (`head`: nodes, chain positions, barriers, then where each planned array begins in `packed`);
-/// `start`, `end`: per row; `order`: the rows in node order. Returns the number of edges.
+/// plan (`head`: nodes, chain positions, barriers, then where each planned array begins in `packed`;
+/// checked by `step_plan_check` when it was made); `start`, `end`: per row; `order`: the rows in node
+/// order. Returns the number of edges.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub fn step_draft(
@@ -399,8 +510,10 @@ pub fn step_draft(
     );
     let writable =
         |b: &PyBuffer<f64>, n: usize| !b.readonly() && b.is_c_contiguous() && b.item_count() == n;
+    let rows = start.len() as u64;
     if start.len() != end.len()
-        || order.len() < plan.n_chain
+        || order.len() != plan.n_spans()
+        || !order.iter().all(|&r| (r as u64) < rows) // (a negative row wraps to a large one)
         || !writable(&floor, plan.n)
         || !writable(&intrinsic, plan.n)
         || src.readonly()
@@ -410,12 +523,14 @@ pub fn step_draft(
     {
         return Err(PyValueError::new_err("step_draft: bad arguments"));
     }
-    // SAFETY: writable C-contiguous buffers of `item_count` f64 held by their PyBuffers for this call; the
+    // SAFETY: writable C-contiguous buffers of `item_count` items held by their PyBuffers for this call; the
     // caller passes four distinct fresh arrays, none of them an input.
-    let (floor, intrinsic) = unsafe {
+    let (floor, intrinsic, src, dst) = unsafe {
         (
             std::slice::from_raw_parts_mut(floor.buf_ptr() as *mut f64, floor.item_count()),
             std::slice::from_raw_parts_mut(intrinsic.buf_ptr() as *mut f64, intrinsic.item_count()),
+            std::slice::from_raw_parts_mut(src.buf_ptr() as *mut i64, src.item_count()),
+            std::slice::from_raw_parts_mut(dst.buf_ptr() as *mut i64, dst.item_count()),
         )
     };
     let n_chain = plan.n_chain;
@@ -428,26 +543,17 @@ pub fn step_draft(
         gap: vec![0.0; n_chain],
         host: vec![0.0; n_chain],
         pushed: vec![0.0; n_chain],
-        src: Vec::new(),
-        dst: Vec::new(),
+        src,
+        dst,
+        edges: 0,
     };
     drafted(&mut d, &plan, tol, span_len);
-    let m = d.src.len();
-    if src.item_count() < m || dst.item_count() < m {
+    if d.edges > d.src.len().min(d.dst.len()) {
         return Err(PyValueError::new_err(
             "step_draft: src and dst are too short",
         ));
     }
-    // SAFETY: as above, for the int64 buffers `src` and `dst`.
-    let (s, t) = unsafe {
-        (
-            std::slice::from_raw_parts_mut(src.buf_ptr() as *mut i64, src.item_count()),
-            std::slice::from_raw_parts_mut(dst.buf_ptr() as *mut i64, dst.item_count()),
-        )
-    };
-    s[..m].copy_from_slice(&d.src);
-    t[..m].copy_from_slice(&d.dst);
-    Ok(m)
+    Ok(d.edges)
 }
 
 /// Python's `max(a, b)` of two floats: the second only if it is greater.

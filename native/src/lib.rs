@@ -38,6 +38,7 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(change::change_tests, m)?)?;
     m.add_function(wrap_pyfunction!(draft::step_draft, m)?)?;
     m.add_function(wrap_pyfunction!(draft::step_tolerance, m)?)?;
+    m.add_function(wrap_pyfunction!(draft::step_plan_check, m)?)?;
     m.add_function(wrap_pyfunction!(layouts::same_in_order, m)?)?;
     m.add_function(wrap_pyfunction!(layouts::sorted_rows, m)?)?;
     m.add("GROUPED_MEDIANS_READ_INT32", true)?; // (grouped_medians: int32 orders too)

@@ -116,8 +116,8 @@ def key_sums(keys: Ints, weights: Floats) -> tuple[Ints, Floats]:
     return distinct, sums
 
 
-def fits_int32(*cols: Ints) -> bool:
-    """Whether every value of ``cols`` fits an int32."""
+def fits_int32(*cols: npt.NDArray[Any]) -> bool:
+    """Whether every value of ``cols`` (integer or bool arrays, read as they are) fits an int32."""
     return all(not len(c) or (int(c.min()) >= -(2**31) and int(c.max()) < 2**31) for c in cols)
 
 

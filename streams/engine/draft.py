@@ -26,7 +26,7 @@ from streams.engine.codes import Floats, Ints, fits_int32
 from streams.engine.transfers import FROM, TO
 
 Mask = npt.NDArray[np.bool_]
-native_drafts = hasattr(native.core, "step_draft")  # (the same drafts from native/src/draft.rs)
+native_drafts = hasattr(native.core, "step_plan_check")  # (the same drafts from native/src/draft.rs)
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,10 @@ class Plan:
     width: int
 
 
+class MalformedPlan(ValueError):
+    """A plan whose indices are not within what they index (inconsistent with the step it was made from)."""
+
+
 @dataclass(frozen=True)
 class Packed:
     """A plan as the native core reads it (native/src/draft.rs), all it keeps: a head (nodes, chain
@@ -85,7 +89,8 @@ class Packed:
 
 def packed(p: Plan, mi: Ints, barrier_of: Ints) -> Packed | None:
     """``p`` as the native core reads it, when it has no typical transfer time to find (a blocking transfer
-    whose peer is not traced) and its values fit int32."""
+    whose peer is not traced) and its values fit int32; :class:`MalformedPlan` when an index is out of range
+    (checked here, once: the native draft of each step on it reads it unchecked)."""
     if len(p.lone):
         return None
     arrays = [
@@ -93,13 +98,19 @@ def packed(p: Plan, mi: Ints, barrier_of: Ints) -> Packed | None:
         p.async_peer, p.async_peer_node, p.plain, p.source, p.after, p.onto, p.sends, p.launch_of[p.sends],
         p.send_rank, p.recvs, p.matched, p.matched_from, p.comp, p.comp_group, p.recv_group, p.recv_rank, p.recv_mb,
     ]  # fmt: skip
-    if not fits_int32(*(np.asarray(a, np.int64) for a in arrays)):
+    if not fits_int32(*arrays):
         return None
     bounds = np.cumsum([0, *(len(a) for a in arrays)])
     head = np.concatenate([[p.n, p.n_chain, p.n_barrier], bounds]).astype(np.int64)
     most_edges = len(p.plain) + 3 * len(mi) + 2 * len(p.sends) + len(p.recvs) + len(p.matched)
     # (cast while joined: no int64 copy of the whole plan beside it, ~50 MB at 16k ranks; the values fit)
     values = np.concatenate(arrays, dtype=np.int32, casting="same_kind")
+    head.flags.writeable = values.flags.writeable = False  # (checked once: every step reads it unchecked)
+    assert native.core is not None
+    try:
+        native.core.step_plan_check(head, values)
+    except ValueError as exc:
+        raise MalformedPlan(str(exc)) from None
     return Packed(p.n, p.n_chain, p.pairs, head, values, most_edges)
 
 

@@ -271,9 +271,7 @@ def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook
     mi, barrier_of = layout.members, layout.barrier_of
     plan = layout.plan  # (made on the step that laid it out, or found it kept without one)
     if plan is None:
-        plan = draft.plan((rank, mb, direction, blocks, compute, sync), partner, ci, pi, node_of, (mi, barrier_of))
-        if plan.n <= layouts.PLAN_NODES:
-            layout.plan = plan
+        plan = _plan(layout, (rank, mb, direction, blocks, compute, sync), partner, ci, pi, node_of)
     n = plan.n
     tol = _step_tolerance(start, end, order, plan)
     d = draft.Draft(start, end, direction, partner, ci, pi, order, plan, tol)
@@ -288,6 +286,22 @@ def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook
     dst = np.concatenate(targets)
     targets.clear()
     return _LaidOut(t0, observed_s, tol, order, n_chain, n, layout, paired, floor, intrinsic, src, dst)
+
+
+def _plan(
+    layout: layouts.Layout, rows: tuple[Ints, Ints, Ints, draft.Mask, draft.Mask, draft.Mask], partner: Ints, ci: Ints,
+    pi: Ints,
+    node_of: Ints,
+) -> draft.Plan | draft.Packed:  # fmt: skip
+    """The plan of a layout that keeps none (:func:`draft.plan`), made on a step laid out on it (``rows``:
+    rank, microbatch, direction, blocks, compute and sync per row); kept unless the layout is large."""
+    try:
+        plan = draft.plan(rows, partner, ci, pi, node_of, (layout.members, layout.barrier_of))
+    except draft.MalformedPlan as exc:  # (as any step whose spans do not form a graph)
+        raise StepGraphError(f"the step's layout: {exc}") from None
+    if plan.n <= layouts.PLAN_NODES:
+        layout.plan = plan
+    return plan
 
 
 PER_NODE = {"rank": 0, "microbatch": 1, "peer": 2, "op": 4, "dp": 7, "pp": 8, "tp": 9}  # graph columns: identity's

@@ -6,13 +6,15 @@ traced keeps the definition."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 import pytest
 
 from streams.engine import draft, layouts, stepgraph
-from streams.engine.stepgraph import StepGraph
+from streams.engine.codes import Codebook
+from streams.engine.stepgraph import StepGraph, StepGraphError
 from tests.conftest import require_native
 from tests.unit.test_stepgraph_blocking import columns
 from tests.unit.test_stepgraph_layouts import NAMES, assert_same, built, jittered, sim_steps
@@ -130,3 +132,45 @@ def test_the_native_row_sort_is_lexsorts(wide: bool, monkeypatch: pytest.MonkeyP
             with monkeypatch.context() as m:
                 m.setattr(layouts, "native_sorts", False)
                 assert native.tolist() == layouts.lexsorted(rows, k, time).tolist()
+
+
+def test_a_malformed_plan_raises_when_it_is_made() -> None:
+    """Each index of a plan (a simulated step's) moved out of what it indexes, or an array cut short, makes
+    the plan's check raise ValueError (not a panic: the draft of each step on it reads it unchecked)."""
+    kept: list[layouts.Layout] = []
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(layouts, "_kept", kept)
+        stepgraph.build(sim_steps("training-fabric")[0], Codebook(), Codebook(), {})
+    plan = kept[0].plan
+    assert isinstance(plan, draft.Packed)
+    check = draft.native.core.step_plan_check  # type: ignore[union-attr]
+    check(plan.head, plan.arrays)  # (the plan as made)
+    bounds = plan.head[3:]
+    indexing = [k for k in INDEXING if bounds[k] < bounds[k + 1]]
+    assert len(indexing) >= 14  # (the step has barriers, sends, receives and compute spans)
+    for k in indexing:
+        for bad in (-2, plan.n):
+            arrays = plan.arrays.copy()
+            arrays[bounds[k + 1] - 1] = bad
+            with pytest.raises(ValueError, match="malformed plan"):
+                check(plan.head, arrays)
+    short = plan.head.copy()
+    short[3 + 1] -= 1  # (the first array, one per chain position, one short; the second one longer)
+    with pytest.raises(ValueError, match="malformed plan"):
+        check(short, plan.arrays)
+
+
+def test_a_malformed_plan_is_a_step_graph_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan inconsistent with its step fails the step as any bad input does (StepGraphError)."""
+    made = draft.packed
+
+    def corrupted(p: draft.Plan, mi: Any, barrier_of: Any) -> draft.Packed | None:
+        return made(dataclasses.replace(p, after=p.after + p.n_chain), mi, barrier_of)
+
+    monkeypatch.setattr(draft, "packed", corrupted)
+    with pytest.raises(StepGraphError, match="malformed plan"):
+        built(sim_steps("training-fabric")[0], [], monkeypatch)
+
+
+# the planned arrays (native/src/draft.rs, `P`) that index nodes, positions or barriers
+INDEXING = (1, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 20, 21, 22, 23)
