@@ -215,7 +215,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     # time (no stack of rows, no row kept longer than it is read); the other candidates' step ends without a
     # row of durations each (:class:`decompose.Rows`)
     ends = _row_ends(g, d0)
-    ideal = roles.peers.ideal.typical(d0)
+    ideal, evidence = roles.peers.at_ideal(d0)  # (each peer group's middle found once for both)
     ideal_ends = _row_ends(g, ideal)
     actual_s, ideal_s = float(ends.max()), float(ideal_ends.max())
     ideal_rank_ends = last_end_per_rank(g, ideal_ends)
@@ -242,7 +242,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         ideal_rank_ends=ideal_rank_ends,
         healed_rank_ends=healed_rank_ends,
         structural=structural,
-        pending=Pending(g, job, ops, d0, ideal, roles.peers, roles.owners),
+        pending=Pending(g, job, ops, d0, ideal, roles.peers, roles.owners, evidence=evidence),
     )
 
 
