@@ -67,8 +67,9 @@ pub struct Layout {
     place: Vec<u32>, // per node: its place
     ptr: Vec<u32>,   // per place: where its predecessors (their places) begin in `preds`
     preds: Vec<u32>,
-    slot: Vec<u32>, // per place: where a walk keeps its ends (`Layout::slots`)
-    live: usize,    // slots
+    slot: Vec<u32>,  // per place: where a walk keeps its ends (`Layout::slots`)
+    live: usize,     // slots
+    sinks: Vec<u32>, // the places without successors, ascending
 }
 
 impl Layout {
@@ -94,8 +95,12 @@ impl Layout {
             preds,
             slot: Vec::new(),
             live: 0,
+            sinks: Vec::new(),
         };
         (layout.slot, layout.live) = layout.slots();
+        let mut read = vec![false; n];
+        layout.preds.iter().for_each(|&p| read[p as usize] = true);
+        layout.sinks = (0..n as u32).filter(|&k| !read[k as usize]).collect();
         Ok(layout)
     }
 
@@ -397,6 +402,10 @@ impl Walk<'_> {
         }
         let walk = self;
         let live = self.live;
+        // With no duration below 0 (nor NaN) a node ends no earlier than each of its predecessors, and a NaN
+        // end makes its successors' NaN: each row's latest end (or NaN) is then one of the sinks', so the
+        // plain maximum is kept over them only (a zero is evaluated again all the same)
+        let mut monotone = !exact && base.iter().all(|&d| d >= 0.0);
         let block_rows = (SCRATCH / (live * 8)).clamp(1, BLOCK).min(rows.max(1));
         let mut ends = vec![0.0; live * block_rows];
         // the block's masked values (row in the block, duration) by place of their node, in order of
@@ -431,11 +440,13 @@ impl Walk<'_> {
                 {
                     let i = node as usize;
                     let k = walk.place[i] as usize;
-                    changed[end[k]] = (j, value(at, i));
+                    let v = value(at, i);
+                    monotone &= v >= 0.0;
+                    changed[end[k]] = (j, v);
                     end[k] += 1;
                 }
             }
-            let mut next = 0;
+            let (mut next, mut sink) = (0, 0);
             let top = &mut top[..width];
             top.fill(None);
             let peak = &mut peak[..width];
@@ -446,6 +457,10 @@ impl Walk<'_> {
                 let d = base[i];
                 match ready {
                     None => out.fill(floor + d),
+                    // (most nodes with a predecessor have no floor: `maximum(r, -inf)` is `r`, NaN included)
+                    Some(ready) if floor == f64::NEG_INFINITY => {
+                        out.iter_mut().zip(ready).for_each(|(e, r)| *e = *r + d);
+                    }
                     Some(ready) => {
                         for (e, r) in out.iter_mut().zip(ready) {
                             *e = maximum(*r, floor) + d;
@@ -465,7 +480,8 @@ impl Walk<'_> {
                             *t = Some((e, i));
                         }
                     }
-                } else {
+                } else if !monotone || walk.sinks.get(sink) == Some(&(k as u32)) {
+                    sink += usize::from(monotone);
                     for (p, &e) in peak.iter_mut().zip(out.iter()) {
                         nan |= e.is_nan();
                         *p = if e > *p { e } else { *p };
