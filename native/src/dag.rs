@@ -233,6 +233,9 @@ impl<'a> Walk<'a> {
     /// once and the graph is read once, whatever the number of rows; each node's ends are copied out to
     /// its column as it is evaluated (the rows contiguous for their readers).
     fn evaluate(&self, rows: usize, durations: &[f64], ends: &mut [f64]) {
+        if rows == 1 {
+            return self.evaluate_row(durations, ends);
+        }
         let n = self.floor.len();
         let mut live_ends = vec![0.0; self.live * rows];
         self.evaluate_with(rows, &mut live_ends, |_, i, floor, ready, out| {
@@ -248,6 +251,26 @@ impl<'a> Walk<'a> {
             let column = ends[i..].iter_mut().step_by(n);
             column.zip(out.iter()).for_each(|(e, v)| *e = *v);
         });
+    }
+}
+
+impl Walk<'_> {
+    /// `evaluate` of one row (the what-if's observed, ideal and healed rows), each node's end written to its
+    /// place in `ends` as it is evaluated and its predecessors' read from there: no scratch of live ends,
+    /// the same arithmetic in the same order.
+    fn evaluate_row(&self, durations: &[f64], ends: &mut [f64]) {
+        for (k, &i) in self.order.iter().enumerate() {
+            let i = i as usize;
+            let (floor, d) = (self.floor[i], durations[i]);
+            let end = |p: &u32| ends[self.order[*p as usize] as usize];
+            ends[i] = match self.preds_of(k) {
+                [] => floor + d,
+                [p, rest @ ..] => {
+                    let ready = rest.iter().fold(end(p), |r, q| maximum(r, end(q)));
+                    maximum(ready, floor) + d
+                }
+            };
+        }
     }
 }
 
