@@ -105,31 +105,23 @@ class Candidates:
 class Rows:
     """What-if rows given as masks, never as a row of durations each: row ``k`` has the nodes of
     ``masks[k]`` (a mask, or the nodes' indices: a few of a large job's many nodes) at ``alt`` and every
-    other node at ``base``; then a row per entry of ``more``: its nodes at its own durations."""
+    other node at ``base``."""
 
     base: Floats
     alt: Floats
     masks: list[Mask] | list[Ints]
-    more: tuple[tuple[Floats, Ints], ...] = ()
 
     def step_ends(self, g: StepGraph, floor: Floats | None = None) -> Floats:
         """The step end of each row (``floor``: as for :meth:`StepGraph.evaluate`). The native core holds no
-        row (a 1,024-rank job has ~170 rows of ~50k nodes) and evaluates them all in one walk of the graph
-        (a block of rows at a time: a walk per call costs its nodes whatever its rows); without it,
-        ``CHUNK`` rows at a time."""
+        row (a 1,024-rank job has ~170 rows of ~50k nodes); without it, ``CHUNK`` rows at a time."""
         floors = g.floor if floor is None else floor
         if dag.masked_available:
             nodes: list[Ints] = [np.flatnonzero(m) if m.dtype == np.bool_ else m.astype(np.int64, copy=False)
                                  for m in self.masks]  # fmt: skip
-            if self.more:
-                values = [self.alt[m] for m in nodes] + [alt[m] for alt, m in self.more]
-                nodes += [m for _, m in self.more]
-                return dag.valued_step_ends(g.schedule, g.indptr, g.indices, floors, self.base, nodes, values)
             return dag.masked_step_ends(g.schedule, g.indptr, g.indices, floors, self.base, self.alt, nodes)
         masks = [m if m.dtype == np.bool_ else np.isin(np.arange(len(self.base)), m) for m in self.masks]
         parts = [g.evaluate(np.stack([np.where(m, self.alt, self.base) for m in masks[i : i + CHUNK]]),
                             floor).max(axis=1) for i in range(0, len(masks), CHUNK)]  # fmt: skip
-        parts += [Rows(self.base, alt, [m]).step_ends(g, floor) for alt, m in self.more]
         return np.concatenate(parts) if parts else np.zeros(0)
 
 
@@ -148,10 +140,12 @@ class Plan:
         """The decomposition, with the step's times as periods on its timelines (:mod:`carry`): the heal-only
         rows from the observed starts, the leave-only rows from the ideal's (evaluated apart from the actual
         and ideal rows, so that a step not slow enough to ask why costs two rows, not all)."""
-        spans = np.flatnonzero(p.g.span >= 0)  # the group cause's nodes: its rows last, in the same walk
-        cause = [((alt, spans),) for alt in self.spread] if self.spread is not None else [(), ()]
-        healed = Rows(p.d0, p.ideal, self.masks, cause[0]).step_ends(p.g)
-        unhealed = Rows(p.ideal, p.d0, self.masks, cause[1]).step_ends(p.g, chained.floor)
+        healed = Rows(p.d0, p.ideal, self.masks).step_ends(p.g)
+        unhealed = Rows(p.ideal, p.d0, self.masks).step_ends(p.g, chained.floor)
+        if self.spread is not None:
+            spans = [p.g.span >= 0]
+            healed = np.r_[healed, Rows(p.d0, self.spread[0], spans).step_ends(p.g)]
+            unhealed = np.r_[unhealed, Rows(p.ideal, self.spread[1], spans).step_ends(p.g, chained.floor)]
         healed, unhealed = healed - chained.actual_before, unhealed - chained.ideal_before
         return Structural(actual_s, ideal_s, tuple(self.elements), healed, unhealed, self.contains)
 

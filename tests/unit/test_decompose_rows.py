@@ -117,25 +117,6 @@ def test_the_step_end_is_numpys_max_over_the_nodes_in_index_order() -> None:
         assert np.array_equal(out[1:], [(floor + np.array(alt)).max()], equal_nan=True)
 
 
-@pytest.mark.parametrize(("name", "ranks"), CASES)
-def test_rows_healing_to_other_durations_come_last(name: str, ranks: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A decomposition's group cause (its own durations over every span) evaluated in the same call as the
-    masks' rows: each row's end as evaluated alone, with the native core and without."""
-    g = build(op_columns(SCENARIOS[name](2, ranks, 12), 10), Codebook(), Codebook(), {})
-    rng = np.random.default_rng(11)
-    base, alt, other = g.intrinsic, g.intrinsic * rng.uniform(0.3, 1.5, g.nodes), g.intrinsic * 0.5
-    other[rng.integers(0, g.nodes, 2)] = np.nan
-    masks = [np.flatnonzero(rng.random(g.nodes) < p) for p in rng.uniform(0.0, 0.5, 70)]
-    spans = np.flatnonzero(g.span >= 0)
-    rows = Rows(base, alt, masks, ((other, spans), (alt * 2, masks[3])))
-    alone = np.r_[Rows(base, alt, masks).step_ends(g), Rows(base, other, [spans]).step_ends(g),
-                  Rows(base, alt * 2, [masks[3]]).step_ends(g)]  # fmt: skip
-    assert np.array_equal(rows.step_ends(g), alone, equal_nan=True)
-    with monkeypatch.context() as m:
-        m.setattr(dag, "masked_available", False)
-        assert np.array_equal(rows.step_ends(g), alone, equal_nan=True)
-
-
 def test_a_node_with_successors_ends_the_step_when_a_duration_is_negative() -> None:
     """Only with no duration below 0 does a sink (a node without successors) end each row: node 0 -> node 1,
     node 1 at -0.5 (at base, or at ``alt`` only), the step ends with node 0."""
