@@ -5,6 +5,7 @@ analysed as it would be alone, with or without a restart in between (review of s
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from streams.engine.stepgraph import Codebook, build
 from streams.engine.steps import JobSteps, StepReport
+from streams.engine.whatif import Roles
 from streams.sim.scenarios import SCENARIOS
 from tests.unit.test_stepgraph import op_columns
 
@@ -81,3 +83,16 @@ def test_roles_are_kept_for_a_step_of_the_same_node_columns() -> None:
     roles = structure.roles
     _report(job, 10, second)
     assert structure.roles is roles
+
+
+def test_roles_fit_equal_columns_and_no_others() -> None:
+    first, _ = _steps()
+    g = build(first, Codebook(), Codebook(), {})
+    roles = Roles.of(g)
+    assert roles.fits(g) and roles.fits(replace(g, rank=g.rank.copy(), floor=g.floor.copy()))  # equal, not the same
+    op = g.op.copy()
+    op[0] += 1
+    assert not roles.fits(replace(g, op=op))
+    floor = g.floor.copy()
+    floor[np.flatnonzero(np.isfinite(floor))[0]] = -np.inf  # a node that starts at an observed time no longer
+    assert not roles.fits(replace(g, floor=floor))
