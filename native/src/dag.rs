@@ -67,8 +67,9 @@ pub struct Layout {
     place: Vec<u32>, // per node: its place
     ptr: Vec<u32>,   // per place: where its predecessors (their places) begin in `preds`
     preds: Vec<u32>,
-    slot: Vec<u32>, // per place: where a walk keeps its ends (`Layout::slots`)
-    live: usize,    // slots
+    slot: Vec<u32>,  // per place: where a walk keeps its ends (`Layout::slots`)
+    live: usize,     // slots
+    sinks: Vec<u32>, // the places without successors, ascending
 }
 
 impl Layout {
@@ -94,8 +95,12 @@ impl Layout {
             preds,
             slot: Vec::new(),
             live: 0,
+            sinks: Vec::new(),
         };
         (layout.slot, layout.live) = layout.slots();
+        let mut read = vec![false; n];
+        layout.preds.iter().for_each(|&p| read[p as usize] = true);
+        layout.sinks = (0..n as u32).filter(|&k| !read[k as usize]).collect();
         Ok(layout)
     }
 
@@ -228,6 +233,9 @@ impl<'a> Walk<'a> {
     /// once and the graph is read once, whatever the number of rows; each node's ends are copied out to
     /// its column as it is evaluated (the rows contiguous for their readers).
     fn evaluate(&self, rows: usize, durations: &[f64], ends: &mut [f64]) {
+        if rows == 1 {
+            return self.evaluate_row(durations, ends);
+        }
         let n = self.floor.len();
         let mut live_ends = vec![0.0; self.live * rows];
         self.evaluate_with(rows, &mut live_ends, |_, i, floor, ready, out| {
@@ -243,6 +251,26 @@ impl<'a> Walk<'a> {
             let column = ends[i..].iter_mut().step_by(n);
             column.zip(out.iter()).for_each(|(e, v)| *e = *v);
         });
+    }
+}
+
+impl Walk<'_> {
+    /// `evaluate` of one row (the what-if's observed, ideal and healed rows), each node's end written to its
+    /// place in `ends` as it is evaluated and its predecessors' read from there: no scratch of live ends,
+    /// the same arithmetic in the same order.
+    fn evaluate_row(&self, durations: &[f64], ends: &mut [f64]) {
+        for (k, &i) in self.order.iter().enumerate() {
+            let i = i as usize;
+            let (floor, d) = (self.floor[i], durations[i]);
+            let end = |p: &u32| ends[self.order[*p as usize] as usize];
+            ends[i] = match self.preds_of(k) {
+                [] => floor + d,
+                [p, rest @ ..] => {
+                    let ready = rest.iter().fold(end(p), |r, q| maximum(r, end(q)));
+                    maximum(ready, floor) + d
+                }
+            };
+        }
     }
 }
 
@@ -397,6 +425,10 @@ impl Walk<'_> {
         }
         let walk = self;
         let live = self.live;
+        // With no duration below 0 (nor NaN) a node ends no earlier than each of its predecessors, and a NaN
+        // end makes its successors' NaN: each row's latest end (or NaN) is then one of the sinks', so the
+        // plain maximum is kept over them only (a zero is evaluated again all the same)
+        let mut monotone = !exact && base.iter().all(|&d| d >= 0.0);
         let block_rows = (SCRATCH / (live * 8)).clamp(1, BLOCK).min(rows.max(1));
         let mut ends = vec![0.0; live * block_rows];
         // the block's masked values (row in the block, duration) by place of their node, in order of
@@ -431,11 +463,13 @@ impl Walk<'_> {
                 {
                     let i = node as usize;
                     let k = walk.place[i] as usize;
-                    changed[end[k]] = (j, value(at, i));
+                    let v = value(at, i);
+                    monotone &= v >= 0.0;
+                    changed[end[k]] = (j, v);
                     end[k] += 1;
                 }
             }
-            let mut next = 0;
+            let (mut next, mut sink) = (0, 0);
             let top = &mut top[..width];
             top.fill(None);
             let peak = &mut peak[..width];
@@ -446,6 +480,10 @@ impl Walk<'_> {
                 let d = base[i];
                 match ready {
                     None => out.fill(floor + d),
+                    // (most nodes with a predecessor have no floor: `maximum(r, -inf)` is `r`, NaN included)
+                    Some(ready) if floor == f64::NEG_INFINITY => {
+                        out.iter_mut().zip(ready).for_each(|(e, r)| *e = *r + d);
+                    }
                     Some(ready) => {
                         for (e, r) in out.iter_mut().zip(ready) {
                             *e = maximum(*r, floor) + d;
@@ -465,7 +503,8 @@ impl Walk<'_> {
                             *t = Some((e, i));
                         }
                     }
-                } else {
+                } else if !monotone || walk.sinks.get(sink) == Some(&(k as u32)) {
+                    sink += usize::from(monotone);
                     for (p, &e) in peak.iter_mut().zip(out.iter()) {
                         nan |= e.is_nan();
                         *p = if e > *p { e } else { *p };

@@ -39,7 +39,7 @@ import numpy.typing as npt
 from streams.engine import dag, elements
 from streams.engine.carry import Chained, Owners, last_end_per_rank
 from streams.engine.codes import key_sums
-from streams.engine.ideal import Peers, peer_stage
+from streams.engine.ideal import Evidence, Peers, peer_stage
 from streams.engine.stepgraph import TRANSFER_KINDS, Floats, Ints, StepGraph
 from streams.engine.systematic import NONE, Slow
 
@@ -162,6 +162,11 @@ class Pending:
     peers: Peers  # the structure's peer groups (:mod:`ideal`)
     owners: Owners  # whose clock each observed start is on (:mod:`carry`)
     slow: Slow = (NONE, NONE)  # the job's systematically slow ranks and links, left out of every peer group
+    evidence: Evidence | None = None  # the step's evidence of systematic slowness (None: found when asked)
+
+    def deviations(self) -> Evidence:
+        """The step's evidence that a rank or link is systematically slow (:meth:`Peers.deviations`)."""
+        return self.peers.deviations(self.d0) if self.evidence is None else self.evidence
 
     def without(self, slow: Slow) -> Pending:
         """This step with its ideal from peers other than the ranks and links ``slow`` (:mod:`systematic`)."""

@@ -52,6 +52,8 @@ from streams.engine.stepgraph import BARRIER, CHAIN, MEMBER, TRANSFER_KINDS, Flo
 from streams.engine.systematic import NONE, Grouped, Slow, Unsystematic
 
 LowMedian = Grouped  # the lower median per group (the default statistic)
+Middles = tuple[Floats, Floats]  # each node at its work peers' middle, and at its transfer peers' middle
+Evidence = tuple[tuple[Floats, Floats], tuple[Floats, Floats]]  # per rank and per link (:mod:`systematic`)
 
 
 class CrossStage:
@@ -70,10 +72,10 @@ class CrossStage:
         self.stages = LowMedian(rep_key)  # one value per stage peer group: every stage weighs the same
         self.crossed = np.flatnonzero(crossed)
 
-    def typical(self, values: Floats, slow: Slow = (NONE, NONE)) -> Floats:
+    def typical(self, values: Floats, slow: Slow = (NONE, NONE), middles: Middles | None = None) -> Floats:
         """``values`` at their ideal: the stage peers' typical (without the units ``slow``, :mod:`systematic`),
-        lowered to the cross-stage typical."""
-        out = self.within.typical(values, slow)
+        lowered to the cross-stage typical (``middles``: :meth:`PeerTypical.typical`'s)."""
+        out = self.within.typical(values, slow, middles)
         if len(self.crossed):
             across = self.stages.typical(out)[self.rep[self.crossed]]
             out[self.crossed] = np.minimum(out[self.crossed], across)
@@ -89,12 +91,18 @@ class PeerTypical:
         self.work = Unsystematic(np.where(work, keys, -1), rank)
         self.transfers = Unsystematic(np.where(work, -1, keys), link)
 
-    def typical(self, values: Floats, slow: Slow = (NONE, NONE)) -> Floats:
-        """``slow``: the systematically slow ranks and links."""
-        out = self.work.typical(values, slow[0])
+    def typical(self, values: Floats, slow: Slow = (NONE, NONE), middles: Middles | None = None) -> Floats:
+        """``slow``: the systematically slow ranks and links; ``middles``: :meth:`middles` of ``values`` when
+        already known (taken over: written into)."""
+        work, transfers = (None, None) if middles is None else middles
+        out = self.work.typical(values, slow[0], work)
         other = self.transfers.middle.members
-        out[other] = self.transfers.typical(values, slow[1])[other]
+        out[other] = self.transfers.typical(values, slow[1], transfers)[other]
         return out
+
+    def middles(self, values: Floats) -> Middles:
+        """Each node at its work peers' middle, and at its transfer peers' middle, over every unit."""
+        return self.work.middle.typical(values), self.transfers.middle.typical(values)
 
 
 @dataclass(frozen=True)
@@ -104,9 +112,19 @@ class Peers:
     ideal: CrossStage
     replica: PeerTypical
 
-    def deviations(self, values: Floats) -> tuple[tuple[Floats, Floats], tuple[Floats, Floats]]:
-        """Per rank and per link, the evidence of one step that it is systematically slow (:mod:`systematic`)."""
-        return self.ideal.within.work.deviations(values), self.ideal.within.transfers.deviations(values)
+    def deviations(self, values: Floats, middles: Middles | None = None) -> Evidence:
+        """Per rank and per link, the evidence of one step that it is systematically slow (:mod:`systematic`;
+        ``middles``: ``self.ideal.within.middles(values)`` when already known)."""
+        within = self.ideal.within
+        work, transfers = (None, None) if middles is None else middles
+        return within.work.deviations(values, work), within.transfers.deviations(values, transfers)
+
+    def at_ideal(self, values: Floats) -> tuple[Floats, Evidence]:
+        """``values`` at their ideal from every peer (:meth:`CrossStage.typical`) and their evidence
+        (:meth:`deviations`): each peer group's middle found once for both."""
+        middles = self.ideal.within.middles(values)
+        evidence = self.deviations(values, middles)  # (before the ideal takes the middles over)
+        return self.ideal.typical(values, middles=middles), evidence
 
     @classmethod
     def of(cls, g: StepGraph) -> Peers:

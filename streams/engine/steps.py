@@ -5,7 +5,10 @@ the decision depends on input order only. Spans of a step already analysed are c
 dropped. The analysis of a step: the what-if evaluation (:mod:`whatif`), the critical path, and the
 economics of the step (:mod:`economics`).
 
-Structures (schedule, peer roles) are cached by the graph's signature, at most ``MAX_STRUCTURES`` of them.
+Structures (schedule, peer roles) are cached by the graph's signature, at most ``MAX_STRUCTURES`` of them;
+a structure's peer roles and rank positions are made again for a step whose node columns (ops, ranks,
+stages: not in the signature) are not those they were made from, and are not in a snapshot (made again
+from the first step after a restore: the same as kept, never another step's).
 The job's healthy baseline is the per-node peer median over the first ``BASELINE_STEPS`` analysed steps of
 a structure (the first steps of a job are assumed healthy; a detector warms up on them too).
 """
@@ -77,6 +80,9 @@ class _Structure:
     warmup: list[Floats] = field(default_factory=list)
     baseline: Floats | None = None
 
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "roles": None, "positions": None}  # (made again from the next step's graph)
+
 
 @dataclass
 class JobSteps:
@@ -131,7 +137,7 @@ class JobSteps:
             while len(self._structures) > MAX_STRUCTURES:
                 self._structures.popitem(last=False)
         self._structures.move_to_end(g.signature)
-        if structure.roles is None:
+        if structure.roles is None or not structure.roles.fits(g):
             structure.roles = Roles.of(g)
             spans = g.span >= 0
             structure.positions = np.full((int(g.rank.max(initial=0)) + 1, 3), -1, np.int64)

@@ -97,7 +97,7 @@ class JobDerivations:
         w = r.whatif
         assert w.pending is not None, "a report is derived once"
         contains = {c.element: c.contains for c in w.candidates if c.contains}
-        pending = w.pending.without(self._systematic.update(w.pending.peers.deviations(w.pending.d0)))
+        pending = w.pending.without(self._systematic.update(w.pending.deviations()))
         s, chained = self._on_timeline(r, pending)
         step = IdealStep(r.step, r.t0, r.t0 + w.observed_s, s.actual_s, s.ideal_s, r.ranks)
         if self.structural.wants_causes(step):

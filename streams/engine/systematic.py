@@ -115,10 +115,11 @@ class Unsystematic:
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update({"_kept": None, **state})  # (a snapshot made before the cache: without it)
 
-    def deviations(self, values: Floats) -> tuple[Floats, Floats]:
+    def deviations(self, values: Floats, middle: Floats | None = None) -> tuple[Floats, Floats]:
         """Per unit: the sum over its paired positions of their group's middle times the sign of their
-        deviation from it, and of the squared middles of those not tied with it."""
-        middle = self.middle.typical(values)
+        deviation from it, and of the squared middles of those not tied with it (``middle``: each position's
+        group middle, ``self.middle.typical(values)``, when already known)."""
+        middle = self.middle.typical(values) if middle is None else middle
         judged = self.paired & np.isfinite(values) & np.isfinite(middle)  # (a NaN says nothing, for or against)
         sign = np.where(judged, np.sign(values - middle), 0.0)
         size = np.where(sign != 0, np.abs(middle), 0.0)
@@ -127,11 +128,13 @@ class Unsystematic:
         squares: Floats = np.bincount(self.unit, size * size, minlength=units).astype(np.float64)
         return total, squares
 
-    def typical(self, values: Floats, slow: Ints = NONE) -> Floats:
-        """``values`` with each grouped position at the middle of its group's members not on units ``slow``."""
+    def typical(self, values: Floats, slow: Ints = NONE, middle: Floats | None = None) -> Floats:
+        """``values`` with each grouped position at the middle of its group's members not on units ``slow``
+        (``middle``: ``self.middle.typical(values)`` when already known, returned as the result when no unit
+        is left out)."""
         without = self._without(slow)
         if without is None:
-            return self.middle.typical(values)
+            return self.middle.typical(values) if middle is None else middle
         excluded, groups = without
         kept = groups.typical(values)
         per_key = np.full(int(self.keys.max()) + 1, np.nan)

@@ -24,7 +24,7 @@ end, without a row of durations each (:class:`decompose.Rows`: bounded memory at
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -118,7 +118,9 @@ class Grouping:
 
 @dataclass(frozen=True)
 class Roles:
-    """Per node of a step's graph: the peer groups used to heal it."""
+    """Per node of a step's graph: the peer groups used to heal it. They are made from the graph's node
+    columns (:data:`IDENTITY`), which its signature does not fix (the same edges may carry other ops, ranks or
+    stages): they are the step's own only while :meth:`fits` holds."""
 
     position: Grouping  # replica peers: same (stage, tensor index, place in program | direction, microbatch)
     stage_key: Ints  # stage peers: same (op, microbatch, occurrence in the rank's program)
@@ -128,6 +130,15 @@ class Roles:
     owners: Owners  # whose clock each observed start is on (:mod:`carry`)
     by_stage: PeerCells  # program nodes by (stage, stage key)
     by_link: PeerCells  # asynchronous sends by (link, link key)
+    made_from: tuple[npt.NDArray[np.generic], ...] = field(default=(), compare=False, repr=False)
+
+    def fits(self, g: StepGraph) -> bool:
+        """Whether these are ``Roles.of(g)``: ``g``'s node columns are those they were made from (the same
+        arrays, as a kept layout gives each of its steps, or equal ones). A graph of the same signature
+        without them needs its own."""
+        return len(self.made_from) > 0 and all(
+            a is b or np.array_equal(a, b) for a, b in zip(self.made_from, _identity(g), strict=True)
+        )
 
     @classmethod
     def of(cls, g: StepGraph) -> Roles:
@@ -148,7 +159,17 @@ class Roles:
         link_key = compact(np.where(link >= 0, dense(direction, g.microbatch), -1))
         by_stage = PeerCells.of(np.where(stage_key >= 0, g.pp, 0), np.maximum(stage_key, 0), stage_key >= 0)
         by_link = PeerCells.of(np.maximum(link, 0), np.maximum(link_key, 0), (link >= 0) & (g.kind == SEND))
-        return cls(Grouping(position), stage_key, link, link_key, Peers.of(g), Owners.of(g), by_stage, by_link)
+        peers, owners = Peers.of(g), Owners.of(g)
+        return cls(Grouping(position), stage_key, link, link_key, peers, owners, by_stage, by_link, _identity(g))
+
+
+IDENTITY = ("rank", "dp", "pp", "tp", "op", "microbatch", "peer")  # the node columns roles are made of
+
+
+def _identity(g: StepGraph) -> tuple[npt.NDArray[np.generic], ...]:
+    """What a step's roles read of its graph beyond its signature (edges and kinds): its node columns, and
+    which nodes start at an observed time (:class:`Owners`)."""
+    return (*(getattr(g, name) for name in IDENTITY), np.isfinite(g.floor))
 
 
 @dataclass(frozen=True)
@@ -186,14 +207,15 @@ def _peer_medians_excluding(at: PeerCells, values: Floats, groups: Ints) -> Floa
 
 def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, roles: Roles) -> StepWhatIf:
     """Evaluate the step as observed, at baseline, with each candidate element healed, and at its ideal from
-    peers (its decomposition is left to :meth:`StepWhatIf.decomposed`). ``roles``: ``Roles.of(g)``, which
-    depends on the structure only (cache it by ``g.signature``)."""
+    peers (its decomposition is left to :meth:`StepWhatIf.decomposed`). ``roles``: ``Roles.of(g)``, or roles
+    made for an earlier graph that they fit (:meth:`Roles.fits`)."""
+    assert roles.fits(g), "roles of other node columns"
     d0 = g.intrinsic
     # every node's end only where it is read (the step as modelled, its ideal, the top rank healed), a row at a
     # time (no stack of rows, no row kept longer than it is read); the other candidates' step ends without a
     # row of durations each (:class:`decompose.Rows`)
     ends = _row_ends(g, d0)
-    ideal = roles.peers.ideal.typical(d0)
+    ideal, evidence = roles.peers.at_ideal(d0)  # (each peer group's middle found once for both)
     ideal_ends = _row_ends(g, ideal)
     actual_s, ideal_s = float(ends.max()), float(ideal_ends.max())
     ideal_rank_ends = last_end_per_rank(g, ideal_ends)
@@ -220,7 +242,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         ideal_rank_ends=ideal_rank_ends,
         healed_rank_ends=healed_rank_ends,
         structural=structural,
-        pending=Pending(g, job, ops, d0, ideal, roles.peers, roles.owners),
+        pending=Pending(g, job, ops, d0, ideal, roles.peers, roles.owners, evidence=evidence),
     )
 
 

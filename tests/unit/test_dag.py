@@ -36,6 +36,11 @@ def test_native_ends_equal_the_definition(name: str, ranks: int, monkeypatch: py
     assert native.shape == rows.shape and native.flags.c_contiguous  # each row's ends side by side
     assert np.array_equal(native, definition(g, rows, monkeypatch), equal_nan=True)
     assert np.isnan(native[3]).any()  # NaN propagates through a maximum, as numpy's does
+    signed = np.where(rng.random(g.nodes) < 0.5, 0.0, -0.0)  # (zeros of both signs: numpy's maximum picks one)
+    for row in [*rows, signed]:  # one row alone: evaluated without a scratch of live ends
+        alone = g.evaluate(row[None, :])
+        want = definition(g, row[None, :], monkeypatch)
+        assert np.array_equal(alone, want, equal_nan=True) and np.array_equal(np.signbit(alone), np.signbit(want))
 
 
 def test_a_graph_out_of_order_is_refused() -> None:

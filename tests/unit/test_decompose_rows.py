@@ -30,7 +30,13 @@ def test_masked_step_ends_equal_the_full_rows(name: str, ranks: int, monkeypatch
     odd = alt.copy()
     odd[rng.integers(0, g.nodes, 3)] = np.nan
     odd[rng.integers(0, g.nodes, 2)] = np.inf
-    cases = ((Rows(base, alt, masks), None), (Rows(alt, base, masks), floor), (Rows(base, odd, masks), None))
+    negative = alt.copy()  # (with no duration below 0 the native core keeps each row's maximum over the sinks)
+    negative[rng.integers(0, g.nodes, 3)] = -0.05
+    nan_floor = floor.copy()
+    nan_floor[rng.choice(np.flatnonzero(np.isfinite(floor)), 2)] = np.nan
+    cases = ((Rows(base, alt, masks), None), (Rows(alt, base, masks), floor), (Rows(base, odd, masks), None),
+             (Rows(base, negative, masks), None), (Rows(negative, base, masks), floor),
+             (Rows(base, alt, masks), nan_floor))  # fmt: skip
     for rows, floors in cases:
         native = rows.step_ends(g, floors)
         full = np.array([g.evaluate(np.where(m, rows.alt, rows.base)[None], floors)[0].max() for m in rows.masks])
@@ -109,3 +115,16 @@ def test_the_step_end_is_numpys_max_over_the_nodes_in_index_order() -> None:
         assert np.signbit(out[0]) and out[0] == 0.0  # base: -0.0 (node 0) before 0.0 (node 1)
         assert np.array_equal(out[1:], [want], equal_nan=True) and np.signbit(out[1]) == np.signbit(want)
         assert np.array_equal(out[1:], [(floor + np.array(alt)).max()], equal_nan=True)
+
+
+def test_a_node_with_successors_ends_the_step_when_a_duration_is_negative() -> None:
+    """Only with no duration below 0 does a sink (a node without successors) end each row: node 0 -> node 1,
+    node 1 at -0.5 (at base, or at ``alt`` only), the step ends with node 0."""
+    assert dag.native.core is not None
+    layout = dag.native.core.dag_layout(np.array([0, 1]), np.array([0, 0, 1]), np.array([0]))
+    floor = np.array([0.0, -np.inf])
+    for base, alt, want in (([1.0, -0.5], [2.0, 0.5], [1.0, 1.5, 2.0]), ([1.0, 0.5], [2.0, -0.5], [1.5, 1.0, 2.5])):
+        out = np.zeros(3)
+        rows, nodes = np.array([0, 0, 1, 2]), np.array([1, 0])  # every node at base; node 1 at alt; node 0 at alt
+        dag.native.core.dag_masked_step_ends(layout, floor, np.array(base), np.array(alt), rows, nodes, out)
+        assert out.tolist() == want

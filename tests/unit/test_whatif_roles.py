@@ -1,0 +1,98 @@
+"""A structure's peer roles (kept per graph signature) are the step's own: a step whose graph has the same
+edges and node kinds but other node columns (an op renamed on one rank, replicas numbered otherwise) is
+analysed as it would be alone, with or without a restart in between (review of session 9, finding 1)."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import replace
+from functools import cache
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streams.engine.stepgraph import Codebook, build
+from streams.engine.steps import JobSteps, StepReport
+from streams.engine.whatif import Roles
+from streams.sim.scenarios import SCENARIOS
+from tests.unit.test_stepgraph import op_columns
+
+
+@cache
+def _steps() -> tuple[dict[str, Any], dict[str, Any]]:
+    scenario = SCENARIOS["training-fabric"](3, 16, 12)
+    return op_columns(scenario, 9), op_columns(scenario, 10)
+
+
+def _renamed(c: dict[str, Any]) -> dict[str, Any]:
+    """Rank 0's compute spans under another op name (the same class: the same graph)."""
+    c = {k: v.copy() for k, v in c.items()}
+    op = c["op"].astype(object)
+    op[(c["rank"] == 0) & (c["op_class"] == "compute")] = "fwd_recompute"
+    c["op"] = op
+    return c
+
+
+def _dp_swapped(c: dict[str, Any]) -> dict[str, Any]:
+    """Replicas 0 and 1 numbered the other way round (each rank's spans as they were)."""
+    c = {k: v.copy() for k, v in c.items()}
+    dp = c["dp"]
+    c["dp"] = np.where(dp == 0, 1, np.where(dp == 1, 0, dp))
+    return c
+
+
+def _report(job: JobSteps, step: int, c: dict[str, Any]) -> StepReport:
+    job.add(np.full(len(c["rank"]), step, np.int64), c)
+    (report,) = job.flush()
+    return report
+
+
+def _same(a: StepReport, b: StepReport) -> None:
+    wa, wb = a.whatif, b.whatif
+    assert [c.element for c in wa.candidates] == [c.element for c in wb.candidates]
+    np.testing.assert_array_equal(wa.counterfactual_s, wb.counterfactual_s)
+    np.testing.assert_array_equal(wa.ideal_rank_ends, wb.ideal_rank_ends)
+    assert (wa.step_s, wa.structural.ideal_s, wa.baseline_s) == (wb.step_s, wb.structural.ideal_s, wb.baseline_s)
+    da, db = wa.decomposed(), wb.decomposed()
+    assert (da.ideal_s, da.elements, da.contains) == (db.ideal_s, db.elements, db.contains)
+    np.testing.assert_array_equal(da.healed_s, db.healed_s)
+    np.testing.assert_array_equal(da.unhealed_s, db.unhealed_s)
+    np.testing.assert_array_equal(a.positions, b.positions)
+
+
+@pytest.mark.parametrize("changed", [_renamed, _dp_swapped])
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_step_of_the_same_signature_with_other_node_columns_is_analysed_as_alone(changed: Any, restart: bool) -> None:
+    first, second = _steps()
+    second = changed(second)
+    ops, groups, cache_ = Codebook(), Codebook(), {}
+    assert build(first, ops, groups, cache_).signature == build(second, ops, groups, cache_).signature
+    job = JobSteps("j")
+    _report(job, 9, first)
+    if restart:
+        job = pickle.loads(pickle.dumps(job))
+    _same(_report(job, 10, second), _report(JobSteps("j"), 10, second))
+
+
+def test_roles_are_kept_for_a_step_of_the_same_node_columns() -> None:
+    first, second = _steps()
+    job = JobSteps("j")
+    _report(job, 9, first)
+    (structure,) = job._structures.values()
+    roles = structure.roles
+    _report(job, 10, second)
+    assert structure.roles is roles
+
+
+def test_roles_fit_equal_columns_and_no_others() -> None:
+    first, _ = _steps()
+    g = build(first, Codebook(), Codebook(), {})
+    roles = Roles.of(g)
+    assert roles.fits(g) and roles.fits(replace(g, rank=g.rank.copy(), floor=g.floor.copy()))  # equal, not the same
+    op = g.op.copy()
+    op[0] += 1
+    assert not roles.fits(replace(g, op=op))
+    floor = g.floor.copy()
+    floor[np.flatnonzero(np.isfinite(floor))[0]] = -np.inf  # a node that starts at an observed time no longer
+    assert not roles.fits(replace(g, floor=floor))
