@@ -1,10 +1,12 @@
 //! The canonical order of an epoch's samples (streams/engine/timeline.py, `canonical`): rows sorted by
 //! event time (NaN last), then by every other column in the order given (floats with NaN first, integers,
 //! booleans, strings by code point), rows equal in every column in their input order. One stable sort whose
-//! comparisons read a column only when the columns before it tie, so strings are compared (in place, as
-//! Python objects) only between rows that tie on everything before them.
+//! comparisons read a column only when the columns before it tie. A string column is read as the ranks of
+//! its strings (compared as integers): only its distinct objects, few, are compared as text.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 
 use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::PyValueError;
@@ -12,15 +14,15 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
+use crate::codes::Address;
 use crate::objects;
 
-/// One column as passed in: a buffer, or the `str` objects of an object array (borrowed: the array holds
-/// them for the call).
+/// One column as passed in: a buffer, or the ranks of an object array's strings.
 enum Held {
     Float(PyBuffer<f64>),
     Int(PyBuffer<i64>),
     Bool(PyBuffer<u8>),
-    Str(Vec<*mut ffi::PyObject>),
+    Str(Vec<u32>),
 }
 
 /// One column's values, as the order reads them.
@@ -28,17 +30,60 @@ enum Column<'a> {
     Float(&'a [f64]),
     Int(&'a [i64]),
     Bool(&'a [u8]),
-    Str(&'a [*mut ffi::PyObject]),
+    Str(&'a [u32]),
 }
 
-/// The objects of a one-dimensional, contiguous numpy array of `n` Python objects (read through its
-/// `__array_interface__`, without a copy into a list); None if one is not exactly a `str`.
-fn strings(array: &Bound<'_, PyAny>, n: usize) -> PyResult<Option<Vec<*mut ffi::PyObject>>> {
+/// Per row of a one-dimensional, contiguous numpy array of `n` Python objects (read in place), the rank of
+/// its string among the array's distinct strings by code point (equal strings, equal ranks); None if one
+/// is not exactly a `str`. The decoder makes one object per distinct string of a message, so each object
+/// is looked up by address once and only the few distinct objects are compared as text.
+fn string_ranks(array: &Bound<'_, PyAny>, n: usize) -> PyResult<Option<Vec<u32>>> {
     let values = objects::pointers(array, n)?;
-    if !values.iter().all(|&value| objects::is_str(value)) {
-        return Ok(None);
+    let mut seen: HashMap<usize, u32, BuildHasherDefault<Address>> = HashMap::default();
+    let mut distinct = Vec::new();
+    let mut ids = Vec::with_capacity(n);
+    let mut last = None; // (object, id) of the row before: runs of one object are common
+    for &value in values {
+        let id = match last {
+            Some((object, id)) if object == value => id,
+            _ => {
+                let id = match seen.get(&(value as usize)) {
+                    Some(&id) => id,
+                    None if objects::is_str(value) => {
+                        let id = distinct.len() as u32;
+                        distinct.push(value);
+                        seen.insert(value as usize, id);
+                        id
+                    }
+                    None => return Ok(None),
+                };
+                last = Some((value, id));
+                id
+            }
+        };
+        ids.push(id);
     }
-    Ok(Some(values.to_vec()))
+    let mut by_text: Vec<usize> = (0..distinct.len()).collect();
+    by_text.sort_unstable_by(|&a, &b| text_order(distinct[a], distinct[b]));
+    let mut rank = vec![0u32; distinct.len()];
+    for pair in by_text.windows(2) {
+        let step = u32::from(text_order(distinct[pair[0]], distinct[pair[1]]).is_ne());
+        rank[pair[1]] = rank[pair[0]] + step;
+    }
+    for id in &mut ids {
+        *id = rank[*id as usize];
+    }
+    Ok(Some(ids))
+}
+
+/// Two `str` objects by code point.
+fn text_order(x: *mut ffi::PyObject, y: *mut ffi::PyObject) -> Ordering {
+    if x == y {
+        return Ordering::Equal;
+    }
+    // SAFETY: both are live `str` objects (checked as they were read, held by their array) and the GIL is
+    // held; comparing two str cannot fail.
+    unsafe { ffi::PyUnicode_Compare(x, y) }.cmp(&0)
 }
 
 fn items<T: Element>(buf: &PyBuffer<T>, n: usize) -> PyResult<&[T]> {
@@ -79,15 +124,7 @@ impl Column<'_> {
             Column::Float(v) => by_value(v[a], v[b]),
             Column::Int(v) => v[a].cmp(&v[b]),
             Column::Bool(v) => v[a].cmp(&v[b]),
-            Column::Str(v) => {
-                let (x, y) = (v[a], v[b]);
-                if x == y {
-                    return Ordering::Equal;
-                }
-                // SAFETY: both are live `str` objects (checked when the column was read) and the GIL is
-                // held; comparing two str cannot fail.
-                unsafe { ffi::PyUnicode_Compare(x, y) }.cmp(&0)
-            }
+            Column::Str(v) => v[a].cmp(&v[b]),
         }
     }
 }
@@ -114,8 +151,8 @@ pub fn canonical_order(
             b'f' => Held::Float(PyBuffer::get(&column)?),
             b'i' => Held::Int(PyBuffer::get(&column)?),
             b'b' => Held::Bool(PyBuffer::get(&column)?),
-            b's' => match strings(&column, n)? {
-                Some(values) => Held::Str(values),
+            b's' => match string_ranks(&column, n)? {
+                Some(ranks) => Held::Str(ranks),
                 None => return Ok(false),
             },
             _ => {
