@@ -129,6 +129,41 @@ impl Column<'_> {
     }
 }
 
+/// `keys` in ascending order, and the rows they came from (equal keys in input order): a radix sort by
+/// digits of `DIGIT` bits, least significant first, each pass stable, skipping the digits every key shares
+/// (an epoch's event times share their high bits, so a few passes sort them).
+fn by_key(mut keys: Vec<u64>) -> (Vec<u64>, Vec<u32>) {
+    const DIGIT: u32 = 11;
+    const MASK: u64 = (1 << DIGIT) - 1;
+    let n = keys.len();
+    let first = keys.first().copied().unwrap_or(0);
+    let varying = keys.iter().fold(0, |bits, &k| bits | (k ^ first));
+    let mut rows: Vec<u32> = (0..n as u32).collect();
+    let (mut keys_to, mut rows_to) = (vec![0u64; n], vec![0u32; n]);
+    let mut at = vec![0usize; 1 << DIGIT];
+    for shift in (0..64).step_by(DIGIT as usize) {
+        if (varying >> shift) & MASK == 0 {
+            continue;
+        }
+        at.iter_mut().for_each(|a| *a = 0);
+        for &k in &keys {
+            at[((k >> shift) & MASK) as usize] += 1;
+        }
+        let mut sum = 0;
+        for a in at.iter_mut() {
+            (*a, sum) = (sum, sum + *a);
+        }
+        for (&k, &row) in keys.iter().zip(&rows) {
+            let slot = &mut at[((k >> shift) & MASK) as usize];
+            (keys_to[*slot], rows_to[*slot]) = (k, row);
+            *slot += 1;
+        }
+        std::mem::swap(&mut keys, &mut keys_to);
+        std::mem::swap(&mut rows, &mut rows_to);
+    }
+    (keys, rows)
+}
+
 /// Fill `order` (int64, n rows) with the canonical order of the rows. `times`: float64 event times;
 /// `columns`/`kinds`: the other columns in the order they break ties, each a contiguous array of its kind
 /// (`f` float64, `i` int64, `b` booleans as uint8) or, for kind `s`, a contiguous object array. False (and `order` untouched)
@@ -181,21 +216,17 @@ pub fn canonical_order(
     }
     // by event time first, as integer keys (ties by position: the stable order), then each run of equal
     // times by the columns
-    let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(n);
-    for (i, &t) in times.iter().enumerate() {
-        keyed.push((
-            time_key(t),
-            u32::try_from(i).map_err(|_| PyValueError::new_err("too many rows"))?,
-        ));
+    if u32::try_from(n).is_err() {
+        return Err(PyValueError::new_err("too many rows"));
     }
-    keyed.sort_unstable();
-    let mut rows: Vec<usize> = keyed.iter().map(|&(_, i)| i as usize).collect();
+    let (keys, sorted) = by_key(times.iter().map(|&t| time_key(t)).collect());
+    let mut rows: Vec<usize> = sorted.iter().map(|&i| i as usize).collect();
     let mut start = 0;
     while start < n {
         let end = start
-            + keyed[start..]
+            + keys[start..]
                 .iter()
-                .take_while(|k| k.0 == keyed[start].0)
+                .take_while(|&&k| k == keys[start])
                 .count();
         if end - start > 1 && !cols.is_empty() {
             rows[start..end].sort_by(|&a, &b| {
@@ -214,4 +245,28 @@ pub fn canonical_order(
         *o = r as i64;
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_key_is_the_stable_sort() {
+        let mut state = 7u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for (n, bits) in [(0, 64), (1, 64), (500, 3), (3000, 20), (3000, 64)] {
+            let keys: Vec<u64> = (0..n).map(|_| next() >> (64 - bits)).collect();
+            let mut want: Vec<(u64, u32)> = keys.iter().zip(0..).map(|(&k, i)| (k, i)).collect();
+            want.sort_unstable();
+            let (sorted, rows) = by_key(keys.clone());
+            assert_eq!(sorted, want.iter().map(|w| w.0).collect::<Vec<_>>());
+            assert_eq!(rows, want.iter().map(|w| w.1).collect::<Vec<_>>());
+        }
+    }
 }
