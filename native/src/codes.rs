@@ -16,7 +16,7 @@ use crate::objects;
 
 /// A hash of an object's address (objects are at least 16-byte aligned, so the low bits say little).
 #[derive(Default)]
-struct Address(u64);
+pub(crate) struct Address(u64);
 
 impl Hasher for Address {
     fn write(&mut self, _: &[u8]) {

@@ -1,10 +1,12 @@
 //! The canonical order of an epoch's samples (streams/engine/timeline.py, `canonical`): rows sorted by
 //! event time (NaN last), then by every other column in the order given (floats with NaN first, integers,
 //! booleans, strings by code point), rows equal in every column in their input order. One stable sort whose
-//! comparisons read a column only when the columns before it tie, so strings are compared (in place, as
-//! Python objects) only between rows that tie on everything before them.
+//! comparisons read a column only when the columns before it tie. A string column is read as the ranks of
+//! its strings (compared as integers): only its distinct objects, few, are compared as text.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 
 use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::PyValueError;
@@ -12,15 +14,15 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
+use crate::codes::Address;
 use crate::objects;
 
-/// One column as passed in: a buffer, or the `str` objects of an object array (borrowed: the array holds
-/// them for the call).
+/// One column as passed in: a buffer, or the ranks of an object array's strings.
 enum Held {
     Float(PyBuffer<f64>),
     Int(PyBuffer<i64>),
     Bool(PyBuffer<u8>),
-    Str(Vec<*mut ffi::PyObject>),
+    Str(Vec<u32>),
 }
 
 /// One column's values, as the order reads them.
@@ -28,17 +30,60 @@ enum Column<'a> {
     Float(&'a [f64]),
     Int(&'a [i64]),
     Bool(&'a [u8]),
-    Str(&'a [*mut ffi::PyObject]),
+    Str(&'a [u32]),
 }
 
-/// The objects of a one-dimensional, contiguous numpy array of `n` Python objects (read through its
-/// `__array_interface__`, without a copy into a list); None if one is not exactly a `str`.
-fn strings(array: &Bound<'_, PyAny>, n: usize) -> PyResult<Option<Vec<*mut ffi::PyObject>>> {
+/// Per row of a one-dimensional, contiguous numpy array of `n` Python objects (read in place), the rank of
+/// its string among the array's distinct strings by code point (equal strings, equal ranks); None if one
+/// is not exactly a `str`. The decoder makes one object per distinct string of a message, so each object
+/// is looked up by address once and only the few distinct objects are compared as text.
+fn string_ranks(array: &Bound<'_, PyAny>, n: usize) -> PyResult<Option<Vec<u32>>> {
     let values = objects::pointers(array, n)?;
-    if !values.iter().all(|&value| objects::is_str(value)) {
-        return Ok(None);
+    let mut seen: HashMap<usize, u32, BuildHasherDefault<Address>> = HashMap::default();
+    let mut distinct = Vec::new();
+    let mut ids = Vec::with_capacity(n);
+    let mut last = None; // (object, id) of the row before: runs of one object are common
+    for &value in values {
+        let id = match last {
+            Some((object, id)) if object == value => id,
+            _ => {
+                let id = match seen.get(&(value as usize)) {
+                    Some(&id) => id,
+                    None if objects::is_str(value) => {
+                        let id = distinct.len() as u32;
+                        distinct.push(value);
+                        seen.insert(value as usize, id);
+                        id
+                    }
+                    None => return Ok(None),
+                };
+                last = Some((value, id));
+                id
+            }
+        };
+        ids.push(id);
     }
-    Ok(Some(values.to_vec()))
+    let mut by_text: Vec<usize> = (0..distinct.len()).collect();
+    by_text.sort_unstable_by(|&a, &b| text_order(distinct[a], distinct[b]));
+    let mut rank = vec![0u32; distinct.len()];
+    for pair in by_text.windows(2) {
+        let step = u32::from(text_order(distinct[pair[0]], distinct[pair[1]]).is_ne());
+        rank[pair[1]] = rank[pair[0]] + step;
+    }
+    for id in &mut ids {
+        *id = rank[*id as usize];
+    }
+    Ok(Some(ids))
+}
+
+/// Two `str` objects by code point.
+fn text_order(x: *mut ffi::PyObject, y: *mut ffi::PyObject) -> Ordering {
+    if x == y {
+        return Ordering::Equal;
+    }
+    // SAFETY: both are live `str` objects (checked as they were read, held by their array) and the GIL is
+    // held; comparing two str cannot fail.
+    unsafe { ffi::PyUnicode_Compare(x, y) }.cmp(&0)
 }
 
 fn items<T: Element>(buf: &PyBuffer<T>, n: usize) -> PyResult<&[T]> {
@@ -79,17 +124,44 @@ impl Column<'_> {
             Column::Float(v) => by_value(v[a], v[b]),
             Column::Int(v) => v[a].cmp(&v[b]),
             Column::Bool(v) => v[a].cmp(&v[b]),
-            Column::Str(v) => {
-                let (x, y) = (v[a], v[b]);
-                if x == y {
-                    return Ordering::Equal;
-                }
-                // SAFETY: both are live `str` objects (checked when the column was read) and the GIL is
-                // held; comparing two str cannot fail.
-                unsafe { ffi::PyUnicode_Compare(x, y) }.cmp(&0)
-            }
+            Column::Str(v) => v[a].cmp(&v[b]),
         }
     }
+}
+
+/// `keys` in ascending order, and the rows they came from (equal keys in input order): a radix sort by
+/// digits of `DIGIT` bits, least significant first, each pass stable, skipping the digits every key shares
+/// (an epoch's event times share their high bits, so a few passes sort them).
+fn by_key(mut keys: Vec<u64>) -> (Vec<u64>, Vec<u32>) {
+    const DIGIT: u32 = 11;
+    const MASK: u64 = (1 << DIGIT) - 1;
+    let n = keys.len();
+    let first = keys.first().copied().unwrap_or(0);
+    let varying = keys.iter().fold(0, |bits, &k| bits | (k ^ first));
+    let mut rows: Vec<u32> = (0..n as u32).collect();
+    let (mut keys_to, mut rows_to) = (vec![0u64; n], vec![0u32; n]);
+    let mut at = vec![0usize; 1 << DIGIT];
+    for shift in (0..64).step_by(DIGIT as usize) {
+        if (varying >> shift) & MASK == 0 {
+            continue;
+        }
+        at.iter_mut().for_each(|a| *a = 0);
+        for &k in &keys {
+            at[((k >> shift) & MASK) as usize] += 1;
+        }
+        let mut sum = 0;
+        for a in at.iter_mut() {
+            (*a, sum) = (sum, sum + *a);
+        }
+        for (&k, &row) in keys.iter().zip(&rows) {
+            let slot = &mut at[((k >> shift) & MASK) as usize];
+            (keys_to[*slot], rows_to[*slot]) = (k, row);
+            *slot += 1;
+        }
+        std::mem::swap(&mut keys, &mut keys_to);
+        std::mem::swap(&mut rows, &mut rows_to);
+    }
+    (keys, rows)
 }
 
 /// Fill `order` (int64, n rows) with the canonical order of the rows. `times`: float64 event times;
@@ -114,8 +186,8 @@ pub fn canonical_order(
             b'f' => Held::Float(PyBuffer::get(&column)?),
             b'i' => Held::Int(PyBuffer::get(&column)?),
             b'b' => Held::Bool(PyBuffer::get(&column)?),
-            b's' => match strings(&column, n)? {
-                Some(values) => Held::Str(values),
+            b's' => match string_ranks(&column, n)? {
+                Some(ranks) => Held::Str(ranks),
                 None => return Ok(false),
             },
             _ => {
@@ -144,21 +216,17 @@ pub fn canonical_order(
     }
     // by event time first, as integer keys (ties by position: the stable order), then each run of equal
     // times by the columns
-    let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(n);
-    for (i, &t) in times.iter().enumerate() {
-        keyed.push((
-            time_key(t),
-            u32::try_from(i).map_err(|_| PyValueError::new_err("too many rows"))?,
-        ));
+    if u32::try_from(n).is_err() {
+        return Err(PyValueError::new_err("too many rows"));
     }
-    keyed.sort_unstable();
-    let mut rows: Vec<usize> = keyed.iter().map(|&(_, i)| i as usize).collect();
+    let (keys, sorted) = by_key(times.iter().map(|&t| time_key(t)).collect());
+    let mut rows: Vec<usize> = sorted.iter().map(|&i| i as usize).collect();
     let mut start = 0;
     while start < n {
         let end = start
-            + keyed[start..]
+            + keys[start..]
                 .iter()
-                .take_while(|k| k.0 == keyed[start].0)
+                .take_while(|&&k| k == keys[start])
                 .count();
         if end - start > 1 && !cols.is_empty() {
             rows[start..end].sort_by(|&a, &b| {
@@ -177,4 +245,28 @@ pub fn canonical_order(
         *o = r as i64;
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_key_is_the_stable_sort() {
+        let mut state = 7u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for (n, bits) in [(0, 64), (1, 64), (500, 3), (3000, 20), (3000, 64)] {
+            let keys: Vec<u64> = (0..n).map(|_| next() >> (64 - bits)).collect();
+            let mut want: Vec<(u64, u32)> = keys.iter().zip(0..).map(|(&k, i)| (k, i)).collect();
+            want.sort_unstable();
+            let (sorted, rows) = by_key(keys.clone());
+            assert_eq!(sorted, want.iter().map(|w| w.0).collect::<Vec<_>>());
+            assert_eq!(rows, want.iter().map(|w| w.1).collect::<Vec<_>>());
+        }
+    }
 }

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from streams.contract.envelope import SampleBatch
+from streams.engine.codes import classes
 from streams.engine.control import ControlPlane, Relation
 from streams.engine.job import JobState
 from streams.engine.options import EngineConfig
@@ -158,11 +159,10 @@ def unpickled(data: bytes, kind: type[_T], what: str) -> _T:
 
 def _by_job(batch: SampleBatch) -> list[tuple[str, dict[str, Any]]]:
     """The batch's columns per job ('' for samples of no job), jobs in sorted order, rows in batch order."""
-    listed = batch.columns["job"].tolist()
-    distinct = set(listed)
-    if len(distinct) == 1:  # one job (the usual message): no text per sample
-        return [(str(distinct.pop()), batch.columns)]
-    jobs = [str(j) for j in listed]
+    column = batch.columns["job"]
+    if len(column) and (classes(column, (column[0],)) == 1).all():  # one job (the usual batch): no set of texts
+        return [(str(column[0]), batch.columns)]
+    jobs = [str(j) for j in column.tolist()]
     names = sorted(set(jobs))
     number = {name: i for i, name in enumerate(names)}
     inverse = np.fromiter(map(number.__getitem__, jobs), np.int64, len(jobs))

@@ -29,6 +29,7 @@ import numpy.typing as npt
 from audit import native
 from streams.contract.envelope import SampleBatch
 from streams.contract.schema import EVENT_TIME
+from streams.engine.codes import classes
 
 KIND_ORDER = ("topology", "op", "step", "metric")  # within a chunk: placements first, then what they place
 Origin = tuple[str, int]  # (channel, offset) of an input message
@@ -228,27 +229,57 @@ def canonical(kind: str, parts: list[SampleBatch], consume: bool = False) -> Sam
     rows are held about once at a time, not three times (parts, joined, ordered).
 
     Sorting by event time alone settles most rows; only the runs of rows with equal event times are then
-    ordered by the other columns (:func:`_settle_ties`), which gives the order a sort by every column gives."""
+    ordered by the other columns (:func:`_settle_ties`), which gives the order a sort by every column gives.
+    A column of one value in every row (a job's name, an unused field) is the same in any order: it is
+    neither joined, nor compared, nor gathered, but written out once."""
     names = sorted(parts[0].columns)
+    single = {
+        name: (parts[0].columns[name][0], parts[0].columns[name].dtype)
+        for name in names
+        if name != EVENT_TIME[kind] and _one_value([p.columns[name] for p in parts])
+    }
+    varying = [name for name in names if name not in single]
     if len(parts) > 1:
-        cols = {n: np.concatenate([p.columns[n] for p in parts]) for n in names}
+        cols = {n: np.concatenate([p.columns[n] for p in parts]) for n in varying}
     else:
-        cols = dict(parts[0].columns)
+        cols = {n: parts[0].columns[n] for n in varying}
     if consume:
         parts.clear()
-    n = len(cols[names[0]])
-    if n <= 1:  # nothing to order
-        return SampleBatch(kind, np.arange(n, dtype=np.int64), dict(cols))
-    times = np.asarray(cols[EVENT_TIME[kind]], np.float64)
-    others = [name for name in names if name != EVENT_TIME[kind]]
-    order = _native_order(times, [cols[name] for name in others])
-    if order is None:
-        order = np.argsort(times, kind="stable")
-        ordered = times[order]
-        tied = (ordered[1:] == ordered[:-1]) | (np.isnan(ordered[1:]) & np.isnan(ordered[:-1]))
-        if tied.any():
-            _settle_ties(order, tied, cols, names)
-    return SampleBatch(kind, np.arange(n, dtype=np.int64), {k: cols.pop(k)[order] for k in list(cols)})
+    n = len(cols[EVENT_TIME[kind]])
+    if n > 1:
+        times = np.asarray(cols[EVENT_TIME[kind]], np.float64)
+        others = [name for name in varying if name != EVENT_TIME[kind]]
+        order = _native_order(times, [cols[name] for name in others])
+        if order is None:
+            order = np.argsort(times, kind="stable")
+            ordered = times[order]
+            tied = (ordered[1:] == ordered[:-1]) | (np.isnan(ordered[1:]) & np.isnan(ordered[:-1]))
+            if tied.any():
+                _settle_ties(order, tied, cols, varying)
+        cols = {k: cols.pop(k)[order] for k in list(cols)}
+    columns = {k: cols.pop(k) if k in cols else _filled(n, *single[k]) for k in names}
+    return SampleBatch(kind, np.arange(n, dtype=np.int64), columns)
+
+
+def _filled(n: int, value: Any, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """``n`` rows of ``value`` (``ndarray.fill``: np.full fills an object array one cast at a time)."""
+    out = np.empty(n, dtype)
+    out.fill(value)
+    return out
+
+
+def _one_value(parts: list[npt.NDArray[Any]]) -> bool:
+    """Whether the parts of a column hold one value, of one dtype, in every row (not a float column: -0.0
+    equals 0.0 without being it). Most columns of many values differ at a part's ends: told at once."""
+    first = parts[0]
+    if not len(first) or first.dtype.kind not in "Obiu" or any(p.dtype != first.dtype for p in parts):
+        return False
+    value = first[0]
+    if any(p[0] != value or p[-1] != value for p in parts if len(p)):
+        return False
+    if first.dtype.kind == "O":  # (compared by their codes: a run of one object is looked up once)
+        return all((classes(p, (value,)) == 1).all() for p in parts)
+    return all((p == value).all() for p in parts)
 
 
 def _native_order(times: npt.NDArray[np.float64], others: list[npt.NDArray[Any]]) -> npt.NDArray[np.intp] | None:

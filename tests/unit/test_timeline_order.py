@@ -106,3 +106,23 @@ def test_a_column_the_native_sort_does_not_read_is_ordered_by_the_definition(mon
     got, want = canonical("op", [part]).columns, by_definition("op", [part], monkeypatch).columns
     for name, values in want.items():
         assert np.array_equal(got[name].astype(str), values.astype(str)), name
+
+
+def test_columns_of_one_value_are_written_out_as_they_sort() -> None:
+    """A column of one value in every row (a job's name, spelled by other objects in each row; an unused flag
+    or peer) is written out whole, not sorted: the same batch; a float column of 0.0 and -0.0 (equal, not the
+    same) is still ordered."""
+    rng = np.random.default_rng(4)
+    parts = []
+    for n in (50, 1, 120):
+        part = batch(rng, n, 5)
+        part.columns["job"] = np.array(["".join(["l", "l", "m"]) for _ in range(n)], dtype=object)
+        part.columns["blocking"] = np.zeros(n, np.bool_)
+        part.columns["peer"] = np.full(n, -1, np.int64)
+        part.columns["duration"] = rng.choice([0.0, -0.0], n)
+        parts.append(part)
+    got, want = canonical("op", parts).columns, full_sort("op", parts)
+    assert list(got) == list(want)
+    for name, values in want.items():
+        assert got[name].dtype == values.dtype, name
+        assert np.array_equal(got[name].astype(str), values.astype(str)), name
