@@ -9,8 +9,8 @@ that the telemetry decoder refuses what it refuses, with its reasons (``tests/un
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from streams.contract.columns import check_column
 from streams.contract.envelope import MAX_SAMPLES, Decoded, SampleBatch
-from streams.contract.schema import EVENT_TIME, FieldRule, sample_rules
+from streams.contract.schema import EVENT_TIME, SAMPLE_KINDS, FieldRule, sample_rules
 
 LIMIT = 2**62  # integers beyond it are out of range for the telemetry decoder
 
@@ -77,48 +77,110 @@ def _unified(column: pa.ChunkedArray) -> pa.DictionaryArray:
     return combined
 
 
-def decode_tables(parts: list[tuple[str, pa.Table]], source: str, seq: int) -> tuple[Decoded, float] | None:
-    """The decoded message of ``parts`` ((kind, its rows), in envelope order) and its oldest event time, or
-    None when the JSON path must decide."""
-    out = Decoded(source=source, seq=seq)
-    oldest = np.inf
-    for kind, table in parts:
-        n = table.num_rows
-        columns = {}
-        for rule in sample_rules(kind):
-            name = rule.name
-            values = _column(rule, table.column(name) if name in table.column_names else None, n)
-            if values is None:
-                return None
-            columns[name] = values
-        out.batches.append(SampleBatch(kind, np.arange(out.total, out.total + n, dtype=np.int64), columns))
-        out.total += n
-        oldest = min(oldest, float(columns[EVENT_TIME[kind]].min()))
-    if out.total > MAX_SAMPLES:
-        return None
-    return out, oldest
+class Columns:
+    """A table of sample rows (some messages' worth of a file) as the engine's columns: each kind's rows
+    converted and checked once, by column, for :meth:`decoded` to cut the messages from (views, no copy)."""
+
+    def __init__(self, rows: pa.Table) -> None:
+        present, codes = kinds_of(rows.column("kind"))
+        bad = np.zeros(rows.num_rows, dtype=np.bool_)
+        self._kinds: list[tuple[str, npt.NDArray[np.intp], dict[str, npt.NDArray[Any]]]] = []
+        for i, kind in enumerate(present):
+            at = np.flatnonzero(codes == i)
+            converted = _converted(kind, rows, at, bad) if kind in SAMPLE_KINDS else None
+            if converted is None:  # an unknown kind, or a column no row of this kind can pass
+                bad[at] = True
+            else:
+                self._kinds.append((kind, at, converted))
+        self._kinds.sort(key=lambda k: SAMPLE_KINDS.index(k[0]))  # the envelope's order
+        self._bad = np.concatenate(([0], np.cumsum(bad)))
+
+    def decoded(self, start: int, stop: int, source: str, seq: int) -> tuple[Decoded, float] | None:
+        """The decoded message of rows ``start:stop`` and its oldest event time, or None when the JSON path
+        must decide (a row that breaks a rule, or of no sample kind)."""
+        if self._bad[stop] != self._bad[start] or stop - start > MAX_SAMPLES:
+            return None
+        out = Decoded(source=source, seq=seq)
+        oldest = np.inf
+        for kind, at, columns in self._kinds:
+            low, high = np.searchsorted(at, (start, stop)).tolist()
+            if low == high:
+                continue
+            batch = {name: values[low:high] for name, values in columns.items()}
+            out.batches.append(SampleBatch(kind, np.arange(out.total, out.total + high - low, dtype=np.int64), batch))
+            out.total += high - low
+            oldest = min(oldest, float(batch[EVENT_TIME[kind]].min()))
+        return out, oldest
 
 
-def _column(rule: FieldRule, array: pa.ChunkedArray | None, n: int) -> npt.NDArray[Any] | None:
+def _converted(
+    kind: str, rows: pa.Table, at: npt.NDArray[np.intp], bad: npt.NDArray[np.bool_]
+) -> dict[str, npt.NDArray[Any]] | None:
+    """The columns of ``kind``'s rows (``rows`` at ``at``), marking those that break a rule in ``bad``; None
+    when a column's type (or its absence) fails every row."""
+    table = rows_at(rows.select([n for n in rows.column_names if n in _fields(kind)]), at)
+    columns = {}
+    for rule in sample_rules(kind):
+        name = rule.name
+        checked = _column(rule, table.column(name) if name in table.column_names else None, table.num_rows)
+        if checked is None:
+            return None
+        columns[name], wrong = checked
+        if wrong is not None:
+            bad[at[wrong]] = True
+    return columns
+
+
+@cache
+def _fields(kind: str) -> frozenset[str]:
+    return frozenset(rule.name for rule in sample_rules(kind))
+
+
+def _column(
+    rule: FieldRule, array: pa.ChunkedArray | None, n: int
+) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_] | None] | None:
+    """A column's values as the JSON path decodes them and which rows break the rule (None: none), or None
+    when its type is not one the rule admits."""
     if array is None:  # the field's default for every row, as for a column the envelope leaves out
         if rule.required:
             return None
         default = check_column(rule, [rule.default])
-        return np.repeat(default.values, n)
-    if array.null_count:
-        return None
+        return np.repeat(default.values, n), None
     kind, t = rule.kind, array.type
+    nulls = array.is_null().to_numpy() if array.null_count else None
     if kind == "number" and (pa.types.is_floating(t) or _small_integer(t)) and not pa.types.is_float16(t):
-        return _bounded(rule, array.to_numpy().astype(np.float64, copy=False))
+        values = _filled(array, 0).astype(np.float64, copy=False)
+        return values, _or(nulls, _outside(rule, values, ~np.isfinite(values)))
     if kind == "integer" and _small_integer(t):
-        values = array.to_numpy().astype(np.int64, copy=False)
-        in_range = not len(values) or (values.min() >= -LIMIT and values.max() <= LIMIT)
-        return values if in_range and _within(rule, values) else None
+        values = _filled(array, 0).astype(np.int64, copy=False)
+        return values, _or(nulls, _outside(rule, values, (values < -LIMIT) | (values > LIMIT)))
     if kind == "boolean" and pa.types.is_boolean(t):
-        return np.asarray(array.to_numpy(), dtype=bool)
+        return np.asarray(_filled(array, False), dtype=bool), nulls
     if kind == "string" and _is_text(t):
         return _strings(rule, array)
     return None
+
+
+def _filled(array: pa.ChunkedArray, value: Any) -> npt.NDArray[Any]:
+    """The values as numpy, nulls as ``value`` (the rows are marked bad apart)."""
+    values: npt.NDArray[Any] = (array.fill_null(value) if array.null_count else array).to_numpy()
+    return values
+
+
+def _or(a: npt.NDArray[np.bool_] | None, b: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_] | None:
+    both = b if a is None else a | b
+    return both if both.any() else None
+
+
+def _outside(rule: FieldRule, values: npt.NDArray[Any], bad: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """``bad`` and the values beyond the rule's bounds."""
+    if rule.minimum is not None:
+        bad |= values < rule.minimum
+    if rule.exclusive_minimum is not None:
+        bad |= values <= rule.exclusive_minimum
+    if rule.maximum is not None:
+        bad |= values > rule.maximum
+    return bad
 
 
 def _is_text(t: pa.DataType) -> bool:
@@ -133,69 +195,35 @@ def _small_integer(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) and not pa.types.is_uint64(t)
 
 
-def _bounded(rule: FieldRule, values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64] | None:
-    return values if np.isfinite(values).all() and _within(rule, values) else None
+def _strings(rule: FieldRule, array: pa.ChunkedArray) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_] | None]:
+    """Each distinct string a row uses made a Python string once and checked once; a null is the entry past
+    the dictionary's last, which no rule admits."""
+    encoded = _unified(array) if pa.types.is_dictionary(array.type) else pc.dictionary_encode(array.combine_chunks())
+    n = len(encoded.dictionary)
+    indices = encoded.indices.fill_null(n) if encoded.indices.null_count else encoded.indices
+    codes = indices.to_numpy()
+    texts, valid = _entries(rule, encoded.dictionary, codes)
+    return texts[codes], _or(None, ~valid[codes])
 
 
-def _within(rule: FieldRule, values: npt.NDArray[Any]) -> bool:
-    if not len(values):
-        return True
-    low, high = values.min(), values.max()
-    return not (
-        (rule.minimum is not None and low < rule.minimum)
-        or (rule.exclusive_minimum is not None and low <= rule.exclusive_minimum)
-        or (rule.maximum is not None and high > rule.maximum)
-    )
-
-
-def _strings(rule: FieldRule, array: pa.ChunkedArray) -> npt.NDArray[Any] | None:
-    """Each distinct string checked once and made a Python string once (a dictionary's entries no row uses
-    are not checked: they are no sample's). A file's dictionary serves all the messages cut from its batch:
-    its strings and their checks are made once (:class:`_Dictionaries`)."""
-    given = pa.types.is_dictionary(array.type)
-    encoded = _unified(array) if given else pc.dictionary_encode(array.combine_chunks())
-    codes = encoded.indices.to_numpy(zero_copy_only=False)
-    texts, valid = _DICTIONARIES.of(rule, encoded.dictionary) if given else _entries(rule, encoded.dictionary)
-    if len(codes) and not valid[codes].all():
-        return None
-    values: npt.NDArray[Any] = texts[codes]
-    return values
-
-
-def _entries(rule: FieldRule, dictionary: pa.Array) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
-    """A dictionary's strings as an object array, and which of them ``rule`` admits."""
-    distinct = dictionary.to_pylist()
+def _entries(
+    rule: FieldRule, dictionary: pa.Array, codes: npt.NDArray[Any]
+) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
+    """The strings of a dictionary's entries that ``codes`` uses, as an object array one longer than the
+    dictionary (the last: a null's), and which of them ``rule`` admits. Entries no row uses are no sample's:
+    not made strings, not checked."""
+    used = np.flatnonzero(np.bincount(codes, minlength=len(dictionary) + 1)[:-1])
+    distinct = dictionary.take(used).to_pylist()
     if rule.enum is not None:
-        valid = [s in rule.enum for s in distinct]
+        admitted = [s in rule.enum for s in distinct]
     else:
         lo = rule.min_length or 0
         hi = rule.max_length if rule.max_length is not None else np.inf
-        valid = [lo <= len(s) <= hi for s in distinct]
-    texts = np.empty(len(distinct), dtype=object)
-    texts[:] = distinct
-    return texts, np.array(valid, dtype=np.bool_)
-
-
-class _Dictionaries:
-    """:func:`_entries` of the last few dictionaries seen, per rule. A dictionary is known by its buffers'
-    addresses, offset and length; each entry holds the dictionary itself, so that no other array can take
-    those addresses while it is remembered."""
-
-    KEEP = 64
-
-    def __init__(self) -> None:
-        self._known: OrderedDict[tuple[Any, ...], tuple[pa.Array, npt.NDArray[Any], npt.NDArray[np.bool_]]]
-        self._known = OrderedDict()
-
-    def of(self, rule: FieldRule, dictionary: pa.Array) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
-        where = tuple(0 if b is None else b.address for b in dictionary.buffers())
-        key = (rule, dictionary.type, where, dictionary.offset, len(dictionary))
-        known = self._known.get(key)
-        if known is None:
-            known = self._known[key] = (dictionary, *_entries(rule, dictionary))
-            if len(self._known) > self.KEEP:
-                self._known.popitem(last=False)
-        return known[1], known[2]
-
-
-_DICTIONARIES = _Dictionaries()
+        admitted = [lo <= len(s) <= hi for s in distinct]
+    strings = np.empty(len(distinct), dtype=object)
+    strings[:] = distinct
+    texts = np.empty(len(dictionary) + 1, dtype=object)
+    texts[used] = strings
+    valid = np.zeros(len(dictionary) + 1, dtype=np.bool_)
+    valid[used] = admitted
+    return texts, valid

@@ -15,7 +15,7 @@ import pytest
 from streams import analyze
 from streams.contract.envelope import Decoded, decode_telemetry
 from streams.errors import ConfigError
-from streams.formats.parquet import decode_tables, rows_at
+from streams.formats.parquet import Columns, rows_at
 from streams.sim.scenarios import SCENARIOS
 from tests.unit.test_contract_fuzz import assert_same
 
@@ -123,7 +123,7 @@ def test_dictionary_encoded_strings_decode_alike(tmp_path: Path) -> None:
     )  # the last two: used by no row
     unused = columns.set_column(columns.schema.get_field_index("op_class"), "op_class", classes)
     assert unused["op_class"].to_pylist() == columns["op_class"].to_pylist()
-    decoded = decode_tables([("op", unused.drop_columns(["kind"]))], message.decoded.source, 0)
+    decoded = Columns(unused).decoded(0, unused.num_rows, message.decoded.source, 0)
     assert decoded is not None
     assert_same_batches(decoded[0], message.decoded)
 
@@ -156,7 +156,7 @@ def test_rows_that_break_the_rules_are_dead_lettered_as_by_the_json_path(
     by_columns = analyze.analyze_files([path]).audit
     dead = [r.body for r in by_columns if r.type == "dead_letter"]
     assert [(d["count"], d["indices"]) for d in dead] == [(1, [7])], dead
-    monkeypatch.setattr(analyze, "decode_tables", lambda *_: None)  # the JSON path for every message
+    monkeypatch.setattr(Columns, "decoded", lambda *_: None)  # the JSON path for every message
     assert [r.encode() for r in analyze.analyze_files([path]).audit] == [r.encode() for r in by_columns]
     jsonl = tmp_path / "bad.jsonl"
     jsonl.write_bytes(b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows))
