@@ -88,8 +88,8 @@ def samples_only(path: Path) -> bool:
     names = pq.ParquetFile(path).schema_arrow.names
     if "kind" not in names or "schema" in names:
         return False
-    kinds = pc.unique(pq.ParquetFile(path).read(columns=["kind"])["kind"]).to_pylist()
-    return set(kinds) <= set(SAMPLE_KINDS)
+    kinds = pq.ParquetFile(path, read_dictionary=["kind"]).read(columns=["kind"])["kind"]  # (unique by codes)
+    return set(pc.unique(kinds).to_pylist()) <= set(SAMPLE_KINDS)
 
 
 def parquet_columns(path: Path) -> Iterator[Message]:

@@ -10,7 +10,7 @@ that the telemetry decoder refuses what it refuses, with its reasons (``tests/un
 from __future__ import annotations
 
 from collections.abc import Iterator
-from functools import cache
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +42,18 @@ def kinds_of(column: pa.ChunkedArray) -> tuple[list[Any], npt.NDArray[np.intp]]:
     if pa.types.is_dictionary(column.type):
         encoded = _unified(column)
         values = [*encoded.dictionary.to_pylist(), None]
-        codes = encoded.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False)
+        codes = _buffer(encoded.indices, 1, encoded.indices.type.to_pandas_dtype())
+        if encoded.null_count:
+            codes = np.where(~_buffer(encoded, 0, None), len(values) - 1, codes)
     else:
         encoded = column.combine_chunks().dictionary_encode(null_encoding="encode")
         values, codes = encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False)
     if not len(codes):
         return [], np.zeros(0, np.intp)
-    present, first = np.unique(codes, return_index=True)
-    present = present[np.argsort(first, kind="stable")]
+    first = np.full(len(values), len(codes))  # each value's first row (a linear pass, not np.unique's sort)
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    present = np.flatnonzero(first < len(codes))
+    present = present[np.argsort(first[present], kind="stable")]
     position = np.zeros(len(values), np.intp)
     position[present] = np.arange(len(present))
     return [values[i] for i in present.tolist()], position[codes]
@@ -78,21 +82,25 @@ def _unified(column: pa.ChunkedArray) -> pa.DictionaryArray:
 
 
 class Columns:
-    """A table of sample rows (some messages' worth of a file) as the engine's columns: each kind's rows
-    converted and checked once, by column, for :meth:`decoded` to cut the messages from (views, no copy)."""
+    """A table of sample rows (some messages' worth of a file) as the engine's columns: each column read
+    into numpy once, each kind's rows of it picked and checked once, for :meth:`decoded` to cut the messages
+    from (views, no copy)."""
 
     def __init__(self, rows: pa.Table) -> None:
         present, codes = kinds_of(rows.column("kind"))
         bad = np.zeros(rows.num_rows, dtype=np.bool_)
+        whole = {name: _Whole(rows.column(name)) for name in rows.column_names}
         self._kinds: list[tuple[str, npt.NDArray[np.intp], dict[str, npt.NDArray[Any]]]] = []
-        for i, kind in enumerate(present):
-            at = np.flatnonzero(codes == i)
-            converted = _converted(kind, rows, at, bad) if kind in SAMPLE_KINDS else None
-            if converted is None:  # an unknown kind, or a column no row of this kind can pass
+        for kind in [k for k in SAMPLE_KINDS if k in present]:  # the envelope's order
+            at = np.flatnonzero(codes == present.index(kind))
+            converted = _converted(kind, whole, at, bad)
+            if converted is None:  # a column no row of this kind can pass
                 bad[at] = True
             else:
                 self._kinds.append((kind, at, converted))
-        self._kinds.sort(key=lambda k: SAMPLE_KINDS.index(k[0]))  # the envelope's order
+        for i, kind in enumerate(present):
+            if kind not in SAMPLE_KINDS:  # (None: a null kind)
+                bad[codes == i] = True
         self._bad = np.concatenate(([0], np.cumsum(bad)))
 
     def decoded(self, start: int, stop: int, source: str, seq: int) -> tuple[Decoded, float] | None:
@@ -113,61 +121,126 @@ class Columns:
         return out, oldest
 
 
+class _Whole:
+    """A column of the table as numpy, made once whichever kinds' rows read it: its values with nulls
+    filled (the null rows are marked apart), or for strings, codes into a dictionary whose entries some row
+    uses are made Python strings once (the others are no sample's: neither made nor checked)."""
+
+    def __init__(self, array: pa.ChunkedArray) -> None:
+        self.array = array
+        self.type = array.type
+        self.nulls = ~_buffer(array, 0, None) if array.null_count else None
+
+    @cached_property
+    def values(self) -> npt.NDArray[Any]:
+        """The values of a boolean or numeric column (a null's slot: whatever the file left there)."""
+        return _buffer(self.array, 1, None if pa.types.is_boolean(self.type) else self.type.to_pandas_dtype())
+
+    @cached_property
+    def codes(self) -> npt.NDArray[Any]:
+        """Each row's entry; a null's is the one past the last."""
+        return self._encoded[0]
+
+    @cached_property
+    def _encoded(self) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp], list[str], int]:
+        """(codes, the entries some row uses, their strings, how many entries)"""
+        array = self.array
+        encoded = _unified(array) if pa.types.is_dictionary(self.type) else pc.dictionary_encode(array.combine_chunks())
+        n = len(encoded.dictionary)
+        codes = _buffer(encoded.indices, 1, encoded.indices.type.to_pandas_dtype())
+        if self.nulls is not None:
+            codes = np.where(self.nulls, n, codes)
+        # the whole dictionary, unless it is larger than the rows: then only the entries they use
+        used = np.arange(n) if n <= len(codes) else np.flatnonzero(np.bincount(codes, minlength=n + 1)[:-1])
+        return codes, used, encoded.dictionary.take(used).to_pylist(), n
+
+    @cached_property
+    def texts(self) -> npt.NDArray[Any]:
+        """The strings by entry (None for one no row uses, and past the last)."""
+        _, used, distinct, n = self._encoded
+        strings = np.empty(len(distinct), dtype=object)
+        strings[:] = distinct
+        texts = np.empty(n + 1, dtype=object)
+        texts[used] = strings
+        return texts
+
+    def admitted(self, rule: FieldRule) -> npt.NDArray[np.bool_]:
+        """By entry, whether ``rule`` admits it (False for one no row uses, and past the last)."""
+        _, used, distinct, n = self._encoded
+        if rule.enum is not None:
+            admitted = [s in rule.enum for s in distinct]
+        else:
+            lo = rule.min_length or 0
+            hi = rule.max_length if rule.max_length is not None else np.inf
+            admitted = [lo <= len(s) <= hi for s in distinct]
+        valid = np.zeros(n + 1, dtype=np.bool_)
+        valid[used] = admitted
+        return valid
+
+
 def _converted(
-    kind: str, rows: pa.Table, at: npt.NDArray[np.intp], bad: npt.NDArray[np.bool_]
+    kind: str, whole: dict[str, _Whole], at: npt.NDArray[np.intp], bad: npt.NDArray[np.bool_]
 ) -> dict[str, npt.NDArray[Any]] | None:
-    """The columns of ``kind``'s rows (``rows`` at ``at``), marking those that break a rule in ``bad``; None
-    when a column's type (or its absence) fails every row."""
-    table = rows_at(rows.select([n for n in rows.column_names if n in _fields(kind)]), at)
+    """The columns of ``kind``'s rows (at ``at``), marking those that break a rule in ``bad``; None when a
+    column's type (or its absence) fails every row."""
     columns = {}
     for rule in sample_rules(kind):
-        name = rule.name
-        checked = _column(rule, table.column(name) if name in table.column_names else None, table.num_rows)
+        checked = _column(rule, whole.get(rule.name), at)
         if checked is None:
             return None
-        columns[name], wrong = checked
+        columns[rule.name], wrong = checked
         if wrong is not None:
             bad[at[wrong]] = True
     return columns
 
 
-@cache
-def _fields(kind: str) -> frozenset[str]:
-    return frozenset(rule.name for rule in sample_rules(kind))
-
-
 def _column(
-    rule: FieldRule, array: pa.ChunkedArray | None, n: int
+    rule: FieldRule, whole: _Whole | None, at: npt.NDArray[np.intp]
 ) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_] | None] | None:
-    """A column's values as the JSON path decodes them and which rows break the rule (None: none), or None
-    when its type is not one the rule admits."""
-    if array is None:  # the field's default for every row, as for a column the envelope leaves out
+    """A column's values at rows ``at`` as the JSON path decodes them and which of those break the rule
+    (None: none), or None when its type is not one the rule admits."""
+    if whole is None:  # the field's default for every row, as for a column the envelope leaves out
         if rule.required:
             return None
         default = check_column(rule, [rule.default])
-        return np.repeat(default.values, n), None
-    kind, t = rule.kind, array.type
-    nulls = array.is_null().to_numpy() if array.null_count else None
+        return np.repeat(default.values, len(at)), None
+    kind, t = rule.kind, whole.type
+    nulls = None if whole.nulls is None else whole.nulls[at]
     if kind == "number" and (pa.types.is_floating(t) or _small_integer(t)) and not pa.types.is_float16(t):
-        values = _filled(array, 0).astype(np.float64, copy=False)
-        return values, _or(nulls, _outside(rule, values, ~np.isfinite(values)))
+        values = whole.values[at].astype(np.float64, copy=False)
+        return values, _any(nulls, _outside(rule, values, ~np.isfinite(values)))
     if kind == "integer" and _small_integer(t):
-        values = _filled(array, 0).astype(np.int64, copy=False)
-        return values, _or(nulls, _outside(rule, values, (values < -LIMIT) | (values > LIMIT)))
+        values = whole.values[at].astype(np.int64, copy=False)
+        return values, _any(nulls, _outside(rule, values, (values < -LIMIT) | (values > LIMIT)))
     if kind == "boolean" and pa.types.is_boolean(t):
-        return np.asarray(_filled(array, False), dtype=bool), nulls
+        return np.asarray(whole.values[at], dtype=bool), nulls if nulls is not None and nulls.any() else None
     if kind == "string" and _is_text(t):
-        return _strings(rule, array)
+        codes = whole.codes[at]
+        return whole.texts[codes], _any(None, ~whole.admitted(rule)[codes])
     return None
 
 
-def _filled(array: pa.ChunkedArray, value: Any) -> npt.NDArray[Any]:
-    """The values as numpy, nulls as ``value`` (the rows are marked bad apart)."""
-    values: npt.NDArray[Any] = (array.fill_null(value) if array.null_count else array).to_numpy()
-    return values
+def _buffer(array: pa.ChunkedArray | pa.Array, i: int, dtype: Any) -> npt.NDArray[Any]:
+    """Buffer ``i`` of each chunk as numpy, joined (no copy for one chunk): the values of a fixed-width
+    ``dtype``, or with None, bits (a boolean's values; a validity bitmap, all set where there is none).
+    Faster than Arrow's ``to_numpy``, which fills nulls (here marked apart) or unpacks bits by the row."""
+    parts = []
+    for chunk in array.chunks if isinstance(array, pa.ChunkedArray) else [array]:
+        buffer, end = chunk.buffers()[i], chunk.offset + len(chunk)
+        if not len(chunk):
+            continue
+        if dtype is not None:
+            parts.append(np.frombuffer(buffer, dtype, count=end)[chunk.offset :])
+        elif buffer is None:
+            parts.append(np.ones(len(chunk), np.bool_))
+        else:
+            bits = np.unpackbits(np.frombuffer(buffer, np.uint8), count=end, bitorder="little")
+            parts.append(bits[chunk.offset :].view(np.bool_))
+    return parts[0] if len(parts) == 1 else np.concatenate([np.zeros(0, dtype or np.bool_), *parts])
 
 
-def _or(a: npt.NDArray[np.bool_] | None, b: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_] | None:
+def _any(a: npt.NDArray[np.bool_] | None, b: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_] | None:
+    """``a | b``, None when no row is marked."""
     both = b if a is None else a | b
     return both if both.any() else None
 
@@ -193,37 +266,3 @@ def _is_text(t: pa.DataType) -> bool:
 def _small_integer(t: pa.DataType) -> bool:
     """Integer types whose every value numpy holds as int64 exactly (not uint64)."""
     return pa.types.is_integer(t) and not pa.types.is_uint64(t)
-
-
-def _strings(rule: FieldRule, array: pa.ChunkedArray) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_] | None]:
-    """Each distinct string a row uses made a Python string once and checked once; a null is the entry past
-    the dictionary's last, which no rule admits."""
-    encoded = _unified(array) if pa.types.is_dictionary(array.type) else pc.dictionary_encode(array.combine_chunks())
-    n = len(encoded.dictionary)
-    indices = encoded.indices.fill_null(n) if encoded.indices.null_count else encoded.indices
-    codes = indices.to_numpy()
-    texts, valid = _entries(rule, encoded.dictionary, codes)
-    return texts[codes], _or(None, ~valid[codes])
-
-
-def _entries(
-    rule: FieldRule, dictionary: pa.Array, codes: npt.NDArray[Any]
-) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
-    """The strings of a dictionary's entries that ``codes`` uses, as an object array one longer than the
-    dictionary (the last: a null's), and which of them ``rule`` admits. Entries no row uses are no sample's:
-    not made strings, not checked."""
-    used = np.flatnonzero(np.bincount(codes, minlength=len(dictionary) + 1)[:-1])
-    distinct = dictionary.take(used).to_pylist()
-    if rule.enum is not None:
-        admitted = [s in rule.enum for s in distinct]
-    else:
-        lo = rule.min_length or 0
-        hi = rule.max_length if rule.max_length is not None else np.inf
-        admitted = [lo <= len(s) <= hi for s in distinct]
-    strings = np.empty(len(distinct), dtype=object)
-    strings[:] = distinct
-    texts = np.empty(len(dictionary) + 1, dtype=object)
-    texts[used] = strings
-    valid = np.zeros(len(dictionary) + 1, dtype=np.bool_)
-    valid[used] = admitted
-    return texts, valid
