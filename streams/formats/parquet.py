@@ -42,9 +42,9 @@ def kinds_of(column: pa.ChunkedArray) -> tuple[list[Any], npt.NDArray[np.intp]]:
     if pa.types.is_dictionary(column.type):
         encoded = _unified(column)
         values = [*encoded.dictionary.to_pylist(), None]
-        codes = _buffer(encoded.indices, 1, encoded.indices.type.to_pandas_dtype())
+        codes = _buffer(encoded.indices, 1)
         if encoded.null_count:
-            codes = np.where(~_buffer(encoded, 0, None), len(values) - 1, codes)
+            codes = np.where(~_buffer(encoded, 0), len(values) - 1, codes)
     else:
         encoded = column.combine_chunks().dictionary_encode(null_encoding="encode")
         values, codes = encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False)
@@ -129,12 +129,12 @@ class _Whole:
     def __init__(self, array: pa.ChunkedArray) -> None:
         self.array = array
         self.type = array.type
-        self.nulls = ~_buffer(array, 0, None) if array.null_count else None
+        self.nulls = ~_buffer(array, 0) if array.null_count else None
 
     @cached_property
     def values(self) -> npt.NDArray[Any]:
         """The values of a boolean or numeric column (a null's slot: whatever the file left there)."""
-        return _buffer(self.array, 1, None if pa.types.is_boolean(self.type) else self.type.to_pandas_dtype())
+        return _buffer(self.array, 1)
 
     @cached_property
     def codes(self) -> npt.NDArray[Any]:
@@ -147,12 +147,13 @@ class _Whole:
         array = self.array
         encoded = _unified(array) if pa.types.is_dictionary(self.type) else pc.dictionary_encode(array.combine_chunks())
         n = len(encoded.dictionary)
-        codes = _buffer(encoded.indices, 1, encoded.indices.type.to_pandas_dtype())
+        codes = _buffer(encoded.indices, 1)
         if self.nulls is not None:
             codes = np.where(self.nulls, n, codes)
         # the whole dictionary, unless it is larger than the rows: then only the entries they use
         used = np.arange(n) if n <= len(codes) else np.flatnonzero(np.bincount(codes, minlength=n + 1)[:-1])
-        return codes, used, encoded.dictionary.take(used).to_pylist(), n
+        dictionary = encoded.dictionary if len(used) == n else encoded.dictionary.take(used)
+        return codes, used, dictionary.to_pylist(), n
 
     @cached_property
     def texts(self) -> npt.NDArray[Any]:
@@ -164,8 +165,9 @@ class _Whole:
         texts[used] = strings
         return texts
 
-    def admitted(self, rule: FieldRule) -> npt.NDArray[np.bool_]:
-        """By entry, whether ``rule`` admits it (False for one no row uses, and past the last)."""
+    def admitted(self, rule: FieldRule) -> npt.NDArray[np.bool_] | None:
+        """By entry, whether ``rule`` admits it (False for one no row uses, and past the last); None when
+        it admits every string (then only a null breaks it)."""
         _, used, distinct, n = self._encoded
         if rule.enum is not None:
             admitted = [s in rule.enum for s in distinct]
@@ -173,6 +175,8 @@ class _Whole:
             lo = rule.min_length or 0
             hi = rule.max_length if rule.max_length is not None else np.inf
             admitted = [lo <= len(s) <= hi for s in distinct]
+        if len(used) == n and all(admitted):
+            return None
         valid = np.zeros(n + 1, dtype=np.bool_)
         valid[used] = admitted
         return valid
@@ -213,36 +217,41 @@ def _column(
         values = whole.values[at].astype(np.int64, copy=False)
         return values, _any(nulls, _outside(rule, values, (values < -LIMIT) | (values > LIMIT)))
     if kind == "boolean" and pa.types.is_boolean(t):
-        return np.asarray(whole.values[at], dtype=bool), nulls if nulls is not None and nulls.any() else None
+        return np.asarray(whole.values[at], dtype=bool), _any(nulls, None)
     if kind == "string" and _is_text(t):
-        codes = whole.codes[at]
-        return whole.texts[codes], _any(None, ~whole.admitted(rule)[codes])
+        codes, valid = whole.codes[at], whole.admitted(rule)
+        return whole.texts[codes], _any(nulls, None if valid is None else ~valid[codes])
     return None
 
 
-def _buffer(array: pa.ChunkedArray | pa.Array, i: int, dtype: Any) -> npt.NDArray[Any]:
-    """Buffer ``i`` of each chunk as numpy, joined (no copy for one chunk): the values of a fixed-width
-    ``dtype``, or with None, bits (a boolean's values; a validity bitmap, all set where there is none).
-    Faster than Arrow's ``to_numpy``, which fills nulls (here marked apart) or unpacks bits by the row."""
+def _buffer(array: pa.ChunkedArray | pa.Array, i: int) -> npt.NDArray[Any]:
+    """Buffer ``i`` of each chunk as numpy, joined (no copy for one chunk): the validity bitmap (0: all set
+    where there is none) or the values (1: bits for booleans, else numbers of the type's width; a null's
+    slot holds whatever the file left there). Faster than Arrow's ``to_numpy``, which fills the nulls
+    (here marked apart) and unpacks bits row by row."""
+    t = array.type
+    bits = i == 0 or pa.types.is_boolean(t)
+    number = "f" if pa.types.is_floating(t) else "u" if pa.types.is_unsigned_integer(t) else "i"
+    dtype = np.bool_ if bits else np.dtype(f"{number}{t.byte_width}")
     parts = []
     for chunk in array.chunks if isinstance(array, pa.ChunkedArray) else [array]:
         buffer, end = chunk.buffers()[i], chunk.offset + len(chunk)
         if not len(chunk):
             continue
-        if dtype is not None:
+        if not bits:
             parts.append(np.frombuffer(buffer, dtype, count=end)[chunk.offset :])
         elif buffer is None:
             parts.append(np.ones(len(chunk), np.bool_))
         else:
-            bits = np.unpackbits(np.frombuffer(buffer, np.uint8), count=end, bitorder="little")
-            parts.append(bits[chunk.offset :].view(np.bool_))
-    return parts[0] if len(parts) == 1 else np.concatenate([np.zeros(0, dtype or np.bool_), *parts])
+            unpacked = np.unpackbits(np.frombuffer(buffer, np.uint8), count=end, bitorder="little")
+            parts.append(unpacked[chunk.offset :].view(np.bool_))
+    return parts[0] if len(parts) == 1 else np.concatenate([np.zeros(0, dtype), *parts])
 
 
-def _any(a: npt.NDArray[np.bool_] | None, b: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_] | None:
-    """``a | b``, None when no row is marked."""
-    both = b if a is None else a | b
-    return both if both.any() else None
+def _any(a: npt.NDArray[np.bool_] | None, b: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.bool_] | None:
+    """The rows either marks, None when none is."""
+    both = a if b is None else b if a is None else a | b
+    return both if both is not None and both.any() else None
 
 
 def _outside(rule: FieldRule, values: npt.NDArray[Any], bad: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
