@@ -104,14 +104,15 @@ def parquet_columns(path: Path) -> Iterator[Message]:
     for chunk in _slices(read_batches(path, size), size):
         columns = Columns(chunk)
         for start in range(0, chunk.num_rows, ROWS_PER_MESSAGE):
-            rows = chunk.slice(start, ROWS_PER_MESSAGE)
-            position += rows.num_rows
+            stop = min(start + ROWS_PER_MESSAGE, chunk.num_rows)
+            position += stop - start
             where = SourcePosition(str(path), 0, position)
-            decoded = columns.decoded(start, start + rows.num_rows, source, seq)
+            decoded = columns.decoded(start, stop, source, seq)
             if decoded is not None:
-                yield Message("telemetry", partial(_encoded, rows, source, seq), where, decoded[1], decoded[0])
+                value = partial(_encoded, chunk, start, stop, source, seq)
+                yield Message("telemetry", value, where, decoded[1], decoded[0])
             else:
-                doc = _envelope(rows, source, seq)
+                doc = _envelope(chunk.slice(start, stop - start), source, seq)
                 yield Message("telemetry", orjson.dumps(doc), where, oldest(doc))
             seq += 1
 
@@ -125,8 +126,8 @@ def _envelope(rows: pa.Table, source: str, seq: int) -> dict[str, Any]:
     return {"schema": TELEMETRY_SCHEMA, "source": source, "seq": seq, "columns": columns}
 
 
-def _encoded(rows: pa.Table, source: str, seq: int) -> bytes:
-    return orjson.dumps(_envelope(rows, source, seq))
+def _encoded(chunk: pa.Table, start: int, stop: int, source: str, seq: int) -> bytes:
+    return orjson.dumps(_envelope(chunk.slice(start, stop - start), source, seq))
 
 
 def _by_kind(rows: pa.Table) -> list[tuple[str, pa.Table]]:

@@ -92,8 +92,9 @@ class Columns:
         whole = {name: _Whole(rows.column(name)) for name in rows.column_names}
         self._kinds: list[tuple[str, npt.NDArray[np.intp], dict[str, npt.NDArray[Any]]]] = []
         for kind in [k for k in SAMPLE_KINDS if k in present]:  # the envelope's order
-            at = np.flatnonzero(codes == present.index(kind))
-            converted = _converted(kind, whole, at, bad)
+            rows = codes == present.index(kind)
+            at = np.flatnonzero(rows)
+            converted = _converted(kind, whole, rows, at, bad)
             if converted is None:  # a column no row of this kind can pass
                 bad[at] = True
             else:
@@ -183,18 +184,25 @@ class _Whole:
 
 
 def _converted(
-    kind: str, whole: dict[str, _Whole], at: npt.NDArray[np.intp], bad: npt.NDArray[np.bool_]
+    kind: str,
+    whole: dict[str, _Whole],
+    rows: npt.NDArray[np.bool_],
+    at: npt.NDArray[np.intp],
+    bad: npt.NDArray[np.bool_],
 ) -> dict[str, npt.NDArray[Any]] | None:
-    """The columns of ``kind``'s rows (at ``at``), marking those that break a rule in ``bad``; None when a
-    column's type (or its absence) fails every row."""
+    """The columns of ``kind``'s rows (``rows``, a mask; ``at``, their positions), marking those that break
+    a rule in ``bad``; None when a column's type (or its absence) fails every row."""
     columns = {}
     for rule in sample_rules(kind):
-        checked = _column(rule, whole.get(rule.name), at)
+        column = whole.get(rule.name)
+        checked = _column(rule, column, at)
         if checked is None:
             return None
         columns[rule.name], wrong = checked
         if wrong is not None:
             bad[at[wrong]] = True
+        if column is not None and column.nulls is not None:
+            bad |= column.nulls & rows  # (marked on the whole table: cheaper than picking the kind's rows)
     return columns
 
 
@@ -202,25 +210,25 @@ def _column(
     rule: FieldRule, whole: _Whole | None, at: npt.NDArray[np.intp]
 ) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_] | None] | None:
     """A column's values at rows ``at`` as the JSON path decodes them and which of those break the rule
-    (None: none), or None when its type is not one the rule admits."""
+    (None: none; a null's value is a placeholder, the caller marks it), or None when its type is not one
+    the rule admits."""
     if whole is None:  # the field's default for every row, as for a column the envelope leaves out
         if rule.required:
             return None
         default = check_column(rule, [rule.default])
         return np.repeat(default.values, len(at)), None
     kind, t = rule.kind, whole.type
-    nulls = None if whole.nulls is None else whole.nulls[at]
     if kind == "number" and (pa.types.is_floating(t) or _small_integer(t)) and not pa.types.is_float16(t):
         values = whole.values[at].astype(np.float64, copy=False)
-        return values, _any(nulls, _outside(rule, values, ~np.isfinite(values)))
+        return values, _any(_outside(rule, values, ~np.isfinite(values)))
     if kind == "integer" and _small_integer(t):
         values = whole.values[at].astype(np.int64, copy=False)
-        return values, _any(nulls, _outside(rule, values, (values < -LIMIT) | (values > LIMIT)))
+        return values, _any(_outside(rule, values, (values < -LIMIT) | (values > LIMIT)))
     if kind == "boolean" and pa.types.is_boolean(t):
-        return np.asarray(whole.values[at], dtype=bool), _any(nulls, None)
+        return np.asarray(whole.values[at], dtype=bool), None
     if kind == "string" and _is_text(t):
         codes, valid = whole.codes[at], whole.admitted(rule)
-        return whole.texts[codes], _any(nulls, None if valid is None else ~valid[codes])
+        return whole.texts[codes], None if valid is None else _any(~valid[codes])
     return None
 
 
@@ -248,10 +256,8 @@ def _buffer(array: pa.ChunkedArray | pa.Array, i: int) -> npt.NDArray[Any]:
     return parts[0] if len(parts) == 1 else np.concatenate([np.zeros(0, dtype), *parts])
 
 
-def _any(a: npt.NDArray[np.bool_] | None, b: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.bool_] | None:
-    """The rows either marks, None when none is."""
-    both = a if b is None else b if a is None else a | b
-    return both if both is not None and both.any() else None
+def _any(rows: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_] | None:
+    return rows if rows.any() else None
 
 
 def _outside(rule: FieldRule, values: npt.NDArray[Any], bad: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
