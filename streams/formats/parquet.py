@@ -41,10 +41,7 @@ def kinds_of(column: pa.ChunkedArray) -> tuple[list[Any], npt.NDArray[np.intp]]:
     null, and each row's position among them."""
     if pa.types.is_dictionary(column.type):
         encoded = _unified(column)
-        values = [*encoded.dictionary.to_pylist(), None]
-        codes = _buffer(encoded.indices, 1)
-        if encoded.null_count:
-            codes = np.where(~_buffer(encoded, 0), len(values) - 1, codes)
+        values, codes = [*encoded.dictionary.to_pylist(), None], _codes(encoded)
     else:
         encoded = column.combine_chunks().dictionary_encode(null_encoding="encode")
         values, codes = encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False)
@@ -92,9 +89,9 @@ class Columns:
         whole = {name: _Whole(rows.column(name)) for name in rows.column_names}
         self._kinds: list[tuple[str, npt.NDArray[np.intp], dict[str, npt.NDArray[Any]]]] = []
         for kind in [k for k in SAMPLE_KINDS if k in present]:  # the envelope's order
-            rows = codes == present.index(kind)
-            at = np.flatnonzero(rows)
-            converted = _converted(kind, whole, rows, at, bad)
+            mask = codes == present.index(kind)
+            at = np.flatnonzero(mask)
+            converted = _converted(kind, whole, mask, at, bad)
             if converted is None:  # a column no row of this kind can pass
                 bad[at] = True
             else:
@@ -147,10 +144,7 @@ class _Whole:
         """(codes, the entries some row uses, their strings, how many entries)"""
         array = self.array
         encoded = _unified(array) if pa.types.is_dictionary(self.type) else pc.dictionary_encode(array.combine_chunks())
-        n = len(encoded.dictionary)
-        codes = _buffer(encoded.indices, 1)
-        if self.nulls is not None:
-            codes = np.where(self.nulls, n, codes)
+        n, codes = len(encoded.dictionary), _codes(encoded)
         # the whole dictionary, unless it is larger than the rows: then only the entries they use
         used = np.arange(n) if n <= len(codes) else np.flatnonzero(np.bincount(codes, minlength=n + 1)[:-1])
         dictionary = encoded.dictionary if len(used) == n else encoded.dictionary.take(used)
@@ -230,6 +224,14 @@ def _column(
         codes, valid = whole.codes[at], whole.admitted(rule)
         return whole.texts[codes], None if valid is None else _any(~valid[codes])
     return None
+
+
+def _codes(encoded: pa.DictionaryArray) -> npt.NDArray[np.intp]:
+    """Each row's entry in the dictionary; a null's: the one past the last."""
+    codes = _buffer(encoded.indices, 1).astype(np.intp)  # (a copy: Arrow's buffer is never written)
+    if encoded.null_count:
+        np.copyto(codes, len(encoded.dictionary), where=~_buffer(encoded, 0))
+    return codes
 
 
 def _buffer(array: pa.ChunkedArray | pa.Array, i: int) -> npt.NDArray[Any]:

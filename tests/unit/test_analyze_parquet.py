@@ -193,6 +193,10 @@ def test_whatever_a_null_slot_holds_no_sample_reads_it() -> None:
         "group": pa.DictionaryArray.from_arrays(
             under_null(pa.int32(), np.where(np.arange(n) == 3, 1_000_000, 0).astype(np.int32)), pa.array(["g"])
         ),
+        "op": pa.DictionaryArray.from_arrays(  # 128 entries: a null's code (the 129th) is past int8's range
+            under_null(pa.int8(), np.where(np.arange(n) == 3, -1, 0).astype(np.int8)),
+            pa.array(["forward", *(f"op{i}" for i in range(127))]),
+        ),
     }
     ops = table([{**OP, "rank": r} for r in range(n)])
     for name, column in junk.items():
