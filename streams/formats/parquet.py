@@ -25,6 +25,7 @@ from streams.contract.envelope import MAX_SAMPLES, Decoded, SampleBatch
 from streams.contract.schema import EVENT_TIME, SAMPLE_KINDS, FieldRule, sample_rules
 
 LIMIT = 2**62  # integers beyond it are out of range for the telemetry decoder
+FINITE = float(np.finfo(np.float64).max)  # (a NaN or an infinity is beyond it)
 
 
 def read_batches(path: Path, rows: int = 65_536) -> Iterator[pa.RecordBatch]:
@@ -214,10 +215,10 @@ def _column(
     kind, t = rule.kind, whole.type
     if kind == "number" and (pa.types.is_floating(t) or _small_integer(t)) and not pa.types.is_float16(t):
         values = whole.values[at].astype(np.float64, copy=False)
-        return values, _any(_outside(rule, values, ~np.isfinite(values)))
+        return values, _outside(rule, values, FINITE)
     if kind == "integer" and _small_integer(t):
         values = whole.values[at].astype(np.int64, copy=False)
-        return values, _any(_outside(rule, values, (values < -LIMIT) | (values > LIMIT)))
+        return values, _outside(rule, values, LIMIT)
     if kind == "boolean" and pa.types.is_boolean(t):
         return np.asarray(whole.values[at], dtype=bool), None
     if kind == "string" and _is_text(t):
@@ -262,8 +263,15 @@ def _any(rows: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_] | None:
     return rows if rows.any() else None
 
 
-def _outside(rule: FieldRule, values: npt.NDArray[Any], bad: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
-    """``bad`` and the values beyond the rule's bounds."""
+def _outside(rule: FieldRule, values: npt.NDArray[Any], limit: float) -> npt.NDArray[np.bool_] | None:
+    """The rows whose value is beyond ``limit`` either way (or NaN) or the rule's bounds, None when none
+    is: first by the least and greatest value (the usual answer, without a mask)."""
+    if not len(values):
+        return None
+    low, high = values.min(), values.max()
+    if -limit <= low and high <= limit and _within(rule, low, high):
+        return None
+    bad = ~((values >= -limit) & (values <= limit))
     if rule.minimum is not None:
         bad |= values < rule.minimum
     if rule.exclusive_minimum is not None:
@@ -271,6 +279,14 @@ def _outside(rule: FieldRule, values: npt.NDArray[Any], bad: npt.NDArray[np.bool
     if rule.maximum is not None:
         bad |= values > rule.maximum
     return bad
+
+
+def _within(rule: FieldRule, low: Any, high: Any) -> bool:
+    return not (
+        (rule.minimum is not None and low < rule.minimum)
+        or (rule.exclusive_minimum is not None and low <= rule.exclusive_minimum)
+        or (rule.maximum is not None and high > rule.maximum)
+    )
 
 
 def _is_text(t: pa.DataType) -> bool:
