@@ -1,10 +1,12 @@
-"""Sample rows of a Parquet file (Arrow columns, one table per sample kind) straight into the engine's column
-batches, without the JSON envelope that ``analyze`` otherwise writes and decodes again.
+"""Sample rows of a Parquet file (Arrow columns, read into numpy and checked some messages at a time, by kind)
+straight into the engine's column batches, without the JSON envelope that ``analyze`` otherwise writes and
+decodes again.
 
-It answers only when every column is certainly valid under the contract's field rules (the types Arrow
-stores, no nulls, every value within its bounds, lengths and enumerations) and then gives the batches the
-JSON path gives, bit for bit. For anything else it answers None, and the caller builds the JSON envelope so
-that the telemetry decoder refuses what it refuses, with its reasons (``tests/unit/test_analyze_parquet.py``).
+It answers for a message only when every column of its rows is certainly valid under the contract's field
+rules (the types Arrow stores, no nulls, every value within its bounds, lengths and enumerations) and then
+gives the batches the JSON path gives, bit for bit. For anything else it answers None, and the caller builds
+the JSON envelope so that the telemetry decoder refuses what it refuses, with its reasons
+(``tests/unit/test_analyze_parquet.py``).
 """
 
 from __future__ import annotations
@@ -121,9 +123,10 @@ class Columns:
 
 
 class _Whole:
-    """A column of the table as numpy, made once whichever kinds' rows read it: its values with nulls
-    filled (the null rows are marked apart), or for strings, codes into a dictionary whose entries some row
-    uses are made Python strings once (the others are no sample's: neither made nor checked)."""
+    """A column of the table as numpy, made once whichever kinds' rows read it: its values (a null's is a
+    placeholder: the null rows are marked apart), or for strings, codes into a dictionary whose entries are
+    made Python strings and checked once (those of a dictionary larger than the rows: only the ones they
+    use; an entry no row uses is no sample's)."""
 
     def __init__(self, array: pa.ChunkedArray) -> None:
         self.array = array
@@ -142,7 +145,7 @@ class _Whole:
 
     @cached_property
     def _encoded(self) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp], list[str], int]:
-        """(codes, the entries some row uses, their strings, how many entries)"""
+        """(codes, the entries made strings, their strings, how many entries)"""
         array = self.array
         encoded = _unified(array) if pa.types.is_dictionary(self.type) else pc.dictionary_encode(array.combine_chunks())
         n, codes = len(encoded.dictionary), _codes(encoded)
@@ -153,7 +156,7 @@ class _Whole:
 
     @cached_property
     def texts(self) -> npt.NDArray[Any]:
-        """The strings by entry (None for one no row uses, and past the last)."""
+        """The strings by entry (None for one not made, and past the last)."""
         _, used, distinct, n = self._encoded
         strings = np.empty(len(distinct), dtype=object)
         strings[:] = distinct
@@ -162,8 +165,8 @@ class _Whole:
         return texts
 
     def admitted(self, rule: FieldRule) -> npt.NDArray[np.bool_] | None:
-        """By entry, whether ``rule`` admits it (False for one no row uses, and past the last); None when
-        it admits every string (then only a null breaks it)."""
+        """By entry, whether ``rule`` admits it (False for one not made, and past the last); None when it
+        admits every entry (then only a null breaks it)."""
         _, used, distinct, n = self._encoded
         if rule.enum is not None:
             admitted = [s in rule.enum for s in distinct]
@@ -222,7 +225,12 @@ def _column(
     if kind == "boolean" and pa.types.is_boolean(t):
         return np.asarray(whole.values[at], dtype=bool), None
     if kind == "string" and _is_text(t):
-        codes, valid = whole.codes[at], whole.admitted(rule)
+        valid = whole.admitted(rule)
+        if valid is None and len(whole.texts) == 2:  # one string (e.g. the job's): filled, faster than gathered
+            values = np.empty(len(at), dtype=object)
+            values.fill(whole.texts[0])
+            return values, None
+        codes = whole.codes[at]
         return whole.texts[codes], None if valid is None else _any(~valid[codes])
     return None
 
@@ -236,8 +244,8 @@ def _codes(encoded: pa.DictionaryArray) -> npt.NDArray[np.intp]:
 
 
 def _buffer(array: pa.ChunkedArray | pa.Array, i: int) -> npt.NDArray[Any]:
-    """Buffer ``i`` of each chunk as numpy, joined (no copy for one chunk): the validity bitmap (0: all set
-    where there is none) or the values (1: bits for booleans, else numbers of the type's width; a null's
+    """Buffer ``i`` of each chunk as numpy, joined (no copy for one chunk): the validity bitmap (0) or the
+    values (1: bits for booleans, else numbers of the type's width; a null's
     slot holds whatever the file left there). Faster than Arrow's ``to_numpy``, which fills the nulls
     (here marked apart) and unpacks bits row by row."""
     t = array.type
@@ -251,8 +259,8 @@ def _buffer(array: pa.ChunkedArray | pa.Array, i: int) -> npt.NDArray[Any]:
             continue
         if not bits:
             parts.append(np.frombuffer(buffer, dtype, count=end)[chunk.offset :])
-        elif buffer is None:
-            parts.append(np.ones(len(chunk), np.bool_))
+        elif buffer is None:  # no bitmap: no nulls, or all (a column of Arrow's null type)
+            parts.append(np.full(len(chunk), chunk.null_count == 0))
         else:
             unpacked = np.unpackbits(np.frombuffer(buffer, np.uint8), count=end, bitorder="little")
             parts.append(unpacked[chunk.offset :].view(np.bool_))
