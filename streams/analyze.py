@@ -15,7 +15,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +28,15 @@ import pyarrow.parquet as pq
 from audit.records import AuditRecord, SourcePosition
 from audit.store import AuditStore, RawRecord
 from streams.contract.envelope import Decoded
-from streams.contract.schema import DECISION_SCHEMA, EVENT_TIME, SAMPLE_KINDS, TELEMETRY_SCHEMA, sample_rules
+from streams.contract.schema import DECISION_SCHEMA, EVENT_TIME, SAMPLE_KINDS, TELEMETRY_SCHEMA
 from streams.errors import ConfigError
 from streams.formats.kineto import is_trace_file, read_trace_files
-from streams.formats.parquet import decode_tables, kinds_of, read_batches, rows_at
+from streams.formats.parquet import Columns, kinds_of, read_batches, rows_at
 from streams.pipeline import Output, Processor, channel
 from streams.produce import Report, rows_of
 
 ROWS_PER_MESSAGE = 5000
+CHUNK_MESSAGES = 20  # a Parquet file's rows are converted and checked this many messages at a time
 Progress = Callable[[int, int], None]  # (bytes read, bytes in all)
 
 
@@ -87,64 +88,59 @@ def samples_only(path: Path) -> bool:
     names = pq.ParquetFile(path).schema_arrow.names
     if "kind" not in names or "schema" in names:
         return False
-    kinds = pc.unique(pq.ParquetFile(path).read(columns=["kind"])["kind"]).to_pylist()
-    return set(kinds) <= set(SAMPLE_KINDS)
+    kinds = pq.ParquetFile(path, read_dictionary=["kind"]).read(columns=["kind"])["kind"]  # (unique by codes)
+    return set(pc.unique(kinds).to_pylist()) <= set(SAMPLE_KINDS)
 
 
 def parquet_columns(path: Path) -> Iterator[Message]:
     """A Parquet file of sample rows as columnar messages of ``ROWS_PER_MESSAGE`` rows (per kind), cut where
     the row-wise reading cuts its messages, so the provenance (the row number ending each message) is the
-    same. Valid columns go to the engine as they are (:mod:`streams.formats.parquet`); the envelope's JSON is
-    made only for a message the decoder must judge, or for a dead letter's original bytes."""
+    same. Valid columns go to the engine as they are (:mod:`streams.formats.parquet`), converted and checked
+    ``CHUNK_MESSAGES`` messages at a time; the envelope's JSON is made only for a message the decoder must
+    judge, or for a dead letter's original bytes."""
     source = f"file:{path.name}"
-    position = 0
-    batches = read_batches(path, 13 * ROWS_PER_MESSAGE)  # (messages seldom straddle two batches: one chunk each)
-    for seq, rows in enumerate(_slices(batches, ROWS_PER_MESSAGE)):
-        position += rows.num_rows
-        where = SourcePosition(str(path), 0, position)
-        parts = _by_kind(rows, narrow=True)
-        decoded = None if parts is None else decode_tables(parts, source, seq)
-        if decoded is not None:
-            yield Message("telemetry", partial(_encoded, rows, source, seq), where, decoded[1], decoded[0])
-        else:
-            doc = _envelope(rows, source, seq)
-            yield Message("telemetry", orjson.dumps(doc), where, oldest(doc))
+    position = seq = 0
+    size = CHUNK_MESSAGES * ROWS_PER_MESSAGE
+    for chunk in _slices(read_batches(path, size), size):
+        columns = Columns(chunk)
+        for start in range(0, chunk.num_rows, ROWS_PER_MESSAGE):
+            stop = min(start + ROWS_PER_MESSAGE, chunk.num_rows)
+            position += stop - start
+            where = SourcePosition(str(path), 0, position)
+            decoded = columns.decoded(start, stop, source, seq)
+            if decoded is not None:
+                value = partial(_encoded, chunk, start, stop, source, seq)
+                yield Message("telemetry", value, where, decoded[1], decoded[0])
+            else:
+                doc = _envelope(chunk.slice(start, stop - start), source, seq)
+                yield Message("telemetry", orjson.dumps(doc), where, oldest(doc))
+            seq += 1
 
 
 def _envelope(rows: pa.Table, source: str, seq: int) -> dict[str, Any]:
     """The columnar envelope of ``rows``: a batch per kind, each column's values as one list (no dict per row)."""
     columns = []
-    for kind, part in _by_kind(rows, narrow=False) or ():
+    for kind, part in _by_kind(rows):
         data = {name: part.column(name).to_pylist() for name in part.column_names if name != "kind"}
         columns.append({"kind": kind, "n": part.num_rows, "data": data})
     return {"schema": TELEMETRY_SCHEMA, "source": source, "seq": seq, "columns": columns}
 
 
-def _encoded(rows: pa.Table, source: str, seq: int) -> bytes:
-    return orjson.dumps(_envelope(rows, source, seq))
+def _encoded(chunk: pa.Table, start: int, stop: int, source: str, seq: int) -> bytes:
+    return orjson.dumps(_envelope(chunk.slice(start, stop - start), source, seq))
 
 
-def _by_kind(rows: pa.Table, narrow: bool) -> list[tuple[str, pa.Table]] | None:
-    """The rows of each sample kind present (in ``SAMPLE_KINDS`` order), without copying when there is one;
-    ``narrow``: only the columns of the kind's fields (the envelope carries every column). Rows whose kind
-    is null or not a sample kind come last, a batch per value, for the decoder to dead-letter
-    (``unknown_kind``); with ``narrow`` there are none such: None (the envelope's path decides)."""
+def _by_kind(rows: pa.Table) -> list[tuple[str, pa.Table]]:
+    """The rows of each sample kind present (in ``SAMPLE_KINDS`` order), without copying when there is one.
+    Rows whose kind is null or not a sample kind come last, a batch per value, for the decoder to
+    dead-letter (``unknown_kind``)."""
     present, codes = kinds_of(rows.column("kind"))
     unknown = [k for k in present if k not in SAMPLE_KINDS]
-    if narrow and unknown:
-        return None
     parts = []
     for kind in [k for k in SAMPLE_KINDS if k in present] + unknown:
-        table = rows.select([n for n in rows.column_names if n in _fields(kind)]) if narrow else rows
-        if len(present) > 1:
-            table = rows_at(table, np.flatnonzero(codes == present.index(kind)))
+        table = rows_at(rows, np.flatnonzero(codes == present.index(kind))) if len(present) > 1 else rows
         parts.append((kind, table))
     return parts
-
-
-@cache
-def _fields(kind: str) -> frozenset[str]:
-    return frozenset(rule.name for rule in sample_rules(kind))
 
 
 def _slices(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.Table]:

@@ -1,16 +1,18 @@
-"""Sample rows of a Parquet file (Arrow columns, one table per sample kind) straight into the engine's column
-batches, without the JSON envelope that ``analyze`` otherwise writes and decodes again.
+"""Sample rows of a Parquet file (Arrow columns, read into numpy and checked some messages at a time, by kind)
+straight into the engine's column batches, without the JSON envelope that ``analyze`` otherwise writes and
+decodes again.
 
-It answers only when every column is certainly valid under the contract's field rules (the types Arrow
-stores, no nulls, every value within its bounds, lengths and enumerations) and then gives the batches the
-JSON path gives, bit for bit. For anything else it answers None, and the caller builds the JSON envelope so
-that the telemetry decoder refuses what it refuses, with its reasons (``tests/unit/test_analyze_parquet.py``).
+It answers for a message only when every column of its rows is certainly valid under the contract's field
+rules (the types Arrow stores, no nulls, every value within its bounds, lengths and enumerations) and then
+gives the batches the JSON path gives, bit for bit. For anything else it answers None, and the caller builds
+the JSON envelope so that the telemetry decoder refuses what it refuses, with its reasons
+(``tests/unit/test_analyze_parquet.py``).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterator
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +24,10 @@ import pyarrow.parquet as pq
 
 from streams.contract.columns import check_column
 from streams.contract.envelope import MAX_SAMPLES, Decoded, SampleBatch
-from streams.contract.schema import EVENT_TIME, FieldRule, sample_rules
+from streams.contract.schema import EVENT_TIME, SAMPLE_KINDS, FieldRule, sample_rules
 
 LIMIT = 2**62  # integers beyond it are out of range for the telemetry decoder
+FINITE = float(np.finfo(np.float64).max)  # (a NaN or an infinity is beyond it)
 
 
 def read_batches(path: Path, rows: int = 65_536) -> Iterator[pa.RecordBatch]:
@@ -41,15 +44,16 @@ def kinds_of(column: pa.ChunkedArray) -> tuple[list[Any], npt.NDArray[np.intp]]:
     null, and each row's position among them."""
     if pa.types.is_dictionary(column.type):
         encoded = _unified(column)
-        values = [*encoded.dictionary.to_pylist(), None]
-        codes = encoded.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False)
+        values, codes = [*encoded.dictionary.to_pylist(), None], _codes(encoded)
     else:
         encoded = column.combine_chunks().dictionary_encode(null_encoding="encode")
         values, codes = encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False)
     if not len(codes):
         return [], np.zeros(0, np.intp)
-    present, first = np.unique(codes, return_index=True)
-    present = present[np.argsort(first, kind="stable")]
+    first = np.full(len(values), len(codes))  # each value's first row (a linear pass, not np.unique's sort)
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    present = np.flatnonzero(first < len(codes))
+    present = present[np.argsort(first[present], kind="stable")]
     position = np.zeros(len(values), np.intp)
     position[present] = np.arange(len(present))
     return [values[i] for i in present.tolist()], position[codes]
@@ -77,48 +81,220 @@ def _unified(column: pa.ChunkedArray) -> pa.DictionaryArray:
     return combined
 
 
-def decode_tables(parts: list[tuple[str, pa.Table]], source: str, seq: int) -> tuple[Decoded, float] | None:
-    """The decoded message of ``parts`` ((kind, its rows), in envelope order) and its oldest event time, or
-    None when the JSON path must decide."""
-    out = Decoded(source=source, seq=seq)
-    oldest = np.inf
-    for kind, table in parts:
-        n = table.num_rows
-        columns = {}
-        for rule in sample_rules(kind):
-            name = rule.name
-            values = _column(rule, table.column(name) if name in table.column_names else None, n)
-            if values is None:
-                return None
-            columns[name] = values
-        out.batches.append(SampleBatch(kind, np.arange(out.total, out.total + n, dtype=np.int64), columns))
-        out.total += n
-        oldest = min(oldest, float(columns[EVENT_TIME[kind]].min()))
-    if out.total > MAX_SAMPLES:
-        return None
-    return out, oldest
+class Columns:
+    """A table of sample rows (some messages' worth of a file) as the engine's columns: each column read
+    into numpy once, each kind's rows of it picked and checked once, for :meth:`decoded` to cut the messages
+    from (views, no copy)."""
+
+    def __init__(self, rows: pa.Table) -> None:
+        present, codes = kinds_of(rows.column("kind"))
+        bad = np.zeros(rows.num_rows, dtype=np.bool_)
+        whole = {name: _Whole(rows.column(name)) for name in rows.column_names}
+        self._kinds: list[tuple[str, npt.NDArray[np.intp], dict[str, npt.NDArray[Any]]]] = []
+        for kind in [k for k in SAMPLE_KINDS if k in present]:  # the envelope's order
+            mask = codes == present.index(kind)
+            at = np.flatnonzero(mask)
+            converted = _converted(kind, whole, mask, at, bad)
+            if converted is None:  # a column no row of this kind can pass
+                bad[at] = True
+            else:
+                self._kinds.append((kind, at, converted))
+        for i, kind in enumerate(present):
+            if kind not in SAMPLE_KINDS:  # (None: a null kind)
+                bad[codes == i] = True
+        self._bad = np.concatenate(([0], np.cumsum(bad)))
+
+    def decoded(self, start: int, stop: int, source: str, seq: int) -> tuple[Decoded, float] | None:
+        """The decoded message of rows ``start:stop`` and its oldest event time, or None when the JSON path
+        must decide (a row that breaks a rule, or of no sample kind)."""
+        if self._bad[stop] != self._bad[start] or stop - start > MAX_SAMPLES:
+            return None
+        out = Decoded(source=source, seq=seq)
+        oldest = np.inf
+        for kind, at, columns in self._kinds:
+            low, high = np.searchsorted(at, (start, stop)).tolist()
+            if low == high:
+                continue
+            batch = {name: values[low:high] for name, values in columns.items()}
+            out.batches.append(SampleBatch(kind, np.arange(out.total, out.total + high - low, dtype=np.int64), batch))
+            out.total += high - low
+            oldest = min(oldest, float(batch[EVENT_TIME[kind]].min()))
+        return out, oldest
 
 
-def _column(rule: FieldRule, array: pa.ChunkedArray | None, n: int) -> npt.NDArray[Any] | None:
-    if array is None:  # the field's default for every row, as for a column the envelope leaves out
+class _Whole:
+    """A column of the table as numpy, made once whichever kinds' rows read it: its values (a null's is a
+    placeholder: the null rows are marked apart), or for strings, codes into a dictionary whose entries are
+    made Python strings and checked once (those of a dictionary larger than the rows: only the ones they
+    use; an entry no row uses is no sample's)."""
+
+    def __init__(self, array: pa.ChunkedArray) -> None:
+        self.array = array
+        self.type = array.type
+        self.nulls = ~_buffer(array, 0) if array.null_count else None
+
+    @cached_property
+    def values(self) -> npt.NDArray[Any]:
+        """The values of a boolean or numeric column (a null's slot: whatever the file left there)."""
+        return _buffer(self.array, 1)
+
+    @cached_property
+    def codes(self) -> npt.NDArray[Any]:
+        """Each row's entry; a null's is the one past the last."""
+        return self._encoded[0]
+
+    @cached_property
+    def _encoded(self) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp], list[str], int]:
+        """(codes, the entries made strings, their strings, how many entries)"""
+        array = self.array
+        encoded = _unified(array) if pa.types.is_dictionary(self.type) else pc.dictionary_encode(array.combine_chunks())
+        n, codes = len(encoded.dictionary), _codes(encoded)
+        # the whole dictionary, unless it is larger than the rows: then only the entries they use
+        used = np.arange(n) if n <= len(codes) else np.flatnonzero(np.bincount(codes, minlength=n + 1)[:-1])
+        dictionary = encoded.dictionary if len(used) == n else encoded.dictionary.take(used)
+        return codes, used, dictionary.to_pylist(), n
+
+    @cached_property
+    def texts(self) -> npt.NDArray[Any]:
+        """The strings by entry (None for one not made, and past the last)."""
+        _, used, distinct, n = self._encoded
+        strings = np.empty(len(distinct), dtype=object)
+        strings[:] = distinct
+        texts = np.empty(n + 1, dtype=object)
+        texts[used] = strings
+        return texts
+
+    def admitted(self, rule: FieldRule) -> npt.NDArray[np.bool_] | None:
+        """By entry, whether ``rule`` admits it (False for one not made, and past the last); None when it
+        admits every entry (then only a null breaks it)."""
+        _, used, distinct, n = self._encoded
+        if rule.enum is not None:
+            admitted = [s in rule.enum for s in distinct]
+        else:
+            lo = rule.min_length or 0
+            hi = rule.max_length if rule.max_length is not None else np.inf
+            admitted = [lo <= len(s) <= hi for s in distinct]
+        if len(used) == n and all(admitted):
+            return None
+        valid = np.zeros(n + 1, dtype=np.bool_)
+        valid[used] = admitted
+        return valid
+
+
+def _converted(
+    kind: str,
+    whole: dict[str, _Whole],
+    rows: npt.NDArray[np.bool_],
+    at: npt.NDArray[np.intp],
+    bad: npt.NDArray[np.bool_],
+) -> dict[str, npt.NDArray[Any]] | None:
+    """The columns of ``kind``'s rows (``rows``, a mask; ``at``, their positions), marking those that break
+    a rule in ``bad``; None when a column's type (or its absence) fails every row."""
+    columns = {}
+    for rule in sample_rules(kind):
+        column = whole.get(rule.name)
+        checked = _column(rule, column, at)
+        if checked is None:
+            return None
+        columns[rule.name], wrong = checked
+        if wrong is not None:
+            bad[at[wrong]] = True
+        if column is not None and column.nulls is not None:
+            bad |= column.nulls & rows  # (marked on the whole table: cheaper than picking the kind's rows)
+    return columns
+
+
+def _column(
+    rule: FieldRule, whole: _Whole | None, at: npt.NDArray[np.intp]
+) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_] | None] | None:
+    """A column's values at rows ``at`` as the JSON path decodes them and which of those break the rule
+    (None: none; a null's value is a placeholder, the caller marks it), or None when its type is not one
+    the rule admits."""
+    if whole is None:  # the field's default for every row, as for a column the envelope leaves out
         if rule.required:
             return None
         default = check_column(rule, [rule.default])
-        return np.repeat(default.values, n)
-    if array.null_count:
-        return None
-    kind, t = rule.kind, array.type
+        return np.repeat(default.values, len(at)), None
+    kind, t = rule.kind, whole.type
     if kind == "number" and (pa.types.is_floating(t) or _small_integer(t)) and not pa.types.is_float16(t):
-        return _bounded(rule, array.to_numpy().astype(np.float64, copy=False))
+        values = whole.values[at].astype(np.float64, copy=False)
+        return values, _outside(rule, values, FINITE)
     if kind == "integer" and _small_integer(t):
-        values = array.to_numpy().astype(np.int64, copy=False)
-        in_range = not len(values) or (values.min() >= -LIMIT and values.max() <= LIMIT)
-        return values if in_range and _within(rule, values) else None
+        values = whole.values[at].astype(np.int64, copy=False)
+        return values, _outside(rule, values, LIMIT)
     if kind == "boolean" and pa.types.is_boolean(t):
-        return np.asarray(array.to_numpy(), dtype=bool)
+        return np.asarray(whole.values[at], dtype=bool), None
     if kind == "string" and _is_text(t):
-        return _strings(rule, array)
+        valid = whole.admitted(rule)
+        if valid is None and len(whole.texts) == 2:  # one string (e.g. the job's): filled, faster than gathered
+            values = np.empty(len(at), dtype=object)
+            values.fill(whole.texts[0])
+            return values, None
+        codes = whole.codes[at]
+        return whole.texts[codes], None if valid is None else _any(~valid[codes])
     return None
+
+
+def _codes(encoded: pa.DictionaryArray) -> npt.NDArray[np.intp]:
+    """Each row's entry in the dictionary; a null's: the one past the last."""
+    codes = _buffer(encoded.indices, 1).astype(np.intp)  # (a copy: Arrow's buffer is never written)
+    if encoded.null_count:
+        np.copyto(codes, len(encoded.dictionary), where=~_buffer(encoded, 0))
+    return codes
+
+
+def _buffer(array: pa.ChunkedArray | pa.Array, i: int) -> npt.NDArray[Any]:
+    """Buffer ``i`` of each chunk as numpy, joined (no copy for one chunk): the validity bitmap (0) or the
+    values (1: bits for booleans, else numbers of the type's width; a null's
+    slot holds whatever the file left there). Faster than Arrow's ``to_numpy``, which fills the nulls
+    (here marked apart) and unpacks bits row by row."""
+    t = array.type
+    bits = i == 0 or pa.types.is_boolean(t)
+    number = "f" if pa.types.is_floating(t) else "u" if pa.types.is_unsigned_integer(t) else "i"
+    dtype = np.bool_ if bits else np.dtype(f"{number}{t.byte_width}")
+    parts = []
+    for chunk in array.chunks if isinstance(array, pa.ChunkedArray) else [array]:
+        buffer, end = chunk.buffers()[i], chunk.offset + len(chunk)
+        if not len(chunk):
+            continue
+        if not bits:
+            parts.append(np.frombuffer(buffer, dtype, count=end)[chunk.offset :])
+        elif buffer is None:  # no bitmap: no nulls, or all (a column of Arrow's null type)
+            parts.append(np.full(len(chunk), chunk.null_count == 0))
+        else:
+            unpacked = np.unpackbits(np.frombuffer(buffer, np.uint8), count=end, bitorder="little")
+            parts.append(unpacked[chunk.offset :].view(np.bool_))
+    return parts[0] if len(parts) == 1 else np.concatenate([np.zeros(0, dtype), *parts])
+
+
+def _any(rows: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_] | None:
+    return rows if rows.any() else None
+
+
+def _outside(rule: FieldRule, values: npt.NDArray[Any], limit: float) -> npt.NDArray[np.bool_] | None:
+    """The rows whose value is beyond ``limit`` either way (or NaN) or the rule's bounds, None when none
+    is: first by the least and greatest value (the usual answer, without a mask)."""
+    if not len(values):
+        return None
+    low, high = values.min(), values.max()
+    if -limit <= low and high <= limit and _within(rule, low, high):
+        return None
+    bad = ~((values >= -limit) & (values <= limit))
+    if rule.minimum is not None:
+        bad |= values < rule.minimum
+    if rule.exclusive_minimum is not None:
+        bad |= values <= rule.exclusive_minimum
+    if rule.maximum is not None:
+        bad |= values > rule.maximum
+    return bad
+
+
+def _within(rule: FieldRule, low: Any, high: Any) -> bool:
+    return not (
+        (rule.minimum is not None and low < rule.minimum)
+        or (rule.exclusive_minimum is not None and low <= rule.exclusive_minimum)
+        or (rule.maximum is not None and high > rule.maximum)
+    )
 
 
 def _is_text(t: pa.DataType) -> bool:
@@ -131,71 +307,3 @@ def _is_text(t: pa.DataType) -> bool:
 def _small_integer(t: pa.DataType) -> bool:
     """Integer types whose every value numpy holds as int64 exactly (not uint64)."""
     return pa.types.is_integer(t) and not pa.types.is_uint64(t)
-
-
-def _bounded(rule: FieldRule, values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64] | None:
-    return values if np.isfinite(values).all() and _within(rule, values) else None
-
-
-def _within(rule: FieldRule, values: npt.NDArray[Any]) -> bool:
-    if not len(values):
-        return True
-    low, high = values.min(), values.max()
-    return not (
-        (rule.minimum is not None and low < rule.minimum)
-        or (rule.exclusive_minimum is not None and low <= rule.exclusive_minimum)
-        or (rule.maximum is not None and high > rule.maximum)
-    )
-
-
-def _strings(rule: FieldRule, array: pa.ChunkedArray) -> npt.NDArray[Any] | None:
-    """Each distinct string checked once and made a Python string once (a dictionary's entries no row uses
-    are not checked: they are no sample's). A file's dictionary serves all the messages cut from its batch:
-    its strings and their checks are made once (:class:`_Dictionaries`)."""
-    given = pa.types.is_dictionary(array.type)
-    encoded = _unified(array) if given else pc.dictionary_encode(array.combine_chunks())
-    codes = encoded.indices.to_numpy(zero_copy_only=False)
-    texts, valid = _DICTIONARIES.of(rule, encoded.dictionary) if given else _entries(rule, encoded.dictionary)
-    if len(codes) and not valid[codes].all():
-        return None
-    values: npt.NDArray[Any] = texts[codes]
-    return values
-
-
-def _entries(rule: FieldRule, dictionary: pa.Array) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
-    """A dictionary's strings as an object array, and which of them ``rule`` admits."""
-    distinct = dictionary.to_pylist()
-    if rule.enum is not None:
-        valid = [s in rule.enum for s in distinct]
-    else:
-        lo = rule.min_length or 0
-        hi = rule.max_length if rule.max_length is not None else np.inf
-        valid = [lo <= len(s) <= hi for s in distinct]
-    texts = np.empty(len(distinct), dtype=object)
-    texts[:] = distinct
-    return texts, np.array(valid, dtype=np.bool_)
-
-
-class _Dictionaries:
-    """:func:`_entries` of the last few dictionaries seen, per rule. A dictionary is known by its buffers'
-    addresses, offset and length; each entry holds the dictionary itself, so that no other array can take
-    those addresses while it is remembered."""
-
-    KEEP = 64
-
-    def __init__(self) -> None:
-        self._known: OrderedDict[tuple[Any, ...], tuple[pa.Array, npt.NDArray[Any], npt.NDArray[np.bool_]]]
-        self._known = OrderedDict()
-
-    def of(self, rule: FieldRule, dictionary: pa.Array) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
-        where = tuple(0 if b is None else b.address for b in dictionary.buffers())
-        key = (rule, dictionary.type, where, dictionary.offset, len(dictionary))
-        known = self._known.get(key)
-        if known is None:
-            known = self._known[key] = (dictionary, *_entries(rule, dictionary))
-            if len(self._known) > self.KEEP:
-                self._known.popitem(last=False)
-        return known[1], known[2]
-
-
-_DICTIONARIES = _Dictionaries()
