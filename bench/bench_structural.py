@@ -59,8 +59,10 @@ def main() -> None:
     first = statistics.median(rates[trees[0]])
     for tree in trees:
         median = statistics.median(rates[tree])
-        print(f"{tree}: {args.ranks} ranks x {args.steps} steps, median of {args.repeats}: {median:,.0f} op spans/s "
-              f"({median / first:.2f}x the first tree; runs: {', '.join(f'{r:,.0f}' for r in rates[tree])})")
+        print(
+            f"{tree}: {args.ranks} ranks x {args.steps} steps, median of {args.repeats}: {median:,.0f} op spans/s "
+            f"({median / first:.2f}x the first tree; runs: {', '.join(f'{r:,.0f}' for r in rates[tree])})"
+        )
 
 
 if __name__ == "__main__":

@@ -256,19 +256,39 @@ def live(
             child.stop()
     name = f"{label}, {workers} worker{'s' * (workers > 1)}"
     since = "from the commit of the transaction holding the workload" if prefilled else "from the first message sent"
-    figures.add(f"{name}: to every message processed", w.samples / (processed - started), "samples/s",
-                f"{since}; the workers' own count (lag 0 trails it by the acknowledgements)")
+    figures.add(
+        f"{name}: to every message processed",
+        w.samples / (processed - started),
+        "samples/s",
+        f"{since}; the workers' own count (lag 0 trails it by the acknowledgements)",
+    )
     figures.add(f"{name}: to lag 0", w.samples / (drained - started), "samples/s", since)
-    figures.add(f"{name}: producing the workload", producing, "s",
-                "before the timing, held back in one transaction" if prefilled else "while the workers consume it")
+    figures.add(
+        f"{name}: producing the workload",
+        producing,
+        "s",
+        "before the timing, held back in one transaction" if prefilled else "while the workers consume it",
+    )
     figures.add(f"{name}: to lag 0, per worker", w.samples / (drained - started) / workers, "samples/s")
-    figures.add(f"{name}: CPU", used / w.samples * 1e6, "CPU µs/sample",
-                "the workers' own CPU time to their input's end, idle flush included: "
-                "what the work costs whatever the machine's load")
-    figures.add(f"{name}: to audit rows committed", w.samples / (committed - started), "samples/s",
-                f"includes the idle flush of {run.idle_flush_s:g} s")
-    figures.add(f"{name}: records stored / expected", len(stored_records(run.db_path)) / w.records, "share",
-                f"{w.records:,} expected (the in-process run)")
+    figures.add(
+        f"{name}: CPU",
+        used / w.samples * 1e6,
+        "CPU µs/sample",
+        "the workers' own CPU time to their input's end, idle flush included: "
+        "what the work costs whatever the machine's load",
+    )
+    figures.add(
+        f"{name}: to audit rows committed",
+        w.samples / (committed - started),
+        "samples/s",
+        f"includes the idle flush of {run.idle_flush_s:g} s",
+    )
+    figures.add(
+        f"{name}: records stored / expected",
+        len(stored_records(run.db_path)) / w.records,
+        "share",
+        f"{w.records:,} expected (the in-process run)",
+    )
 
 
 async def produce_in_one_transaction(bootstrap: str, topics: dict[str, str], items: list[Item], parts: int) -> float:
@@ -372,8 +392,10 @@ def latency(cfg: Settings, job: tuple[str, int, int], profile: str, figures: Fig
     sent: dict[tuple[str, int, int], float] = {}
     seen: dict[str, tuple[float, float, float, dict[str, Any]]] = {}  # visible, produced, stored, source
     endpoint = Endpoint(f"http://127.0.0.1:{run.sink_http_port}/sql")
-    sql = ("SELECT record_id, decode(value), kafka_ts_ms / 1e3, epoch_ms(written_at) / 1e3 FROM audit_log "
-           "WHERE record_type = 'finding'")
+    sql = (
+        "SELECT record_id, decode(value), kafka_ts_ms / 1e3, epoch_ms(written_at) / 1e3 FROM audit_log "
+        "WHERE record_type = 'finding'"
+    )
 
     def poll() -> None:
         for rid, value, produced, stored in run_query(run.db_path, sql, endpoint=endpoint).rows:

@@ -29,6 +29,7 @@ class TelemetryDecoder:
         kinds: list[tuple[str, list[tuple[object, ...]]]],
     ) -> None: ...
     def decode(self, raw: bytes) -> tuple[str, int | None, int, list[str], list[Part]] | None: ...
+
 def dag_masked_step_ends(
     layout: DagLayout,
     floor: Buffer,
@@ -47,7 +48,9 @@ def dag_valued_step_ends(
     values: Buffer,
     out: Buffer,
 ) -> None: ...
+
 GROUPED_MEDIANS_READ_INT32: bool
+
 def grouped_medians(
     values: Buffer, order: Buffer, through: Buffer, starts: Buffer, counts: Buffer, how: int, out: Buffer
 ) -> bool: ...
@@ -64,12 +67,28 @@ class DagLayout: ...
 
 def dag_layout(order: Buffer, indptr: Buffer, indices: Buffer) -> DagLayout: ...
 def change_tests(
-    x: Buffer, y: Buffer, k: Buffer, sigma: Buffer, floor: Buffer, top: Buffer, clip_at: float, min_side: int,
+    x: Buffer,
+    y: Buffer,
+    k: Buffer,
+    sigma: Buffer,
+    floor: Buffer,
+    top: Buffer,
+    clip_at: float,
+    min_side: int,
     out: Buffer,
 ) -> bool: ...
 def step_draft(
-    head: Buffer, packed: Buffer, start: Buffer, end: Buffer, order: Buffer, tol: float, span_len: float,
-    floor: Buffer, intrinsic: Buffer, src: Buffer, dst: Buffer,
+    head: Buffer,
+    packed: Buffer,
+    start: Buffer,
+    end: Buffer,
+    order: Buffer,
+    tol: float,
+    span_len: float,
+    floor: Buffer,
+    intrinsic: Buffer,
+    src: Buffer,
+    dst: Buffer,
 ) -> int: ...
 def step_plan_check(head: Buffer, packed: Buffer) -> None: ...
 def same_in_order(columns: list[Buffer], order: Buffer, kept: list[Buffer]) -> bool | None: ...

@@ -168,17 +168,25 @@ class Settings(BaseSettings):
         20, ge=3, description="Steps per job the step-time detector uses to learn the healthy baseline."
     )
     step_drift_threshold: float = Field(
-        0.05, gt=0, lt=10, description="Relative change of step time (up or down) the step-time detector treats "
-        "as drift."
+        0.05,
+        gt=0,
+        lt=10,
+        description="Relative change of step time (up or down) the step-time detector treats as drift.",
     )
     series_every: int = Field(
-        4, ge=1, le=64, description="The series-drift detector (utilisation, power, p99, cost and energy per "
+        4,
+        ge=1,
+        le=64,
+        description="The series-drift detector (utilisation, power, p99, cost and energy per "
         "output) tests each series on every N-th of its samples: its cost per update falls about N-fold, a "
-        "change is found up to N-1 samples later."
+        "change is found up to N-1 samples later.",
     )
     structural_slowdown_threshold: float = Field(
-        0.05, gt=0, lt=10, description="Blocking slowdown over the ideal step from peers (T(actual)/T(ideal) - 1) "
-        "that makes a step slow for the structural_slowdown detector (a healthy job's jitter stays near 0.01-0.02)."
+        0.05,
+        gt=0,
+        lt=10,
+        description="Blocking slowdown over the ideal step from peers (T(actual)/T(ideal) - 1) "
+        "that makes a step slow for the structural_slowdown detector (a healthy job's jitter stays near 0.01-0.02).",
     )
     price_per_accel_hour: float = Field(
         0.0,

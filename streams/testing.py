@@ -77,6 +77,7 @@ def sigkill_loop(
         before_last()
     sink = Child(["sink"], env, logdir / "sink-final.log")
     sink.wait_healthy(cfg.sink_http_port)
+
     def drained() -> bool:
         return not sum(asyncio.run(group_lag(cfg.kafka_bootstrap_servers, cfg.sink_group, [cfg.audit_topic])).values())
 
@@ -145,7 +146,7 @@ def stored_records(db: Path) -> dict[tuple[str, str], bytes]:
     from audit.query import run_query
 
     found: dict[tuple[str, str], bytes] = {}
-    for (value,) in run_query(db, "SELECT decode(value) FROM audit_log ORDER BY partition, \"offset\"").rows:
+    for (value,) in run_query(db, 'SELECT decode(value) FROM audit_log ORDER BY partition, "offset"').rows:
         doc = orjson.loads(value)
         body = orjson.dumps(doc["body"], option=orjson.OPT_SORT_KEYS)
         if found.setdefault((doc["type"], doc["id"]), body) != body:

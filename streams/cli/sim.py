@@ -90,9 +90,14 @@ def simulate(
 
 
 @cli.command("eval")
-@click.option("--mode", type=click.Choice(["ideal", "realistic", "both"]), default="both", show_default=True,
-              help="ideal: the scenarios written beside the engine; realistic: what real exporters send (per-rank "
-              "messages, float32 jittered timestamps, blocking batched p2p, sampled steps, causes from step 0).")
+@click.option(
+    "--mode",
+    type=click.Choice(["ideal", "realistic", "both"]),
+    default="both",
+    show_default=True,
+    help="ideal: the scenarios written beside the engine; realistic: what real exporters send (per-rank "
+    "messages, float32 jittered timestamps, blocking batched p2p, sampled steps, causes from step 0).",
+)
 @click.option("--scenario", "names", multiple=True, type=click.Choice(sorted(SCENARIO_NAMES)),
               help="Scenarios (repeatable; default: all of the chosen mode).")  # fmt: skip
 @click.option("--seeds", default="1,2,3,4,5", show_default=True, help="Comma-separated seeds.")

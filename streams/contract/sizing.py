@@ -69,7 +69,7 @@ def fit_document(doc: dict[str, Any], limit: int = MAX_MESSAGE_BYTES) -> list[by
             return _dumps(doc)
         out: dict[str, Any] = {**head, "source": part_source(source, part)}
         if lo < len(samples):
-            out["samples"] = samples[lo:min(hi, len(samples))]
+            out["samples"] = samples[lo : min(hi, len(samples))]
         cols = column_rows(batches, max(lo - len(samples), 0), max(hi - len(samples), 0))
         if cols:
             out["columns"] = cols

@@ -25,7 +25,10 @@ from tests.unit.test_same_records import Records, records
 pytestmark = pytest.mark.integration
 
 JOBS = (
-    ("training-fabric", 16, 80), ("inference-sla", 16, 80), ("control-storm", 32, 80), ("serving-saturation", 16, 100)
+    ("training-fabric", 16, 80),
+    ("inference-sla", 16, 80),
+    ("control-storm", 32, 80),
+    ("serving-saturation", 16, 100),
 )
 
 
@@ -89,7 +92,7 @@ def two_workers(cfg: Settings, tmp_path: Path, keyed: list[tuple[str, str, bytes
         codes = [c.stop() for c, _ in workers] + [sink.stop()]
     assert codes == [0, 0, 0], [c.tail() for c, _ in workers]
     assert sorted(p for share in shares for p in share) == [0, 1, 2, 3] and all(shares), shares
-    (total, distinct), = run_query(cfg.db_path, "SELECT count(*), count(DISTINCT record_id) FROM audit_log").rows
+    ((total, distinct),) = run_query(cfg.db_path, "SELECT count(*), count(DISTINCT record_id) FROM audit_log").rows
     assert total == distinct, "a record was written twice"
     return stored_records(cfg.db_path)
 

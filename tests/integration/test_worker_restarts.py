@@ -55,7 +55,7 @@ def test_sigkilled_worker_writes_the_records_of_an_uninterrupted_run(fresh_setti
     stored = stored_records(cfg.db_path)
     assert stored.keys() == expected.keys()
     assert stored == expected
-    (total, distinct), = run_query(cfg.db_path, "SELECT count(*), count(DISTINCT record_id) FROM audit_log").rows
+    ((total, distinct),) = run_query(cfg.db_path, "SELECT count(*), count(DISTINCT record_id) FROM audit_log").rows
     assert total == distinct, "a record was written twice"
 
     # a replay of the live range gives the live records; two replays give the same chain heads too

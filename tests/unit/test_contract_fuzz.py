@@ -72,8 +72,9 @@ def shown(raw: bytes) -> str:
 
 def precise(raw: bytes) -> Decoded:
     """decode_telemetry with the fast paths (msgspec and native) switched off."""
-    with mock.patch.object(envelope, "decode_fast", lambda raw: None), mock.patch.object(
-        envelope, "decode_native", lambda raw: None
+    with (
+        mock.patch.object(envelope, "decode_fast", lambda raw: None),
+        mock.patch.object(envelope, "decode_native", lambda raw: None),
     ):
         return decode_telemetry(raw)
 

@@ -20,8 +20,9 @@ def message(**fields: Any) -> bytes:
 
 
 def both_paths(raw: bytes) -> tuple[Decoded, Decoded]:
-    with mock.patch.object(envelope, "decode_fast", lambda raw: None), mock.patch.object(
-        envelope, "decode_native", lambda raw: None
+    with (
+        mock.patch.object(envelope, "decode_fast", lambda raw: None),
+        mock.patch.object(envelope, "decode_native", lambda raw: None),
     ):
         precise = decode_telemetry(raw)
     return decode_telemetry(raw), precise

@@ -90,8 +90,25 @@ def test_eval_cli_realistic_mode_on_a_small_run(tmp_path: Any) -> None:
     from streams.errors import ConfigError
 
     out = tmp_path / "eval.json"
-    args = ["eval", "--mode", "realistic", "--scenario", "realistic-slow-stage", "--scenario", "training-fabric",
-            "--seeds", "1", "--ranks", "16", "--steps", "40", "--throughput", "8", "--exporter", "sample_every=2"]
+    args = [
+        "eval",
+        "--mode",
+        "realistic",
+        "--scenario",
+        "realistic-slow-stage",
+        "--scenario",
+        "training-fabric",
+        "--seeds",
+        "1",
+        "--ranks",
+        "16",
+        "--steps",
+        "40",
+        "--throughput",
+        "8",
+        "--exporter",
+        "sample_every=2",
+    ]
     result = CliRunner().invoke(cli, [*args, "--json", str(out)])
     assert result.exit_code == 0, result.output
     assert "realistic-slow-stage" in result.stdout and "training-fabric" not in result.stdout

@@ -138,4 +138,3 @@ def test_the_step_figure_marks_only_the_decisions_that_touched_the_job(tmp_path:
                    decision("ours", first.job, "node:elsewhere")], db)  # fmt: skip
     step = _section(build_report(db, tmp_path / "r.html").path.read_text(), "step_time")
     assert "ctl-ours" in step and "ctl-shared" in step and "ctl-theirs" not in step
-

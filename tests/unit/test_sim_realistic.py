@@ -163,8 +163,15 @@ def test_exporter_variations_carry_the_same_step_times(exporter: str) -> None:
 
 def test_exporter_options_are_checked() -> None:
     assert Exporter.parse("traced_tp=all, sample_every=3") == Exporter(sample_every=3, traced_tp=None)
-    for bad in ("batching=node", "sample_every=0", "sample_every=all", "nope=1", "float32=maybe", "jitter_s",
-                "delay=-1"):
+    for bad in (
+        "batching=node",
+        "sample_every=0",
+        "sample_every=all",
+        "nope=1",
+        "float32=maybe",
+        "jitter_s",
+        "delay=-1",
+    ):
         with pytest.raises(ValueError, match="exporter"):
             Exporter.parse(bad)
     with pytest.raises(ValueError, match="traced_tp"):

@@ -197,8 +197,7 @@ def test_every_scenario_is_deterministic_per_seed_and_has_the_common_ground_trut
     assert len(truth["step_time_s"]) == len(truth["counterfactual_step_time_s"]) == truth["steps"]  # type: ignore[arg-type]
     for cause in truth["causes"]:  # type: ignore[attr-defined]
         assert {"element", "kind", "start_step", "end_step", "magnitude", "decision"} <= set(cause)
-        assert cause["element"].split(":")[0] in {"rank", "stage", "link", "dp", "node", "service", "replica",
-                                                    "spread"}
+        assert cause["element"].split(":")[0] in {"rank", "stage", "link", "dp", "node", "service", "replica", "spread"}
         assert 0 <= cause["start_step"] < cause["end_step"] <= truth["steps"]  # type: ignore[operator]
     healthy = name.endswith("-healthy")
     assert (truth["causes"] == []) == healthy and (truth["expected_findings"] == []) == healthy

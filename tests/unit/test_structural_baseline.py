@@ -268,7 +268,6 @@ def test_the_roll_ups_hold_the_ideal_and_the_ratio_per_step() -> None:
         assert modelled.total == pytest.approx(10 * job.true_step_s() + gaps, rel=1e-6)
 
 
-
 def check_both(job: Job, causes: dict[str, tuple[Job, Job]], container: str) -> list[Attribution]:
     """Two causes at once, each with (the job without it, the job with only it): both ranked first, the
     ``container`` that holds both after them; each one's slowdowns within 5% of the truth (healing only it:
