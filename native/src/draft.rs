@@ -150,6 +150,13 @@ impl<'a> Plan<'a> {
     /// Whether every index of the plan is within what it indexes (`drafted` then reads it unchecked: a
     /// plan is checked once, when it is made, not on every step drafted on it).
     fn check(&self) -> Result<(), &'static str> {
+        // (a plan's indices are i32: larger counts are refused before any sum of them is formed)
+        if [self.n, self.n_chain, self.n_barrier]
+            .iter()
+            .any(|&c| c > i32::MAX as usize)
+        {
+            return Err("more nodes than a plan indexes");
+        }
         let (n, n_chain, n_barrier) = (self.n as i64, self.n_chain as i64, self.n_barrier as i64);
         let n_members = self.get(P::Mi).len();
         let (n_sends, n_recvs) = (self.get(P::Sends).len(), self.get(P::Recvs).len());
@@ -213,6 +220,14 @@ impl<'a> Plan<'a> {
         let follows = |p: P| self.get(p).iter().all(|&k| prev[k as usize] >= 0);
         if !(follows(P::Plain) && follows(P::After) && follows(P::Onto)) {
             return Err("a position without a previous span read as following one");
+        }
+        let (mi, has_prev) = (self.get(P::Mi), self.get(P::HasPrev));
+        if mi
+            .iter()
+            .zip(has_prev)
+            .any(|(&m, &h)| h != 0 && prev[m as usize] < 0)
+        {
+            return Err("a barrier member without a previous span read as following one");
         }
         Ok(())
     }

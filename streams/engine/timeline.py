@@ -275,6 +275,8 @@ def _one_value(parts: list[npt.NDArray[Any]]) -> bool:
     if not len(first) or first.dtype.kind not in "Obiu" or any(p.dtype != first.dtype for p in parts):
         return False
     value = first[0]
+    if first.dtype.kind == "O" and type(value) is not str:  # (objects equal by == but not alike: 1, True, 1.0)
+        return False
     if any(p[0] != value or p[-1] != value for p in parts if len(p)):
         return False
     if first.dtype.kind == "O":  # (compared by their codes: a run of one object is looked up once)

@@ -158,6 +158,21 @@ def test_a_malformed_plan_raises_when_it_is_made() -> None:
     short[3 + 1] -= 1  # (the first array, one per chain position, one short; the second one longer)
     with pytest.raises(ValueError, match="malformed plan"):
         check(short, plan.arrays)
+    huge = plan.head.copy()
+    huge[2] = 2**63 - 1  # (barriers: a count whose sum with the others would wrap)
+    with pytest.raises(ValueError, match="malformed plan"):
+        check(huge, plan.arrays)
+    arrays = plan.arrays.copy()
+    prev, mi, has_prev = (arrays[bounds[k] : bounds[k + 1]] for k in (1, 5, 8))  # (views: Prev, Mi, HasPrev)
+    member = int(np.flatnonzero(has_prev)[0])
+    position = int(mi[member])
+    prev[position] = -1  # (a barrier member said to follow a span, whose position now follows none...)
+    other = int(np.flatnonzero(prev >= 0)[-1])
+    for k in (14, 15, 16):  # (... and read as following one by no other array: Plain, After, Onto)
+        following = arrays[bounds[k] : bounds[k + 1]]
+        following[following == position] = other
+    with pytest.raises(ValueError, match="barrier member without a previous span"):
+        check(plan.head, arrays)
 
 
 def test_a_malformed_plan_is_a_step_graph_error(monkeypatch: pytest.MonkeyPatch) -> None:
