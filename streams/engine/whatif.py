@@ -146,7 +146,8 @@ class Roles:
         chain = np.isin(g.kind, PROGRAM_KINDS)
         p2p = (g.kind == SEND) | (g.kind == RECV)
         idx = np.arange(n)
-        rank_start = np.flatnonzero(np.r_[True, g.rank[1 : g.n_chain] != g.rank[: g.n_chain - 1]])
+        first = np.r_[True, g.rank[1 : g.n_chain] != g.rank[: g.n_chain - 1]] if g.n_chain else np.zeros(0, bool)
+        rank_start = np.flatnonzero(first)  # (none in a step of transfers alone)
         place = np.zeros(n, np.int64)
         place[: g.n_chain] = idx[: g.n_chain] - np.repeat(rank_start, np.diff(np.r_[rank_start, g.n_chain]))
         peer_pp = peer_stage(g, p2p)  # (an untraced peer: -1, never the stage of another rank)
@@ -208,8 +209,7 @@ def _peer_medians_excluding(at: PeerCells, values: Floats, groups: Ints) -> Floa
 def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, roles: Roles) -> StepWhatIf:
     """Evaluate the step as observed, at baseline, with each candidate element healed, and at its ideal from
     peers (its decomposition is left to :meth:`StepWhatIf.decomposed`). ``roles``: ``Roles.of(g)``, or roles
-    made for an earlier graph that they fit (:meth:`Roles.fits`)."""
-    assert roles.fits(g), "roles of other node columns"
+    made for an earlier graph that they fit (:meth:`Roles.fits`, which the caller has asked: not again here)."""
     d0 = g.intrinsic
     # every node's end only where it is read (the step as modelled, its ideal, the top rank healed), a row at a
     # time (no stack of rows, no row kept longer than it is read); the other candidates' step ends without a

@@ -7,11 +7,14 @@ from __future__ import annotations
 import pickle
 from dataclasses import replace
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
+from streams import analyze
 from streams.engine.stepgraph import Codebook, build
 from streams.engine.steps import JobSteps, StepReport
 from streams.engine.whatif import Roles
@@ -96,3 +99,19 @@ def test_roles_fit_equal_columns_and_no_others() -> None:
     floor = g.floor.copy()
     floor[np.flatnonzero(np.isfinite(floor))[0]] = -np.inf  # a node that starts at an observed time no longer
     assert not roles.fits(replace(g, floor=floor))
+
+
+def test_a_step_of_transfers_alone_is_analysed(tmp_path: Path) -> None:
+    """A step whose spans are all asynchronous transfers (no compute span: a sampled trace of comms) is
+    analysed, not a crash of the file's analysis that loses the step's spans (review of session 10)."""
+    span = {"kind": "op", "job": "j", "dp": 0, "tp": 0, "op_class": "comm", "duration": 0.002, "microbatch": 0,
+            "seq": -1, "p2p": "", "blocking": False, "device": "", "step": 8}  # fmt: skip
+    rows = [
+        {**span, "rank": 0, "pp": 0, "op": "send", "start": 100.0, "peer": 1},
+        {**span, "rank": 1, "pp": 1, "op": "recv", "start": 100.001, "peer": 0},
+    ]
+    path = tmp_path / "comms.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows))
+    out = analyze.analyze_files([path])
+    assert not out.dead_letters
+    assert any(r.type == "graph_snapshot" for r in out.audit), sorted({r.type for r in out.audit})
