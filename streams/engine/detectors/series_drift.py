@@ -34,6 +34,7 @@ from streams.engine import elements
 from streams.engine.detectors.base import Detector
 from streams.engine.detectors.changepoint import Change, ChangePoint
 from streams.engine.detectors.early_warning import EarlyWarning
+from streams.engine.detectors.rows import with_rows
 from streams.engine.detectors.seasonal import Deseason
 from streams.engine.detectors.series_groups import CoMoving
 from streams.engine.findings import Finding
@@ -120,7 +121,7 @@ class SeriesDrift(Detector):
                 self._warnings[key] = EarlyWarning(element, metric)
         # tested on every ``detector.every``-th sample at a phase from the key's name (not its arrival order)
         self.detector.grow(len(new), np.array([zlib.crc32(k.encode()) for k in new], np.int64))
-        self._times = np.vstack([self._times, np.zeros((len(new), self.detector.window))])
+        self._times = with_rows(self._times, len(new))
         self._season.grow(len(new))
 
     def _round(self, rows: npt.NDArray[np.int64], times: npt.NDArray[np.float64],
