@@ -122,6 +122,13 @@ class ChangePoint:
         self._phase = with_rows(self._phase, count, rows if phases is None else np.asarray(phases, np.int64))
         self.series += count
 
+    def keep(self, rows: I) -> None:
+        """Only the series of ``rows`` (ascending), numbered from 0 in that order: the others get no more
+        samples."""
+        self._x, self._y, self._sigma = self._x[rows], self._y[rows], self._sigma[rows]
+        self._n, self._seen, self._phase = self._n[rows], self._seen[rows], self._phase[rows]
+        self.series = len(rows)
+
     def update(self, rows: I, values: F, keep: Keep | None = None) -> list[Change]:
         """The changes found; with ``keep``, only those it keeps (the others restart their series all the same,
         their slopes, which only a report reads, not fitted)."""

@@ -73,6 +73,11 @@ class Deseason:
         self._period = with_rows(self._period, count)
         self._seen = with_rows(self._seen, count)
 
+    def keep(self, rows: I) -> None:
+        """Only the series of ``rows`` (ascending), numbered from 0 in that order."""
+        self._first, self._profile, self._count = self._first[rows], self._profile[rows], self._count[rows]
+        self._period, self._seen = self._period[rows], self._seen[rows]
+
     def adjust(self, rows: I, values: F) -> tuple[F, I]:
         """Each value (one per listed row, rows unique) without its seasonal part, and the rows whose
         period was found in this call."""

@@ -109,6 +109,18 @@ class SeriesDrift(Detector):
         """The end of the input: the groups of co-moving changes still held."""
         return self._groups.flush()
 
+    def keep(self, keys: Sequence[str]) -> None:
+        """Only the series of ``keys`` (and those added later): the others get no more samples (the last ones
+        of a closing job), so their state goes (at a large job's close, one row per device and metric)."""
+        kept = sorted({self._rows[k] for k in keys if k in self._rows})  # (their order, and so their findings')
+        rows = np.array(kept, np.int64)
+        self.detector.keep(rows)
+        self._season.keep(rows)
+        self._times = self._times[rows]
+        self._keys = [self._keys[r] for r in kept]
+        self._rows = {k: r for r, k in enumerate(self._keys)}
+        self._warnings = {k: w for k, w in self._warnings.items() if k in self._rows}
+
     def _add(self, keys: Sequence[str]) -> None:
         new = [k for k in dict.fromkeys(keys) if k not in self._rows]
         if not new:
