@@ -180,8 +180,12 @@ class JobState:
         """The end of the job's input (end of a file or replay, or idle past the eviction period): analyse
         every step still waiting for later ones."""
         self._findings(self.stragglers.flush(), out)  # first: a straggler's cascade is read from the last steps
+        rollups = self.window.flush()  # (of the step summaries, not of the reports analysed below)
+        # the series of these roll-ups are the last to get samples: the others' state goes before the steps'
+        # graphs are made (a large job's peak)
+        self.series.keep(named_series.of_rollups(rollups)[0])
         self._on_reports(self.steps.flushing(), out, final=True)  # one step at a time (one graph alive)
-        self._rollups(self.window.flush(), out)
+        self._rollups(rollups, out)
         self._findings(self.series.flush(), out)
 
     def due(self, time: float, out: EngineOutput) -> None:

@@ -81,3 +81,22 @@ def test_groups_still_open_at_the_end_of_the_input_are_flushed() -> None:
     held = detector.flush()
     assert any(f.subjects == ("job:llm",) for f in during + held)
     assert detector.flush() == []
+
+
+def test_series_kept_find_what_they_found_with_every_series() -> None:
+    """``keep`` (a job's close: the series its last samples go to) changes nothing of what those find."""
+    offset = {k: 0.1 * i for i, k in enumerate(dict.fromkeys(k for k, _, _ in samples()))}  # (each its own times)
+    rows = [(k, t + offset[k], v) for k, t, v in samples()]
+    head, tail = rows[: len(rows) // 2], rows[len(rows) // 2 :]
+    kept = [series_key(d, "power_w") for d in DEVICES[:4]] + [series_key(DEVICES[5], "util")]
+    last = [r for r in tail if r[0] in kept] + [(series_key("job:llm", "cost_per_output"), 1300.0, 1.0)]
+    found = []
+    for keep in (False, True):
+        detector = SeriesDrift(job="llm", warn_on=("power_w",), detector=ChangePoint(every=2))
+        detector.update(*map(list, zip(*head, strict=True)))
+        if keep:
+            detector.keep([*reversed(kept), "latency_p99_s@service:gone"])
+        out = detector.update(*map(list, zip(*last, strict=True))) + detector.flush()
+        found.append([f.as_dict() for f in out])
+    assert found[0] == found[1]
+    assert {f["kind"] for f in found[0]} >= {"series_drift"}

@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from audit import native
+from streams.engine.detectors.rows import with_rows
 from streams.engine.medians import median
 
 F = npt.NDArray[np.float64]
@@ -112,15 +113,21 @@ class ChangePoint:
         tested on the samples whose count plus its phase is a multiple of ``every`` (default phase: its row,
         which spreads the tests over calls; give phases that do not depend on the order series appeared in,
         e.g. a hash of their names, when that order may vary)."""
-        w = self.window
-        self._x = np.vstack([self._x, np.zeros((count, w))])
-        self._y = np.vstack([self._y, np.zeros((count, w))])
-        self._n = np.concatenate([self._n, np.zeros(count, np.int64)])
-        self._seen = np.concatenate([self._seen, np.zeros(count, np.int64)])
-        self._sigma = np.concatenate([self._sigma, np.full(count, np.nan)])
+        self._x = with_rows(self._x, count)
+        self._y = with_rows(self._y, count)
+        self._n = with_rows(self._n, count)
+        self._seen = with_rows(self._seen, count)
+        self._sigma = with_rows(self._sigma, count, np.nan)
         rows = np.arange(self.series, self.series + count, dtype=np.int64)
-        self._phase = np.concatenate([self._phase, rows if phases is None else np.asarray(phases, np.int64)])
+        self._phase = with_rows(self._phase, count, rows if phases is None else np.asarray(phases, np.int64))
         self.series += count
+
+    def keep(self, rows: I) -> None:
+        """Only the series of ``rows`` (ascending), numbered from 0 in that order: the others get no more
+        samples."""
+        self._x, self._y, self._sigma = self._x[rows], self._y[rows], self._sigma[rows]
+        self._n, self._seen, self._phase = self._n[rows], self._seen[rows], self._phase[rows]
+        self.series = len(rows)
 
     def update(self, rows: I, values: F, keep: Keep | None = None) -> list[Change]:
         """The changes found; with ``keep``, only those it keeps (the others restart their series all the same,

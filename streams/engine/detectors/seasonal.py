@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from streams.engine.detectors.rows import with_rows
+
 F = npt.NDArray[np.float64]
 I = npt.NDArray[np.int64]  # noqa: E741
 _NONE = np.zeros(0, np.int64)
@@ -65,11 +67,16 @@ class Deseason:
         self._seen = np.zeros(0, np.int64)
 
     def grow(self, count: int) -> None:
-        self._first = np.vstack([self._first, np.zeros((count, self.learn))])
-        self._profile = np.vstack([self._profile, np.zeros((count, self._profile.shape[1]))])
-        self._count = np.vstack([self._count, np.zeros((count, self._count.shape[1]))])
-        self._period = np.concatenate([self._period, np.zeros(count, np.int64)])
-        self._seen = np.concatenate([self._seen, np.zeros(count, np.int64)])
+        self._first = with_rows(self._first, count)
+        self._profile = with_rows(self._profile, count)
+        self._count = with_rows(self._count, count)
+        self._period = with_rows(self._period, count)
+        self._seen = with_rows(self._seen, count)
+
+    def keep(self, rows: I) -> None:
+        """Only the series of ``rows`` (ascending), numbered from 0 in that order."""
+        self._first, self._profile, self._count = self._first[rows], self._profile[rows], self._count[rows]
+        self._period, self._seen = self._period[rows], self._seen[rows]
 
     def adjust(self, rows: I, values: F) -> tuple[F, I]:
         """Each value (one per listed row, rows unique) without its seasonal part, and the rows whose

@@ -34,6 +34,7 @@ from streams.engine import elements
 from streams.engine.detectors.base import Detector
 from streams.engine.detectors.changepoint import Change, ChangePoint
 from streams.engine.detectors.early_warning import EarlyWarning
+from streams.engine.detectors.rows import with_rows
 from streams.engine.detectors.seasonal import Deseason
 from streams.engine.detectors.series_groups import CoMoving
 from streams.engine.findings import Finding
@@ -108,6 +109,18 @@ class SeriesDrift(Detector):
         """The end of the input: the groups of co-moving changes still held."""
         return self._groups.flush()
 
+    def keep(self, keys: Sequence[str]) -> None:
+        """Only the series of ``keys`` (and those added later): the others get no more samples (the last ones
+        of a closing job), so their state goes (at a large job's close, one row per device and metric)."""
+        kept = sorted({self._rows[k] for k in keys if k in self._rows})  # (their order, and so their findings')
+        rows = np.array(kept, np.int64)
+        self.detector.keep(rows)
+        self._season.keep(rows)
+        self._times = self._times[rows]
+        self._keys = [self._keys[r] for r in kept]
+        self._rows = {k: r for r, k in enumerate(self._keys)}
+        self._warnings = {k: w for k, w in self._warnings.items() if k in self._rows}
+
     def _add(self, keys: Sequence[str]) -> None:
         new = [k for k in dict.fromkeys(keys) if k not in self._rows]
         if not new:
@@ -120,7 +133,7 @@ class SeriesDrift(Detector):
                 self._warnings[key] = EarlyWarning(element, metric)
         # tested on every ``detector.every``-th sample at a phase from the key's name (not its arrival order)
         self.detector.grow(len(new), np.array([zlib.crc32(k.encode()) for k in new], np.int64))
-        self._times = np.vstack([self._times, np.zeros((len(new), self.detector.window))])
+        self._times = with_rows(self._times, len(new))
         self._season.grow(len(new))
 
     def _round(self, rows: npt.NDArray[np.int64], times: npt.NDArray[np.float64],
