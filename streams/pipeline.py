@@ -149,14 +149,17 @@ class Processor:
             kept, refused_at = [], []
             screened = self.admission.screen(decoded.source, decoded.batches, now)
             for batch, (late, future) in zip(decoded.batches, screened, strict=True):
+                refused = late | future
+                if not refused.any():  # the usual batch: told by one look
+                    kept.append(batch)
+                    continue
                 if late.any():
                     detail = f"{batch.kind} sample older than the allowed lateness behind its source's newest"
                     rejects.extend(Reject("late", detail, int(i)) for i in batch.index[late])
                 if future.any():
                     detail = f"{batch.kind} sample more than {self.admission.max_future:g} s after its message's time"
                     rejects.extend(Reject("future", detail, int(i)) for i in batch.index[future])
-                refused = late | future
-                kept.append(batch.select(~refused) if refused.any() else batch)
+                kept.append(batch.select(~refused))
                 refused_at.extend(batch.index[refused].tolist())
             if refused_at:
                 self._refuse(source, tuple(refused_at))
@@ -173,10 +176,11 @@ class Processor:
         behind = self.timeline.add_samples(channel(source), batches, source.offset)
         kept = []
         for batch, late in zip(batches, behind, strict=True):
+            on_time = batch
             if late.any():
                 detail = f"{batch.kind} sample older than the watermark (already analysed)"
                 rejects.extend(Reject("late", detail, int(i)) for i in batch.index[late])
-            on_time = batch.select(~late) if late.any() else batch
+                on_time = batch.select(~late)
             out.samples_by_kind[batch.kind] += len(on_time)
             kept.append(on_time)
         return kept

@@ -146,9 +146,8 @@ class Timeline:
             ):  # the usual message: one epoch, buffered without a copy
                 self._buffer(math.floor(low / self.epoch_s), kept, channel, offset)
                 continue
-            epochs = np.floor(times / self.epoch_s).astype(np.int64)
-            for k in np.unique(epochs).tolist():
-                self._buffer(k, kept.select(epochs == k), channel, offset)
+            for k, part in _by_epoch(kept, times, self.epoch_s):
+                self._buffer(k, part, channel, offset)
         self._newest[channel] = newest
         return masks
 
@@ -188,6 +187,19 @@ class Timeline:
             yield (k + 1) * self.epoch_s, _chunks(epoch)
         if self._released is None or limit > self._released:
             self._released = limit
+
+
+def _by_epoch(batch: SampleBatch, times: npt.NDArray[np.float64], epoch_s: float) -> Iterator[tuple[int, SampleBatch]]:
+    """A batch's rows per epoch, epochs in increasing order, each one's rows in their order in the batch. A
+    message's rows usually come in event-time order: then each epoch's rows are a slice of the batch (views, no
+    copy); otherwise one stable sort by epoch gathers them (rows never move to Python, whatever their number)."""
+    epochs = np.floor(times / epoch_s).astype(np.int64)
+    order = None if (epochs[1:] >= epochs[:-1]).all() else np.argsort(epochs, kind="stable")
+    ordered = epochs if order is None else epochs[order]
+    starts = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist()]
+    for start, end in zip(starts, [*starts[1:], len(ordered)], strict=True):
+        rows = slice(start, end) if order is None else order[start:end]
+        yield int(ordered[start]), batch.select(rows)  # type: ignore[arg-type]
 
 
 def _chunks(epoch: _Epoch) -> list[Chunk]:

@@ -37,6 +37,19 @@ def test_a_message_goes_to_the_epochs_of_its_samples() -> None:
     assert timeline.pending() == {"t/0": 3}
 
 
+def test_a_message_over_several_epochs_is_split_keeping_its_rows_order() -> None:
+    """Each epoch gets the message's rows of its times in their order in the message; rows in time order are
+    buffered as slices of the message's columns (views), others gathered by one sort by epoch."""
+    timeline = Timeline(lateness=100.0, epoch_s=1.0)
+    ordered, mixed = metrics([5.0, 5.5, 6.25, 6.0, 8.5]), metrics([7.5, 9.0, 7.25, 9.5, 7.0, 8.0])
+    timeline.add_samples("t/0", [ordered, mixed])
+    rows = {k: [p.columns["value"].tolist() for p in e.parts["metric"]] for k, e in timeline._epochs.items()}
+    assert rows == {5: [[0.0, 1.0]], 6: [[2.0, 3.0]], 7: [[0.0, 2.0, 4.0]], 8: [[4.0], [5.0]], 9: [[1.0, 3.0]]}
+    (six,) = timeline._epochs[6].parts["metric"]
+    assert np.shares_memory(six.columns["time"], ordered.columns["time"])
+    assert timeline._epochs[8].parts["metric"][1].index.tolist() == [5]
+
+
 def test_late_samples_are_reported_and_not_buffered() -> None:
     timeline = Timeline(lateness=0.0, epoch_s=1.0)
     timeline.add_samples("t/0", [metrics([10.5])])
