@@ -53,6 +53,7 @@ integration: $(NATIVE)
 
 lint: $(NATIVE)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 demo: $(NATIVE)

@@ -141,8 +141,10 @@ class Timeline:
                 times = times if kept is batch else times[~late]
                 low, high = float(times.min()), float(times.max())
             newest = max(newest, high)
-            if math.isfinite(low) and math.isfinite(high) and (
-                math.floor(low / self.epoch_s) == math.floor(high / self.epoch_s)
+            if (
+                math.isfinite(low)
+                and math.isfinite(high)
+                and (math.floor(low / self.epoch_s) == math.floor(high / self.epoch_s))
             ):  # the usual message: one epoch, buffered without a copy
                 self._buffer(math.floor(low / self.epoch_s), kept, channel, offset)
                 continue

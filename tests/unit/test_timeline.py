@@ -84,7 +84,6 @@ def test_caught_up_channels_hold_nothing_back_but_channels_of_samples_hold_each_
     assert skewed.watermark(["telemetry/0", "telemetry/1"]) == 989.0  # the oldest, as a replay
 
 
-
 def test_a_consumed_epoch_gives_the_same_batch_and_lets_go_of_its_parts() -> None:
     """Released epochs are made canonical part by part as they are let go of: the same batch as from parts
     kept, none of the buffered arrays still referenced by the timeline, and the caller's batches unchanged."""
