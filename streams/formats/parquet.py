@@ -277,24 +277,19 @@ def _outside(rule: FieldRule, values: npt.NDArray[Any], limit: float) -> npt.NDA
     if not len(values):
         return None
     low, high = values.min(), values.max()
-    if -limit <= low and high <= limit and _within(rule, low, high):
+    if -limit <= low and high <= limit and not _breaks(rule, low, high):
         return None
-    bad = ~((values >= -limit) & (values <= limit))
-    if rule.minimum is not None:
-        bad |= values < rule.minimum
-    if rule.exclusive_minimum is not None:
-        bad |= values <= rule.exclusive_minimum
-    if rule.maximum is not None:
-        bad |= values > rule.maximum
+    bad: npt.NDArray[np.bool_] = ~((values >= -limit) & (values <= limit)) | _breaks(rule, values, values)
     return bad
 
 
-def _within(rule: FieldRule, low: Any, high: Any) -> bool:
-    return not (
-        (rule.minimum is not None and low < rule.minimum)
-        or (rule.exclusive_minimum is not None and low <= rule.exclusive_minimum)
-        or (rule.maximum is not None and high > rule.maximum)
-    )
+def _breaks(rule: FieldRule, low: Any, high: Any) -> Any:
+    """Whether values whose least is ``low`` and greatest ``high`` break the rule's bounds: numbers (a
+    column's extremes) or arrays (each value as both: row by row)."""
+    below = (low < rule.minimum) if rule.minimum is not None else False
+    if rule.exclusive_minimum is not None:
+        below = below | (low <= rule.exclusive_minimum)
+    return below | (high > rule.maximum) if rule.maximum is not None else below
 
 
 def _is_text(t: pa.DataType) -> bool:
