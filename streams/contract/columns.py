@@ -119,12 +119,8 @@ def _integers(rule: FieldRule, values: list[Any], types: set[type]) -> Checked:
 
 
 def _bounds(rule: FieldRule, arr: npt.NDArray[Any], out: Checked) -> None:
-    if rule.minimum is not None:
-        out.fail(arr < rule.minimum, "out_of_range", f"{rule.name}: below minimum {rule.minimum}")
-    if rule.exclusive_minimum is not None:
-        out.fail(arr <= rule.exclusive_minimum, "out_of_range", f"{rule.name}: must exceed {rule.exclusive_minimum}")
-    if rule.maximum is not None:
-        out.fail(arr > rule.maximum, "out_of_range", f"{rule.name}: above maximum {rule.maximum}")
+    for broken, reason in rule.broken_bounds(arr, arr):
+        out.fail(broken, "out_of_range", f"{rule.name}: {reason}")
 
 
 def _booleans(rule: FieldRule, values: list[Any], types: set[type]) -> Checked:

@@ -8,6 +8,7 @@ else fails loudly at import rather than being half-checked.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -44,6 +45,16 @@ class FieldRule:
     max_items: int | None = None
     item_max_length: int | None = None
     nested: tuple[FieldRule, ...] = ()
+
+    def broken_bounds(self, low: Any, high: Any) -> Iterator[tuple[Any, str]]:
+        """Each bound of the rule, as whether values whose least is ``low`` and greatest ``high`` break it (numbers:
+        a column's extremes; arrays: each value as both, row by row) and the reason to give when they do."""
+        if self.minimum is not None:
+            yield low < self.minimum, f"below minimum {self.minimum}"
+        if self.exclusive_minimum is not None:
+            yield low <= self.exclusive_minimum, f"must exceed {self.exclusive_minimum}"
+        if self.maximum is not None:
+            yield high > self.maximum, f"above maximum {self.maximum}"
 
 
 def load(name: str) -> dict[str, Any]:

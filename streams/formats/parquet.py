@@ -11,8 +11,9 @@ the JSON envelope so that the telemetry decoder refuses what it refuses, with it
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
-from functools import cached_property
+from functools import cached_property, reduce
 from pathlib import Path
 from typing import Any
 
@@ -284,12 +285,9 @@ def _outside(rule: FieldRule, values: npt.NDArray[Any], limit: float) -> npt.NDA
 
 
 def _breaks(rule: FieldRule, low: Any, high: Any) -> Any:
-    """Whether values whose least is ``low`` and greatest ``high`` break the rule's bounds: numbers (a
-    column's extremes) or arrays (each value as both: row by row)."""
-    below = (low < rule.minimum) if rule.minimum is not None else False
-    if rule.exclusive_minimum is not None:
-        below = below | (low <= rule.exclusive_minimum)
-    return below | (high > rule.maximum) if rule.maximum is not None else below
+    """Whether values whose least is ``low`` and greatest ``high`` break any of the rule's bounds (numbers or
+    arrays, as :meth:`FieldRule.broken_bounds`)."""
+    return reduce(operator.or_, (broken for broken, _ in rule.broken_bounds(low, high)), False)
 
 
 def _is_text(t: pa.DataType) -> bool:

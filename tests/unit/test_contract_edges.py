@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 
 from streams.contract.admission import Admission
+from streams.contract.columns import check_column
 from streams.contract.decision import decode_decision
 from streams.contract.envelope import SampleBatch, decode_telemetry
-from streams.contract.schema import TELEMETRY_SCHEMA
+from streams.contract.schema import TELEMETRY_SCHEMA, FieldRule
+from streams.formats.parquet import _breaks
 
 
 def _nested(depth: int, obj: bool) -> str:
@@ -68,3 +70,19 @@ def test_without_a_reference_time_nothing_is_future() -> None:
     ((late, future),) = adm.screen("s", [_metric([NOW, 4_070_908_800.0])])
     assert not future.any() and not late.any()
     assert [m.tolist() for m in adm.late_mask("s", [_metric([NOW])])] == [[True]]  # the old API: late only
+
+
+def test_each_bound_is_named_and_the_parquet_check_breaks_the_same_rows() -> None:
+    rule = FieldRule("x", "number", True, minimum=-1.0, exclusive_minimum=0.0, maximum=5.0)
+    values = [-2.0, 0.0, 0.5, 5.0, 7.0, -0.0]
+    checked = check_column(rule, values)
+    problems = {detail: mask.tolist() for mask, _, detail in checked.problems}
+    assert problems == {
+        "x: below minimum -1.0": [True, False, False, False, False, False],
+        "x: must exceed 0.0": [True, True, False, False, False, True],
+        "x: above maximum 5.0": [False, False, False, False, True, False],
+    }
+    arr = np.array(values)
+    assert _breaks(rule, arr, arr).tolist() == [True, True, False, False, True, True]
+    assert _breaks(rule, arr.min(), arr.max()) and not _breaks(rule, 0.5, 5.0)
+    assert _breaks(FieldRule("y", "number", True), arr, arr) is False  # no bound: nothing breaks one
