@@ -48,6 +48,17 @@ def dag_valued_step_ends(
     values: Buffer,
     out: Buffer,
 ) -> None: ...
+def dag_keyed_step_ends(
+    layout: DagLayout,
+    floor: Buffer,
+    base: Buffer,
+    alts: list[Buffer],
+    keys: list[Buffer],
+    alt_of: Buffer,
+    key_of: Buffer,
+    value_of: Buffer,
+    out: Buffer,
+) -> None: ...
 
 GROUPED_MEDIANS_READ_INT32: bool
 
