@@ -59,6 +59,9 @@ def dag_keyed_step_ends(
     value_of: Buffer,
     out: Buffer,
 ) -> None: ...
+def unit_deviations(
+    values: Buffer, middle: Buffer, paired: Buffer, unit: Buffer, total: Buffer, squares: Buffer
+) -> None: ...
 
 GROUPED_MEDIANS_READ_INT32: bool
 

@@ -157,3 +157,88 @@ pub fn dag_keyed_step_ends(
     }
     valued_step_ends(py, layout, &floor, base, &ptr, &masks, &values, &out)
 }
+
+/// `systematic.Unsystematic.deviations`' sums, bit for bit: per unit (`total` and `squares`, one value
+/// each, zeroed), over its positions in order, the position's weight added as numpy's `bincount` adds it.
+/// A position is judged when `paired` (a byte each: numpy's bools) and both its value and its group's
+/// `middle` are finite; its sign is numpy's of `value - middle` (+0.0 for either zero), its size
+/// `|middle|` where that sign is not zero (else 0.0); it adds `size * sign` to `total` and `size * size` to `squares` (+0.0 when not judged).
+/// Units: int16, int32 or int64, each below the sums' length.
+#[pyfunction]
+pub fn unit_deviations(
+    py: Python<'_>,
+    values: PyBuffer<f64>,
+    middle: PyBuffer<f64>,
+    paired: PyBuffer<u8>,
+    unit: &Bound<'_, PyAny>,
+    total: PyBuffer<f64>,
+    squares: PyBuffer<f64>,
+) -> PyResult<()> {
+    let (v, m, p) = (
+        items(&values, "values")?,
+        items(&middle, "middle")?,
+        items(&paired, "paired")?,
+    );
+    if let Ok(u) = PyBuffer::<i16>::get(unit) {
+        return deviations(py, v, m, p, items(&u, "unit")?, &total, &squares);
+    }
+    if let Ok(u) = PyBuffer::<i32>::get(unit) {
+        return deviations(py, v, m, p, items(&u, "unit")?, &total, &squares);
+    }
+    let u = PyBuffer::<i64>::get(unit)?;
+    deviations(py, v, m, p, items(&u, "unit")?, &total, &squares)
+}
+
+fn deviations<I: Copy + Into<i64> + Sync>(
+    py: Python<'_>,
+    v: &[f64],
+    m: &[f64],
+    p: &[u8],
+    unit: &[I],
+    total: &PyBuffer<f64>,
+    squares: &PyBuffer<f64>,
+) -> PyResult<()> {
+    let units = total.item_count();
+    let writable =
+        |b: &PyBuffer<f64>| !b.readonly() && b.is_c_contiguous() && b.item_count() == units;
+    if m.len() != v.len() || p.len() != v.len() || unit.len() != v.len() {
+        return Err(PyValueError::new_err(
+            "values, middle, paired, unit: one per position",
+        ));
+    }
+    if !writable(total) || !writable(squares) {
+        return Err(PyValueError::new_err(
+            "total, squares: writable, one value per unit",
+        ));
+    }
+    if unit
+        .iter()
+        .any(|&u| !usize::try_from(u.into()).is_ok_and(|u| u < units))
+    {
+        return Err(PyValueError::new_err("unit: out of range"));
+    }
+    let (mut t, mut q) = (vec![0.0; units], vec![0.0; units]);
+    py.detach(|| {
+        for i in 0..v.len() {
+            let judged = p[i] != 0 && v[i].is_finite() && m[i].is_finite();
+            let d = v[i] - m[i];
+            let sign = if !judged || d == 0.0 {
+                0.0
+            } else if d > 0.0 {
+                1.0
+            } else {
+                -1.0
+            };
+            let size = if sign != 0.0 { m[i].abs() } else { 0.0 };
+            let u = unit[i].into() as usize;
+            t[u] += size * sign;
+            q[u] += size * size;
+        }
+    });
+    for (buf, sums) in [(total, &t), (squares, &q)] {
+        // SAFETY: a writable C-contiguous buffer of `units` f64 (checked above) held by `buf` for this call.
+        let dest = unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr() as *mut f64, units) };
+        dest.copy_from_slice(sums);
+    }
+    Ok(())
+}

@@ -25,6 +25,7 @@ end, without a row of durations each (:class:`decompose.Rows`: bounded memory at
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -284,12 +285,12 @@ def _candidates(
     rank_of, dp_of, excess = g.rank[spans], g.dp[spans], excess[spans]  # per span
     ranks_in = np.flatnonzero(np.bincount(rank_of))
     rank_excess = np.bincount(rank_of, excess)
-    top_ranks = [int(r) for r in sorted(ranks_in, key=lambda r: (-rank_excess[r], r))[:TOP_RANKS]]
+    top_ranks = _by_excess(ranks_in, rank_excess)[:TOP_RANKS]
     of_rank = {r: g.rank == r for r in top_ranks}
     for r in top_ranks:
         add(elements.rank(job, r), "rank", Healing(peer_med, g.rank, r))
     dp_excess = np.bincount(dp_of, excess)
-    replicas = sorted(np.flatnonzero(np.bincount(dp_of)).tolist(), key=lambda d: (-dp_excess[d], d))
+    replicas = _by_excess(np.flatnonzero(np.bincount(dp_of)), dp_excess)
     where = {r: (set(g.dp[nodes].tolist()), set(g.pp[nodes].tolist())) for r, nodes in of_rank.items()}
     for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
         inside = tuple(elements.rank(job, r) for r in top_ranks if d in where[r][0])
@@ -335,10 +336,20 @@ def _healed_step_ends(g: StepGraph, d0: Floats, healing: list[Healing]) -> Float
     return out
 
 
+def _by_excess(ids: Ints, excess: npt.NDArray[Any]) -> list[int]:  # (excess: a bincount's floats)
+    """``ids`` (ascending, distinct) by decreasing ``excess`` (indexed by id), ties by id: ``sorted`` by
+    ``(-excess, id)``, whose order among NaN is its own (kept: it is the definition's)."""
+    e = excess[ids]
+    if np.isnan(e).any():
+        return sorted(ids.tolist(), key=lambda i: (-excess[i], i))
+    by: list[int] = ids[np.argsort(-e, kind="stable")].tolist()
+    return by
+
+
 def _top(healed: Floats, group: Ints, d0: Floats, mask: npt.NDArray[np.bool_]) -> list[int]:
     """Groups (stages, links) to evaluate: all of them up to MAX_ALL, else those most above their healing
     (``healed``: per node, from the other groups)."""
-    present = sorted(set(group[mask].tolist()))
+    present: list[int] = np.unique(group[mask]).tolist()
     if len(present) <= MAX_ALL:
         return present
     over = {s: float(np.nansum(np.where(mask & (group == s), d0 - healed, 0.0))) for s in present}

@@ -1,17 +1,21 @@
-"""The what-if's candidates healed in one native call that finds their nodes in key columns
-(``dag.keyed_step_ends``, ``native/src/whatif.rs``) give the definition's step ends bit for bit: each row the
-mask ``key == value`` at its alternative durations (:class:`decompose.Rows`), on simulated steps, with int32
-and int64 columns, values no node holds, candidates sharing a value, every node, NaN and infinite durations,
-and a whole what-if with and without the native path."""
+"""The what-if's native passes equal their definitions bit for bit.
+
+- The candidates healed in one native call that finds their nodes in key columns (``dag.keyed_step_ends``,
+  ``native/src/whatif.rs``): each row the mask ``key == value`` at its alternative durations
+  (:class:`decompose.Rows`), on simulated steps, with int32 and int64 columns, values no node holds,
+  candidates sharing a value, every node, NaN and infinite durations; a whole what-if with and without it.
+- The candidates' order by excess (numpy's stable sort, ``sorted``'s with NaN).
+- The systematic evidence's sums per unit in one pass (``unit_deviations``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from streams.engine import dag, whatif
+from streams.engine import dag, systematic, whatif
 from streams.engine.decompose import Rows
 from streams.engine.stepgraph import Codebook, Floats, Ints, StepGraph, build
+from streams.engine.systematic import Unsystematic
 from streams.sim.scenarios import SCENARIOS
 from tests.unit.test_stepgraph import op_columns
 
@@ -93,3 +97,48 @@ def test_a_what_ifs_candidates_with_and_without_the_native_call(
         assert native.candidates == definition.candidates
         assert np.array_equal(native.counterfactual_s, definition.counterfactual_s, equal_nan=True)
         assert native.baseline_s == definition.baseline_s
+
+
+def test_candidates_by_excess_are_sorteds_order() -> None:
+    """Ranks and replicas by decreasing excess, ties by id, as ``sorted`` by ``(-excess, id)``: with ties,
+    zeros of both signs, infinities, and NaN (sorted's own order among them)."""
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        n = int(rng.integers(1, 40))
+        excess = rng.choice([0.0, -0.0, 1.5, 2.0, np.inf, 3.25, np.nan], n, p=[0.2, 0.1, 0.2, 0.2, 0.1, 0.15, 0.05])
+        ids = np.flatnonzero(rng.random(n) < 0.7)
+        assert whatif._by_excess(ids, excess) == sorted(ids.tolist(), key=lambda i: (-excess[i], i))
+    assert whatif._by_excess(np.zeros(0, np.int64), np.zeros(0)) == []
+
+
+@pytest.mark.skipif(not systematic._DEVIATIONS, reason="native core without unit_deviations")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
+@pytest.mark.parametrize("positions", [0, 1, 7, 500])
+def test_deviations_in_one_pass_equal_the_definitions_sums(positions: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per unit, the sums of signed and squared sizes, bit for bit: values and middles with NaN, infinities
+    and zeros of both signs, unpaired positions, units int16, int32 and int64, groups of one."""
+    rng = np.random.default_rng(positions)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-300, -2.5, 1e308])
+    for trial in range(20):
+        keys = np.where(
+            rng.random(positions) < 0.1, -1, rng.integers(0, max(1, positions // (trial % 5 + 1)), positions)
+        )
+        unit = rng.integers(-1, 1 + trial % 9, positions)
+        values = rng.lognormal(0.0, 0.5, positions)
+        odd = rng.random(positions) < 0.15
+        values[odd] = rng.choice(special, int(odd.sum()))
+        middle = np.where(rng.random(positions) < 0.1, rng.choice(special, positions), values * 0.9)
+        middle[rng.random(positions) < 0.1] = -0.0
+        u = Unsystematic(keys, unit)
+        if trial % 3 == 1:
+            u.unit = u.unit.astype(np.int64)
+        elif trial % 3 == 2:
+            u.unit = u.unit.astype(np.int32)
+        for mid in (None, middle):
+            native = u.deviations(values, mid)
+            with monkeypatch.context() as m:
+                m.setattr(systematic, "_DEVIATIONS", False)
+                definition = u.deviations(values, mid)
+            for a, b in zip(native, definition, strict=True):
+                assert a.dtype == b.dtype and a.shape == b.shape
+                assert np.array_equal(a.view(np.int64), b.view(np.int64))  # (bits: -0.0 apart from 0.0)
