@@ -62,6 +62,19 @@ def dag_keyed_step_ends(
 def unit_deviations(
     values: Buffer, middle: Buffer, paired: Buffer, unit: Buffer, total: Buffer, squares: Buffer
 ) -> None: ...
+def peer_medians_excluding(
+    values: Buffer,
+    sel: Buffer,
+    order: Buffer,
+    starts: Buffer,
+    counts: Buffer,
+    cells: Buffer,
+    shape: tuple[int, int],
+    how: int,
+    groups: Buffer,
+    keys: Buffer,
+    out: Buffer,
+) -> bool: ...
 
 GROUPED_MEDIANS_READ_INT32: bool
 

@@ -9,6 +9,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::dag::{items, valued_step_ends, DagLayout};
+use crate::median::{excluding_each_row, medians_of};
 
 /// A key column as the engine keeps it: int32 (compact) or int64.
 enum Key {
@@ -22,6 +23,13 @@ impl Key {
             Ok(b) => Ok(Key::Narrow(b)),
             Err(_) => Ok(Key::Wide(PyBuffer::<i64>::get(column)?)),
         }
+    }
+
+    fn slice(&self) -> PyResult<Slice<'_>> {
+        Ok(match self {
+            Key::Narrow(b) => Slice::Narrow(items(b, "indices")?),
+            Key::Wide(b) => Slice::Wide(items(b, "indices")?),
+        })
     }
 
     fn len(&self) -> usize {
@@ -39,6 +47,30 @@ impl Key {
             Key::Wide(b) => matching(items(b, "keys")?, wanted, visit),
         }
         Ok(())
+    }
+}
+
+/// A key column's values.
+enum Slice<'a> {
+    Narrow(&'a [i32]),
+    Wide(&'a [i64]),
+}
+
+impl Slice<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Slice::Narrow(s) => s.len(),
+            Slice::Wide(s) => s.len(),
+        }
+    }
+
+    /// The `i`-th value as an index below `bound` (None: out of range).
+    fn index(&self, i: usize, bound: usize) -> Option<usize> {
+        let v = match self {
+            Slice::Narrow(s) => i64::from(s[i]),
+            Slice::Wide(s) => s[i],
+        };
+        usize::try_from(v).ok().filter(|&v| v < bound)
     }
 }
 
@@ -241,4 +273,76 @@ fn deviations<I: Copy + Into<i64> + Sync>(
         dest.copy_from_slice(sums);
     }
     Ok(())
+}
+
+/// `whatif._peer_medians_excluding`'s values at the nodes `sel` (written into `out`, one per node, the
+/// others untouched), bit for bit: each (group, key) cell's statistic (`grouped_medians`' `how`) of the
+/// values at `sel[order[starts[c]..starts[c] + counts[c]]]`, at `cells[c]` of a `shape` table (NaN
+/// elsewhere); per node `sel[j]`, the median over the other groups of its key's column
+/// (`medians_excluding_each_row`), at its group `groups[sel[j]]` and key `keys[j]`. False (and `out`
+/// untouched) where `grouped_medians` is (-0.0, NaNs of different bits), or for `sel` and `order` not both
+/// int32 or both int64: the caller computes the definition.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn peer_medians_excluding(
+    py: Python<'_>,
+    values: PyBuffer<f64>,
+    sel: &Bound<'_, PyAny>,
+    order: &Bound<'_, PyAny>,
+    starts: PyBuffer<i64>,
+    counts: PyBuffer<i64>,
+    cells: PyBuffer<i64>,
+    shape: (usize, usize),
+    how: u8,
+    groups: &Bound<'_, PyAny>,
+    keys: &Bound<'_, PyAny>,
+    out: PyBuffer<f64>,
+) -> PyResult<bool> {
+    let v = items(&values, "values")?;
+    let (sel, order) = (Key::of(sel)?, Key::of(order)?);
+    let (groups, keys) = (Key::of(groups)?, Key::of(keys)?);
+    let (sel, groups, keys) = (sel.slice()?, groups.slice()?, keys.slice()?);
+    let (starts, counts) = (items(&starts, "starts")?, items(&counts, "counts")?);
+    let cells = items(&cells, "cells")?;
+    let (rows, cols) = shape;
+    if out.readonly() || !out.is_c_contiguous() || out.item_count() != v.len() {
+        return Err(PyValueError::new_err("out: writable, one value per node"));
+    }
+    if groups.len() != v.len() || keys.len() != sel.len() || cells.len() != starts.len() {
+        return Err(PyValueError::new_err(
+            "groups: one per node; keys: one per node in sel; cells: one per cell",
+        ));
+    }
+    let medians = match (&sel, order.slice()?) {
+        (Slice::Narrow(s), Slice::Narrow(o)) => medians_of(py, v, o, s, starts, counts, how)?,
+        (Slice::Wide(s), Slice::Wide(o)) => medians_of(py, v, o, s, starts, counts, how)?,
+        _ => return Ok(false),
+    };
+    let Some(medians) = medians else {
+        return Ok(false);
+    };
+    let mut per = vec![f64::NAN; rows * cols];
+    for (&c, m) in cells.iter().zip(medians) {
+        let c = usize::try_from(c).ok().filter(|&c| c < per.len());
+        per[c.ok_or_else(|| PyValueError::new_err("cells: out of the table"))?] = m;
+    }
+    if per.is_empty() {
+        return Err(PyValueError::new_err("shape: an empty table"));
+    }
+    let table = py.detach(|| excluding_each_row(&per, rows));
+    let mut at = Vec::with_capacity(sel.len());
+    for j in 0..sel.len() {
+        let node = sel.index(j, v.len());
+        let group = node.and_then(|i| groups.index(i, rows));
+        match (node, group, keys.index(j, cols)) {
+            (Some(i), Some(g), Some(k)) => at.push((i, table[g * cols + k])),
+            _ => return Err(PyValueError::new_err("sel, groups, keys: out of range")),
+        }
+    }
+    // SAFETY: a writable C-contiguous buffer of one f64 per node (checked above) held by `out` for this call.
+    let dest = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, v.len()) };
+    for (i, m) in at {
+        dest[i] = m;
+    }
+    Ok(true)
 }

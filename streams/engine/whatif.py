@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from audit import native
 from streams.engine import dag, elements
 from streams.engine.carry import Owners, last_end_per_rank
 from streams.engine.codes import compact
@@ -42,6 +43,7 @@ TOP_RANKS = 4
 TOP_OPS = 3
 MAX_ALL = 8  # replicas, stages and links evaluated exhaustively up to this many, else the top ones
 _NONE = np.zeros(0)
+_FUSED = hasattr(native.core, "peer_medians_excluding")  # (native/src/whatif.rs; without it, the definition)
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,13 @@ def _peer_medians_excluding(at: PeerCells, values: Floats, groups: Ints) -> Floa
     out = np.full(len(values), np.nan)
     if not len(at.sel):
         return out
+    if _FUSED and native.core is not None:  # (the same values in one call, or False: the definition's below)
+        how = NUMPY if at.cells.uniform else MIDDLE
+        cells = (np.ascontiguousarray(a, np.int64) for a in (at.cells.starts, at.cells.counts, at.cells.keys))
+        if native.core.peer_medians_excluding(
+            values, at.sel, at.cells.order, *cells, at.shape, how, groups, at.keys, out
+        ):
+            return out
     per = np.full(at.shape, np.nan)
     per.reshape(-1)[at.cells.keys] = at.cells.medians(values[at.sel])
     out[at.sel] = nanmedian_excluding_each_row(per)[groups[at.sel], at.keys]

@@ -5,7 +5,8 @@
   (:class:`decompose.Rows`), on simulated steps, with int32 and int64 columns, values no node holds,
   candidates sharing a value, every node, NaN and infinite durations; a whole what-if with and without it.
 - The candidates' order by excess (numpy's stable sort, ``sorted``'s with NaN).
-- The systematic evidence's sums per unit in one pass (``unit_deviations``)."""
+- The systematic evidence's sums per unit in one pass (``unit_deviations``).
+- Each node's median over the other groups of its cell's medians in one call (``peer_medians_excluding``)."""
 
 from __future__ import annotations
 
@@ -93,6 +94,8 @@ def test_a_what_ifs_candidates_with_and_without_the_native_call(
         with monkeypatch.context() as m:
             m.setattr(dag, "keyed_available", False)
             m.setattr(dag, "masked_available", False)  # (the definition's rows in full)
+            m.setattr(whatif, "_FUSED", False)
+            m.setattr(systematic, "_DEVIATIONS", False)
             definition = whatif.what_if(g, "j", ops, base, roles)
         assert native.candidates == definition.candidates
         assert np.array_equal(native.counterfactual_s, definition.counterfactual_s, equal_nan=True)
@@ -142,3 +145,33 @@ def test_deviations_in_one_pass_equal_the_definitions_sums(positions: int, monke
             for a, b in zip(native, definition, strict=True):
                 assert a.dtype == b.dtype and a.shape == b.shape
                 assert np.array_equal(a.view(np.int64), b.view(np.int64))  # (bits: -0.0 apart from 0.0)
+
+
+@pytest.mark.skipif(not whatif._FUSED, reason="native core without peer_medians_excluding")
+@pytest.mark.parametrize(("name", "ranks"), CASES)
+def test_peer_medians_excluding_in_one_call_equal_the_definitions(
+    name: str, ranks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stages' and links' cells: as stepped, with NaN, infinities and ties among the values, with -0.0 (the
+    definition's: a selection cannot place it), groups alone (NaN) and cells of unequal counts."""
+    g = _step(name, ranks)
+    roles = whatif.Roles.of(g)
+    rng = np.random.default_rng(ranks)
+    special = np.array([np.nan, np.inf, 0.0, 1.0, 2.0])
+    lone = np.where(g.pp == 0, 0, 1)  # (two groups: one cell's other group may hold nothing)
+    only = 40 * ((lone == 0) & (g.op % 3 == 0))  # (keys group 0 only has: NaN)
+    uneven = whatif.PeerCells.of(lone, np.where(rng.random(g.nodes) < 0.5, g.op, g.op + 1) + only, g.span >= 0)
+    cases = [(roles.by_stage, g.pp), (roles.by_link, roles.link), (uneven, lone)]
+    for trial in range(6):
+        values = g.intrinsic * rng.uniform(0.5, 1.5, g.nodes)
+        if trial % 2:
+            odd = rng.random(g.nodes) < 0.2
+            values[odd] = rng.choice(special, int(odd.sum()))
+        if trial == 5:
+            values[rng.integers(0, g.nodes, 3)] = -0.0
+        for at, groups in cases:
+            native = whatif._peer_medians_excluding(at, values, groups)
+            with monkeypatch.context() as m:
+                m.setattr(whatif, "_FUSED", False)
+                definition = whatif._peer_medians_excluding(at, values, groups)
+            assert np.array_equal(native.view(np.int64), definition.view(np.int64))
