@@ -48,6 +48,33 @@ def dag_valued_step_ends(
     values: Buffer,
     out: Buffer,
 ) -> None: ...
+def dag_keyed_step_ends(
+    layout: DagLayout,
+    floor: Buffer,
+    base: Buffer,
+    alts: list[Buffer],
+    keys: list[Buffer],
+    alt_of: Buffer,
+    key_of: Buffer,
+    value_of: Buffer,
+    out: Buffer,
+) -> None: ...
+def unit_deviations(
+    values: Buffer, middle: Buffer, paired: Buffer, unit: Buffer, total: Buffer, squares: Buffer
+) -> None: ...
+def peer_medians_excluding(
+    values: Buffer,
+    sel: Buffer,
+    order: Buffer,
+    starts: Buffer,
+    counts: Buffer,
+    cells: Buffer,
+    shape: tuple[int, int],
+    how: int,
+    groups: Buffer,
+    keys: Buffer,
+    out: Buffer,
+) -> bool: ...
 
 GROUPED_MEDIANS_READ_INT32: bool
 

@@ -568,16 +568,31 @@ pub fn dag_valued_step_ends(
     values: PyBuffer<f64>,
     out: PyBuffer<f64>,
 ) -> PyResult<()> {
-    let walk = Walk::of(&layout.get().0, &floor)?;
     let (base, values) = (items(&base, "base")?, items(&values, "values")?);
     let (mask_ptr, masks) = (items(&mask_ptr, "mask_ptr")?, items(&masks, "masks")?);
+    valued_step_ends(py, layout, &floor, base, mask_ptr, masks, values, &out)
+}
+
+/// `dag_valued_step_ends` over slices (the what-if's candidates, `whatif.rs`, give theirs made in place).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn valued_step_ends(
+    py: Python<'_>,
+    layout: &Bound<'_, DagLayout>,
+    floor: &PyBuffer<f64>,
+    base: &[f64],
+    mask_ptr: &[i64],
+    masks: &[i64],
+    values: &[f64],
+    out: &PyBuffer<f64>,
+) -> PyResult<()> {
+    let walk = Walk::of(&layout.get().0, floor)?;
     if base.len() != walk.floor.len() || values.len() != masks.len() {
         return Err(PyValueError::new_err(
             "base: one value per node; values: one per masked node",
         ));
     }
     let value = |at: usize, _: usize| values[at];
-    step_ends_into(py, &walk, base, mask_ptr, masks, value, &out)
+    step_ends_into(py, &walk, base, mask_ptr, masks, value, out)
 }
 
 /// numpy's `argmax` over `values` at `at`: the first largest, or the first NaN.

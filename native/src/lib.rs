@@ -19,6 +19,7 @@ mod layouts;
 mod median;
 mod objects;
 mod sort;
+mod whatif;
 
 #[pymodule]
 fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -41,6 +42,9 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(draft::step_plan_check, m)?)?;
     m.add_function(wrap_pyfunction!(layouts::same_in_order, m)?)?;
     m.add_function(wrap_pyfunction!(layouts::sorted_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(whatif::dag_keyed_step_ends, m)?)?;
+    m.add_function(wrap_pyfunction!(whatif::unit_deviations, m)?)?;
+    m.add_function(wrap_pyfunction!(whatif::peer_medians_excluding, m)?)?;
     m.add("GROUPED_MEDIANS_READ_INT32", true)?; // (grouped_medians: int32 orders too)
     Ok(())
 }

@@ -114,12 +114,31 @@ fn grouped<I: Copy + Into<i64> + Sync>(
 ) -> PyResult<bool> {
     let v = items(values, "values")?;
     let (starts, counts) = (items(starts, "starts")?, items(counts, "counts")?);
-    if how > NUMPY
-        || starts.len() != counts.len()
-        || out.item_count() != starts.len()
-        || out.readonly()
-        || !out.is_c_contiguous()
-    {
+    if out.item_count() != starts.len() || out.readonly() || !out.is_c_contiguous() {
+        return Err(PyValueError::new_err("grouped_medians: bad arguments"));
+    }
+    let Some(picked) = medians_of(py, v, order, through, starts, counts, how)? else {
+        return Ok(false);
+    };
+    // SAFETY: a writable C-contiguous buffer of `item_count` f64 (checked above) held by `out` for this call.
+    let dest =
+        unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, out.item_count()) };
+    dest.copy_from_slice(&picked);
+    Ok(true)
+}
+
+/// `grouped_medians`' statistics, one per group (None where the values hold -0.0 or NaNs of different
+/// bits: see the module's note).
+pub(crate) fn medians_of<I: Copy + Into<i64> + Sync>(
+    py: Python<'_>,
+    v: &[f64],
+    order: &[I],
+    through: &[I],
+    starts: &[i64],
+    counts: &[i64],
+    how: u8,
+) -> PyResult<Option<Vec<f64>>> {
+    if how > NUMPY || starts.len() != counts.len() {
         return Err(PyValueError::new_err("grouped_medians: bad arguments"));
     }
     let index = |i: I| -> Option<usize> {
@@ -170,14 +189,7 @@ fn grouped<I: Copy + Into<i64> + Sync>(
         }
         Ok(true)
     });
-    if !ok.map_err(PyValueError::new_err)? {
-        return Ok(false);
-    }
-    // SAFETY: a writable C-contiguous buffer of `item_count` f64 (checked above) held by `out` for this call.
-    let dest =
-        unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, out.item_count()) };
-    dest.copy_from_slice(&picked);
-    Ok(true)
+    Ok(ok.map_err(PyValueError::new_err)?.then_some(picked))
 }
 
 /// Fill `out` (rows x columns, C order, as `values`) with, per row g and column k, the median of column k
@@ -202,9 +214,19 @@ pub fn medians_excluding_each_row(
             "medians_excluding_each_row: bad arguments",
         ));
     }
+    let result = py.detach(|| excluding_each_row(v, rows));
+    // SAFETY: a writable C-contiguous buffer of `item_count` f64 (checked above) held by `out` for this call.
+    let dest =
+        unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, out.item_count()) };
+    dest.copy_from_slice(&result);
+    Ok(())
+}
+
+/// `medians_excluding_each_row` of `v` (`rows` x columns, C order, `rows` > 0), as a new table.
+pub(crate) fn excluding_each_row(v: &[f64], rows: usize) -> Vec<f64> {
     let cols = v.len() / rows;
     let mut result = vec![f64::NAN; v.len()];
-    py.detach(|| {
+    {
         let mut sorted: Vec<(f64, usize)> = Vec::with_capacity(rows);
         let mut position = vec![usize::MAX; rows];
         for k in 0..cols {
@@ -229,10 +251,6 @@ pub fn medians_excluding_each_row(
                 result[g * cols + k] = (at((rest - 1) / 2) + at(rest / 2)) / 2.0;
             }
         }
-    });
-    // SAFETY: a writable C-contiguous buffer of `item_count` f64 (checked above) held by `out` for this call.
-    let dest =
-        unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, out.item_count()) };
-    dest.copy_from_slice(&result);
-    Ok(())
+    }
+    result
 }

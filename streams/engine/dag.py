@@ -111,6 +111,25 @@ def valued_step_ends_flat(
     return out
 
 
+keyed_available = hasattr(native.core, "dag_keyed_step_ends")
+
+
+def keyed_step_ends(
+    schedule: Schedule, indptr: Ints, indices: Ints, floor: Floats, base: Floats, alts: list[Floats],
+    keys: list[Ints], alt_of: list[int], key_of: list[int], value_of: list[int],
+) -> Floats:  # fmt: skip
+    """Per row ``k``: the step end with the nodes whose ``keys[key_of[k]]`` is ``value_of[k]`` (every node for
+    ``key_of[k]`` -1) at ``alts[alt_of[k]]`` and every other node at ``base``: :func:`valued_step_ends` of
+    those masks and values, with the masks found in the native core (``dag_keyed_step_ends``)."""
+    assert native.core is not None
+    out = np.empty(len(alt_of))
+    f64 = [np.ascontiguousarray(a, np.float64) for a in (floor, base, *alts)]
+    columns = [k if k.dtype in (np.int32, np.int64) and k.flags.c_contiguous else k.astype(np.int64) for k in keys]
+    rows = (np.array(a, np.int64) for a in (alt_of, key_of, value_of))
+    native.core.dag_keyed_step_ends(layout(schedule, indptr, indices), *f64[:2], f64[2:], columns, *rows, out)
+    return out
+
+
 def critical_path(indptr: Ints, indices: Ints, floor: Floats, ends: Floats) -> Ints:
     """:meth:`StepGraph.critical_path` (the same nodes, first to last) for one row of end times."""
     assert native.core is not None

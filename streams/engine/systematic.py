@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from audit import native
 from streams.engine.codes import compact
 from streams.engine.medians import LOWER, MIDDLE, grouped
 from streams.engine.stepgraph import Floats, Ints
@@ -52,6 +53,7 @@ ALPHA = 0.001  # per look: at most this chance that a job of only noisy, indepen
 WINDOW = 10  # analysed steps of evidence (the structural_slowdown detector's window)
 NONE = np.zeros(0, np.int64)
 Slow = tuple[Ints, Ints]  # a job's systematically slow ranks and links
+_DEVIATIONS = hasattr(native.core, "unit_deviations")  # (native/src/whatif.rs; without it, the definition)
 
 
 class Grouped:
@@ -120,10 +122,15 @@ class Unsystematic:
         deviation from it, and of the squared middles of those not tied with it (``middle``: each position's
         group middle, ``self.middle.typical(values)``, when already known)."""
         middle = self.middle.typical(values) if middle is None else middle
+        units = int(self.unit.max(initial=-1)) + 1
+        if _DEVIATIONS and native.core is not None:  # (the same sums, in one pass over the positions)
+            sums = np.zeros(units), np.zeros(units)
+            f64 = (np.ascontiguousarray(a, np.float64) for a in (values, middle))
+            native.core.unit_deviations(*f64, self.paired.view(np.uint8), self.unit, *sums)
+            return sums
         judged = self.paired & np.isfinite(values) & np.isfinite(middle)  # (a NaN says nothing, for or against)
         sign = np.where(judged, np.sign(values - middle), 0.0)
         size = np.where(sign != 0, np.abs(middle), 0.0)
-        units = int(self.unit.max(initial=-1)) + 1
         total: Floats = np.bincount(self.unit, size * sign, minlength=units).astype(np.float64)
         squares: Floats = np.bincount(self.unit, size * size, minlength=units).astype(np.float64)
         return total, squares

@@ -25,10 +25,12 @@ end, without a row of durations each (:class:`decompose.Rows`: bounded memory at
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from audit import native
 from streams.engine import dag, elements
 from streams.engine.carry import Owners, last_end_per_rank
 from streams.engine.codes import compact
@@ -41,6 +43,7 @@ TOP_RANKS = 4
 TOP_OPS = 3
 MAX_ALL = 8  # replicas, stages and links evaluated exhaustively up to this many, else the top ones
 _NONE = np.zeros(0)
+_FUSED = hasattr(native.core, "peer_medians_excluding")  # (native/src/whatif.rs; without it, the definition)
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,19 @@ class Candidate:
     element: str  # operator-graph element id
     dimension: str  # rank | dp | stage | link | op
     contains: tuple[str, ...]  # more specific candidates of this step it contains (a replica: its ranks)
+
+
+@dataclass(frozen=True)
+class Healing:
+    """How a candidate is healed: the nodes whose ``key`` column holds ``value`` (every node when ``key`` is
+    None) at their ``alt`` duration."""
+
+    alt: Floats
+    key: Ints | None
+    value: int = 0
+
+    def nodes(self) -> Mask:
+        return np.ones(len(self.alt), np.bool_) if self.key is None else self.key == self.value
 
 
 @dataclass(frozen=True)
@@ -200,6 +216,13 @@ def _peer_medians_excluding(at: PeerCells, values: Floats, groups: Ints) -> Floa
     out = np.full(len(values), np.nan)
     if not len(at.sel):
         return out
+    if _FUSED and native.core is not None:  # (the same values in one call, or False: the definition's below)
+        how = NUMPY if at.cells.uniform else MIDDLE
+        cells = (np.ascontiguousarray(a, np.int64) for a in (at.cells.starts, at.cells.counts, at.cells.keys))
+        if native.core.peer_medians_excluding(
+            values, at.sel, at.cells.order, *cells, at.shape, how, groups, at.keys, out
+        ):
+            return out
     per = np.full(at.shape, np.nan)
     per.reshape(-1)[at.cells.keys] = at.cells.medians(values[at.sel])
     out[at.sel] = nanmedian_excluding_each_row(per)[groups[at.sel], at.keys]
@@ -225,9 +248,9 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     cands, healing = _candidates(g, job, ops, baseline, roles, peer_med)
     healed_rank_ends = None  # the top rank candidate healed (ranks are the first candidates)
     if cands and cands[0].dimension == "rank":
-        healed_rank_ends = last_end_per_rank(g, _row_ends(g, np.where(healing[0][1], healing[0][0], d0)))
+        healed_rank_ends = last_end_per_rank(g, _row_ends(g, np.where(healing[0].nodes(), healing[0].alt, d0)))
     structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)
-    at_baseline = [] if baseline is None else [(baseline, spans | ~spans)]  # every node at the baseline
+    at_baseline = [] if baseline is None else [Healing(baseline, None)]  # every node at the baseline
     healed = _healed_step_ends(g, d0, healing + at_baseline)
     baseline_s = float(healed[-1]) if at_baseline else None
     return StepWhatIf(
@@ -254,76 +277,88 @@ def _row_ends(g: StepGraph, durations: Floats) -> Floats:
 
 def _candidates(
     g: StepGraph, job: str, ops: list[str], baseline: Floats | None, roles: Roles, peer_med: Floats
-) -> tuple[list[Candidate], list[tuple[Floats, Mask]]]:
-    """The candidates, in order (ranks first), and per candidate the durations it heals to and its nodes."""
+) -> tuple[list[Candidate], list[Healing]]:
+    """The candidates, in order (ranks first), and how each is healed. A stage's or link's nodes that their
+    peers cannot heal keep their own durations (in ``alt``: a mask per candidate of the nodes it heals is
+    left to the definition)."""
     d0 = g.intrinsic
     spans = g.span >= 0
     excess = np.maximum(0.0, d0 - peer_med)
     cands: list[Candidate] = []
-    healing: list[tuple[Floats, Mask]] = []
+    healing: list[Healing] = []
 
-    def add(element: str, dimension: str, alt: Floats, nodes: Mask, contains: tuple[str, ...] = ()) -> None:
-        healing.append((alt, nodes))
+    def add(element: str, dimension: str, heal: Healing, contains: tuple[str, ...] = ()) -> None:
+        healing.append(heal)
         cands.append(Candidate(element, dimension, contains))
 
     rank_of, dp_of, excess = g.rank[spans], g.dp[spans], excess[spans]  # per span
     ranks_in = np.flatnonzero(np.bincount(rank_of))
     rank_excess = np.bincount(rank_of, excess)
-    top_ranks = [int(r) for r in sorted(ranks_in, key=lambda r: (-rank_excess[r], r))[:TOP_RANKS]]
+    top_ranks = _by_excess(ranks_in, rank_excess)[:TOP_RANKS]
     of_rank = {r: g.rank == r for r in top_ranks}
     for r in top_ranks:
-        add(elements.rank(job, r), "rank", peer_med, of_rank[r])
+        add(elements.rank(job, r), "rank", Healing(peer_med, g.rank, r))
     dp_excess = np.bincount(dp_of, excess)
-    replicas = sorted(np.flatnonzero(np.bincount(dp_of)).tolist(), key=lambda d: (-dp_excess[d], d))
+    replicas = _by_excess(np.flatnonzero(np.bincount(dp_of)), dp_excess)
     where = {r: (set(g.dp[nodes].tolist()), set(g.pp[nodes].tolist())) for r, nodes in of_rank.items()}
     for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
         inside = tuple(elements.rank(job, r) for r in top_ranks if d in where[r][0])
-        add(elements.dp(job, d), "dp", peer_med, g.dp == d, inside)
+        add(elements.dp(job, d), "dp", Healing(peer_med, g.dp, d), inside)
     chain = roles.stage_key >= 0
     by_stage = _peer_medians_excluding(roles.by_stage, d0, g.pp)
-    healable = chain & np.isfinite(by_stage)
+    stage_alt = np.where(chain & np.isfinite(by_stage), by_stage, d0)
     for s in _top(by_stage, g.pp, d0, chain):
         inside = tuple(elements.rank(job, r) for r in top_ranks if s in where[r][1])
-        add(elements.stage(job, s), "stage", by_stage, healable & (g.pp == s), inside)
+        add(elements.stage(job, s), "stage", Healing(stage_alt, g.pp, s), inside)
     sends = g.kind == SEND
     links = roles.link >= 0
     by_link = _peer_medians_excluding(roles.by_link, d0, roles.link)
-    healable = sends & np.isfinite(by_link)
+    link_alt = np.where(sends & np.isfinite(by_link), by_link, d0)
     for lk in _top(by_link, roles.link, d0, links & sends):
-        add(elements.stage_link(job, lk), "link", by_link, healable & (roles.link == lk))
+        add(elements.stage_link(job, lk), "link", Healing(link_alt, roles.link, lk))
     if baseline is not None:
         op_excess = np.bincount(g.op, np.maximum(0.0, d0 - baseline), minlength=len(ops))
         for o in [int(o) for o in np.argsort(-op_excess, kind="stable")[:TOP_OPS] if op_excess[o] > 0]:
-            add(elements.of_job("op", job, ops[o]), "op", baseline, g.op == o)
+            add(elements.of_job("op", job, ops[o]), "op", Healing(baseline, g.op, o))
     return cands, healing
 
 
-def _healed_step_ends(g: StepGraph, d0: Floats, healing: list[tuple[Floats, Mask]]) -> Floats:
+def _healed_step_ends(g: StepGraph, d0: Floats, healing: list[Healing]) -> Floats:
     """Per candidate, in order: the step end with its nodes healed (candidates healing to the same durations
-    in one evaluation; with the native core, all of them in one call)."""
-    if dag.valued_available:  # the candidates' nodes and values written flat, one candidate at a time
-        ptr = np.zeros(len(healing) + 1, np.int64)
-        np.cumsum([np.count_nonzero(m) for _, m in healing], out=ptr[1:])
-        nodes, values = np.empty(ptr[-1], np.int64), np.empty(ptr[-1])
-        for k, (alt, m) in enumerate(healing):
-            nodes[ptr[k] : ptr[k + 1]] = np.flatnonzero(m)
-            values[ptr[k] : ptr[k + 1]] = alt[m]
-        return dag.valued_step_ends_flat(g.schedule, g.indptr, g.indices, g.floor, d0, ptr, nodes, values)
+    in one evaluation; with the native core, all of them in one call that finds their nodes in their key
+    columns, without a mask each)."""
+    if dag.keyed_available:
+        alts = list({id(h.alt): h.alt for h in healing}.values())
+        keys = list({id(h.key): h.key for h in healing if h.key is not None}.values())
+        alt_of = [next(i for i, a in enumerate(alts) if a is h.alt) for h in healing]
+        key_of = [-1 if h.key is None else next(i for i, k in enumerate(keys) if k is h.key) for h in healing]
+        value_of = [h.value for h in healing]
+        return dag.keyed_step_ends(g.schedule, g.indptr, g.indices, g.floor, d0, alts, keys, alt_of, key_of, value_of)
     out = np.zeros(len(healing))
     i = 0
     while i < len(healing):
         j = i + 1
-        while j < len(healing) and healing[j][0] is healing[i][0]:
+        while j < len(healing) and healing[j].alt is healing[i].alt:
             j += 1
-        out[i:j] = Rows(d0, healing[i][0], [m for _, m in healing[i:j]]).step_ends(g)
+        out[i:j] = Rows(d0, healing[i].alt, [h.nodes() for h in healing[i:j]]).step_ends(g)
         i = j
     return out
+
+
+def _by_excess(ids: Ints, excess: npt.NDArray[Any]) -> list[int]:  # (excess: a bincount's floats)
+    """``ids`` (ascending, distinct) by decreasing ``excess`` (indexed by id), ties by id: ``sorted`` by
+    ``(-excess, id)``, whose order among NaN is its own (kept: it is the definition's)."""
+    e = excess[ids]
+    if np.isnan(e).any():
+        return sorted(ids.tolist(), key=lambda i: (-excess[i], i))
+    by: list[int] = ids[np.argsort(-e, kind="stable")].tolist()
+    return by
 
 
 def _top(healed: Floats, group: Ints, d0: Floats, mask: npt.NDArray[np.bool_]) -> list[int]:
     """Groups (stages, links) to evaluate: all of them up to MAX_ALL, else those most above their healing
     (``healed``: per node, from the other groups)."""
-    present = sorted(set(group[mask].tolist()))
+    present: list[int] = np.unique(group[mask]).tolist()
     if len(present) <= MAX_ALL:
         return present
     over = {s: float(np.nansum(np.where(mask & (group == s), d0 - healed, 0.0))) for s in present}

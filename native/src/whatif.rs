@@ -1,0 +1,348 @@
+//! The what-if's healed step ends (streams/engine/whatif.py, `_healed_step_ends`): each candidate heals
+//! the nodes whose key column (rank, replica, stage, link or op) holds its value, or every node, to one
+//! of a few rows of durations. The candidates' nodes (in node order, as the definition's masks give them)
+//! and values are written here from the columns, not one numpy mask per candidate, and evaluated as
+//! `dag_valued_step_ends` evaluates them: the same step ends, bit for bit.
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::dag::{items, valued_step_ends, DagLayout};
+use crate::median::{excluding_each_row, medians_of};
+
+/// A key column as the engine keeps it: int32 (compact) or int64.
+enum Key {
+    Narrow(PyBuffer<i32>),
+    Wide(PyBuffer<i64>),
+}
+
+impl Key {
+    fn of(column: &Bound<'_, PyAny>) -> PyResult<Self> {
+        match PyBuffer::<i32>::get(column) {
+            Ok(b) => Ok(Key::Narrow(b)),
+            Err(_) => Ok(Key::Wide(PyBuffer::<i64>::get(column)?)),
+        }
+    }
+
+    fn slice(&self) -> PyResult<Slice<'_>> {
+        Ok(match self {
+            Key::Narrow(b) => Slice::Narrow(items(b, "indices")?),
+            Key::Wide(b) => Slice::Wide(items(b, "indices")?),
+        })
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Key::Narrow(b) => b.item_count(),
+            Key::Wide(b) => b.item_count(),
+        }
+    }
+
+    /// `visit(candidate, node)` for each node, in order, whose key is one of `wanted`'s values (each
+    /// `(value, candidate)`, sorted), once per candidate of that value.
+    fn each(&self, wanted: &[(i64, usize)], visit: impl FnMut(usize, usize)) -> PyResult<()> {
+        match self {
+            Key::Narrow(b) => matching(items(b, "keys")?, wanted, visit),
+            Key::Wide(b) => matching(items(b, "keys")?, wanted, visit),
+        }
+        Ok(())
+    }
+}
+
+/// A key column's values.
+enum Slice<'a> {
+    Narrow(&'a [i32]),
+    Wide(&'a [i64]),
+}
+
+impl Slice<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Slice::Narrow(s) => s.len(),
+            Slice::Wide(s) => s.len(),
+        }
+    }
+
+    /// The `i`-th value as an index below `bound` (None: out of range).
+    fn index(&self, i: usize, bound: usize) -> Option<usize> {
+        let v = match self {
+            Slice::Narrow(s) => i64::from(s[i]),
+            Slice::Wide(s) => s[i],
+        };
+        usize::try_from(v).ok().filter(|&v| v < bound)
+    }
+}
+
+/// `Key::each` over a column: a table of the wanted values when their range is no wider than the column
+/// (bounded memory), else a binary search per node.
+fn matching<I: Copy + Into<i64>>(
+    column: &[I],
+    wanted: &[(i64, usize)],
+    mut visit: impl FnMut(usize, usize),
+) {
+    let (Some(&(lo, _)), Some(&(hi, _))) = (wanted.first(), wanted.last()) else {
+        return;
+    };
+    let width = hi.abs_diff(lo);
+    if width < column.len() as u64 {
+        let mut first = vec![0usize; width as usize + 2]; // per value from lo: where its candidates begin
+        for &(v, _) in wanted {
+            first[(v - lo) as usize + 1] += 1;
+        }
+        for k in 1..first.len() {
+            first[k] += first[k - 1];
+        }
+        for (i, &k) in column.iter().enumerate() {
+            let k: i64 = k.into();
+            if (lo..=hi).contains(&k) {
+                let at = (k - lo) as usize;
+                wanted[first[at]..first[at + 1]]
+                    .iter()
+                    .for_each(|&(_, c)| visit(c, i));
+            }
+        }
+        return;
+    }
+    for (i, &k) in column.iter().enumerate() {
+        let k: i64 = k.into();
+        let from = wanted.partition_point(|w| w.0 < k);
+        wanted[from..]
+            .iter()
+            .take_while(|w| w.0 == k)
+            .for_each(|&(_, c)| visit(c, i));
+    }
+}
+
+/// Per candidate `c`: the step end with every node at `base` except those whose `keys[key_of[c]]` is
+/// `value_of[c]` (every node when `key_of[c]` is -1), each at its `alts[alt_of[c]]` value (the definition:
+/// `dag_valued_step_ends` of the masks `keys[key_of[c]] == value_of[c]`, values `alts[alt_of[c]][mask]`).
+/// Keys: int32 or int64 columns, one value per node.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn dag_keyed_step_ends(
+    py: Python<'_>,
+    layout: &Bound<'_, DagLayout>,
+    floor: PyBuffer<f64>,
+    base: PyBuffer<f64>,
+    alts: Vec<PyBuffer<f64>>,
+    keys: Vec<Bound<'_, PyAny>>,
+    alt_of: PyBuffer<i64>,
+    key_of: PyBuffer<i64>,
+    value_of: PyBuffer<i64>,
+    out: PyBuffer<f64>,
+) -> PyResult<()> {
+    let base = items(&base, "base")?;
+    let n = base.len();
+    let alts = alts
+        .iter()
+        .map(|a| items(a, "alts"))
+        .collect::<PyResult<Vec<_>>>()?;
+    let keys = keys.iter().map(Key::of).collect::<PyResult<Vec<_>>>()?;
+    let (alt_of, key_of) = (items(&alt_of, "alt_of")?, items(&key_of, "key_of")?);
+    let value_of = items(&value_of, "value_of")?;
+    let rows = alt_of.len();
+    if alts.iter().any(|a| a.len() != n) || keys.iter().any(|k| k.len() != n) {
+        return Err(PyValueError::new_err("alts, keys: one value per node"));
+    }
+    if key_of.len() != rows
+        || value_of.len() != rows
+        || alt_of
+            .iter()
+            .any(|&a| !usize::try_from(a).is_ok_and(|a| a < alts.len()))
+        || key_of.iter().any(|&k| k < -1 || k >= keys.len() as i64)
+    {
+        return Err(PyValueError::new_err(
+            "alt_of, key_of, value_of: one per candidate, in range",
+        ));
+    }
+    // the candidates' nodes counted, then written at their place in the flat rows (no list per candidate)
+    let mut wanted: Vec<Vec<(i64, usize)>> = vec![Vec::new(); keys.len()];
+    let mut count = vec![0usize; rows];
+    for c in 0..rows {
+        match usize::try_from(key_of[c]) {
+            Ok(k) => wanted[k].push((value_of[c], c)),
+            Err(_) => count[c] = n,
+        }
+    }
+    wanted.iter_mut().for_each(|w| w.sort_unstable());
+    for (key, wanted) in keys.iter().zip(&wanted) {
+        key.each(wanted, |c, _| count[c] += 1)?;
+    }
+    let mut ptr = vec![0i64; rows + 1];
+    for c in 0..rows {
+        ptr[c + 1] = ptr[c] + count[c] as i64;
+    }
+    let total = ptr[rows] as usize;
+    let (mut masks, mut values) = (vec![0i64; total], vec![0.0; total]);
+    let mut next: Vec<usize> = ptr[..rows].iter().map(|&p| p as usize).collect();
+    let mut put = |c: usize, i: usize| {
+        masks[next[c]] = i as i64;
+        values[next[c]] = alts[alt_of[c] as usize][i];
+        next[c] += 1;
+    };
+    for c in (0..rows).filter(|&c| key_of[c] < 0) {
+        (0..n).for_each(|i| put(c, i));
+    }
+    for (key, wanted) in keys.iter().zip(&wanted) {
+        key.each(wanted, &mut put)?;
+    }
+    valued_step_ends(py, layout, &floor, base, &ptr, &masks, &values, &out)
+}
+
+/// `systematic.Unsystematic.deviations`' sums, bit for bit: per unit (`total` and `squares`, one value
+/// each, zeroed), over its positions in order, the position's weight added as numpy's `bincount` adds it.
+/// A position is judged when `paired` (a byte each: numpy's bools) and both its value and its group's
+/// `middle` are finite; its sign is numpy's of `value - middle` (+0.0 for either zero), its size
+/// `|middle|` where that sign is not zero (else 0.0); it adds `size * sign` to `total` and `size * size` to `squares` (+0.0 when not judged).
+/// Units: int16, int32 or int64, each below the sums' length.
+#[pyfunction]
+pub fn unit_deviations(
+    py: Python<'_>,
+    values: PyBuffer<f64>,
+    middle: PyBuffer<f64>,
+    paired: PyBuffer<u8>,
+    unit: &Bound<'_, PyAny>,
+    total: PyBuffer<f64>,
+    squares: PyBuffer<f64>,
+) -> PyResult<()> {
+    let (v, m, p) = (
+        items(&values, "values")?,
+        items(&middle, "middle")?,
+        items(&paired, "paired")?,
+    );
+    if let Ok(u) = PyBuffer::<i16>::get(unit) {
+        return deviations(py, v, m, p, items(&u, "unit")?, &total, &squares);
+    }
+    if let Ok(u) = PyBuffer::<i32>::get(unit) {
+        return deviations(py, v, m, p, items(&u, "unit")?, &total, &squares);
+    }
+    let u = PyBuffer::<i64>::get(unit)?;
+    deviations(py, v, m, p, items(&u, "unit")?, &total, &squares)
+}
+
+fn deviations<I: Copy + Into<i64> + Sync>(
+    py: Python<'_>,
+    v: &[f64],
+    m: &[f64],
+    p: &[u8],
+    unit: &[I],
+    total: &PyBuffer<f64>,
+    squares: &PyBuffer<f64>,
+) -> PyResult<()> {
+    let units = total.item_count();
+    let writable =
+        |b: &PyBuffer<f64>| !b.readonly() && b.is_c_contiguous() && b.item_count() == units;
+    if m.len() != v.len() || p.len() != v.len() || unit.len() != v.len() {
+        return Err(PyValueError::new_err(
+            "values, middle, paired, unit: one per position",
+        ));
+    }
+    if !writable(total) || !writable(squares) {
+        return Err(PyValueError::new_err(
+            "total, squares: writable, one value per unit",
+        ));
+    }
+    if unit
+        .iter()
+        .any(|&u| !usize::try_from(u.into()).is_ok_and(|u| u < units))
+    {
+        return Err(PyValueError::new_err("unit: out of range"));
+    }
+    let (mut t, mut q) = (vec![0.0; units], vec![0.0; units]);
+    py.detach(|| {
+        for i in 0..v.len() {
+            let judged = p[i] != 0 && v[i].is_finite() && m[i].is_finite();
+            let d = v[i] - m[i];
+            let sign = if !judged || d == 0.0 {
+                0.0
+            } else if d > 0.0 {
+                1.0
+            } else {
+                -1.0
+            };
+            let size = if sign != 0.0 { m[i].abs() } else { 0.0 };
+            let u = unit[i].into() as usize;
+            t[u] += size * sign;
+            q[u] += size * size;
+        }
+    });
+    for (buf, sums) in [(total, &t), (squares, &q)] {
+        // SAFETY: a writable C-contiguous buffer of `units` f64 (checked above) held by `buf` for this call.
+        let dest = unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr() as *mut f64, units) };
+        dest.copy_from_slice(sums);
+    }
+    Ok(())
+}
+
+/// `whatif._peer_medians_excluding`'s values at the nodes `sel` (written into `out`, one per node, the
+/// others untouched), bit for bit: each (group, key) cell's statistic (`grouped_medians`' `how`) of the
+/// values at `sel[order[starts[c]..starts[c] + counts[c]]]`, at `cells[c]` of a `shape` table (NaN
+/// elsewhere); per node `sel[j]`, the median over the other groups of its key's column
+/// (`medians_excluding_each_row`), at its group `groups[sel[j]]` and key `keys[j]`. False (and `out`
+/// untouched) where `grouped_medians` is (-0.0, NaNs of different bits), or for `sel` and `order` not both
+/// int32 or both int64: the caller computes the definition.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn peer_medians_excluding(
+    py: Python<'_>,
+    values: PyBuffer<f64>,
+    sel: &Bound<'_, PyAny>,
+    order: &Bound<'_, PyAny>,
+    starts: PyBuffer<i64>,
+    counts: PyBuffer<i64>,
+    cells: PyBuffer<i64>,
+    shape: (usize, usize),
+    how: u8,
+    groups: &Bound<'_, PyAny>,
+    keys: &Bound<'_, PyAny>,
+    out: PyBuffer<f64>,
+) -> PyResult<bool> {
+    let v = items(&values, "values")?;
+    let (sel, order) = (Key::of(sel)?, Key::of(order)?);
+    let (groups, keys) = (Key::of(groups)?, Key::of(keys)?);
+    let (sel, groups, keys) = (sel.slice()?, groups.slice()?, keys.slice()?);
+    let (starts, counts) = (items(&starts, "starts")?, items(&counts, "counts")?);
+    let cells = items(&cells, "cells")?;
+    let (rows, cols) = shape;
+    if out.readonly() || !out.is_c_contiguous() || out.item_count() != v.len() {
+        return Err(PyValueError::new_err("out: writable, one value per node"));
+    }
+    if groups.len() != v.len() || keys.len() != sel.len() || cells.len() != starts.len() {
+        return Err(PyValueError::new_err(
+            "groups: one per node; keys: one per node in sel; cells: one per cell",
+        ));
+    }
+    let medians = match (&sel, order.slice()?) {
+        (Slice::Narrow(s), Slice::Narrow(o)) => medians_of(py, v, o, s, starts, counts, how)?,
+        (Slice::Wide(s), Slice::Wide(o)) => medians_of(py, v, o, s, starts, counts, how)?,
+        _ => return Ok(false),
+    };
+    let Some(medians) = medians else {
+        return Ok(false);
+    };
+    let mut per = vec![f64::NAN; rows * cols];
+    for (&c, m) in cells.iter().zip(medians) {
+        let c = usize::try_from(c).ok().filter(|&c| c < per.len());
+        per[c.ok_or_else(|| PyValueError::new_err("cells: out of the table"))?] = m;
+    }
+    if per.is_empty() {
+        return Err(PyValueError::new_err("shape: an empty table"));
+    }
+    let table = py.detach(|| excluding_each_row(&per, rows));
+    let mut at = Vec::with_capacity(sel.len());
+    for j in 0..sel.len() {
+        let node = sel.index(j, v.len());
+        let group = node.and_then(|i| groups.index(i, rows));
+        match (node, group, keys.index(j, cols)) {
+            (Some(i), Some(g), Some(k)) => at.push((i, table[g * cols + k])),
+            _ => return Err(PyValueError::new_err("sel, groups, keys: out of range")),
+        }
+    }
+    // SAFETY: a writable C-contiguous buffer of one f64 per node (checked above) held by `out` for this call.
+    let dest = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, v.len()) };
+    for (i, m) in at {
+        dest[i] = m;
+    }
+    Ok(true)
+}

@@ -1,0 +1,177 @@
+"""The what-if's native passes equal their definitions bit for bit.
+
+- The candidates healed in one native call that finds their nodes in key columns (``dag.keyed_step_ends``,
+  ``native/src/whatif.rs``): each row the mask ``key == value`` at its alternative durations
+  (:class:`decompose.Rows`), on simulated steps, with int32 and int64 columns, values no node holds,
+  candidates sharing a value, every node, NaN and infinite durations; a whole what-if with and without it.
+- The candidates' order by excess (numpy's stable sort, ``sorted``'s with NaN).
+- The systematic evidence's sums per unit in one pass (``unit_deviations``).
+- Each node's median over the other groups of its cell's medians in one call (``peer_medians_excluding``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streams.engine import dag, systematic, whatif
+from streams.engine.decompose import Rows
+from streams.engine.stepgraph import Codebook, Floats, Ints, StepGraph, build
+from streams.engine.systematic import Unsystematic
+from streams.sim.scenarios import SCENARIOS
+from tests.unit.test_stepgraph import op_columns
+
+pytestmark = pytest.mark.skipif(not dag.keyed_available, reason="native core without dag_keyed_step_ends")
+
+ONE_RANK = 1  # a step of 16 ranks' spans with those of rank 0 only: every group alone
+CASES = [("training-fabric", 16), ("training-slow-link", 32), ("realistic-slow-rank", 16)]
+CASES += [("training-fabric", ONE_RANK)]
+
+
+def _step(name: str, ranks: int, seed: int = 3) -> StepGraph:
+    columns = op_columns(SCENARIOS[name](seed, max(ranks, 16), 12), 10)
+    if ranks == ONE_RANK:
+        columns = {k: v[columns["rank"] == 0] for k, v in columns.items()}
+    return build(columns, Codebook(), Codebook(), {})
+
+
+def _definition(g: StepGraph, alts: list[Floats], keys: list[Ints], rows: list[tuple[int, int, int]]) -> Floats:
+    """Each row's mask ``key == value`` (every node for key -1) at its alternative, evaluated alone."""
+    masks = [np.ones(g.nodes, bool) if k < 0 else keys[k] == v for _, k, v in rows]
+    return np.array([Rows(g.intrinsic, alts[a], [m]).step_ends(g)[0] for (a, _, _), m in zip(rows, masks, strict=True)])
+
+
+@pytest.mark.parametrize(("name", "ranks"), CASES)
+def test_keyed_step_ends_equal_the_masks_rows(name: str, ranks: int) -> None:
+    g = _step(name, ranks)
+    rng = np.random.default_rng(11)
+    alts = [g.intrinsic * rng.uniform(0.3, 1.5, g.nodes) for _ in range(3)]
+    alts[1][rng.integers(0, g.nodes, 3)] = np.nan
+    alts[2][rng.integers(0, g.nodes, 2)] = np.inf
+    alts.append(np.where(rng.random(g.nodes) < 0.1, -0.01, alts[0]))  # (below 0: no maximum over the sinks)
+    wide = rng.choice([-(10**12), 0, 7, 10**12], g.nodes).astype(np.int64)  # (a range wider than the column)
+    keys = [g.rank.astype(np.int32), g.dp.astype(np.int64), g.pp, wide, np.where(g.rank % 2 == 0, -1, g.op)]
+    rows = [(int(rng.integers(0, 4)), k, int(v)) for k in range(len(keys)) for v in np.unique(keys[k])]
+    rows += [(0, 0, 0), (1, 0, 0), (2, -1, 0), (0, 0, ranks + 5), (3, 3, 10**12), (0, 4, -1), (1, 2, -3)]
+    rng.shuffle(rows)
+    a, k, v = ([row[i] for row in rows] for i in range(3))
+    got = dag.keyed_step_ends(g.schedule, g.indptr, g.indices, g.floor, g.intrinsic, alts, keys, a, k, v)
+    assert np.array_equal(got, _definition(g, alts, keys, rows), equal_nan=True)
+    none = dag.keyed_step_ends(g.schedule, g.indptr, g.indices, g.floor, g.intrinsic, alts, keys, [], [], [])
+    assert none.shape == (0,)
+
+
+def test_bad_candidates_are_refused() -> None:
+    g = _step("training-fabric", 4)
+    d, key = g.intrinsic, g.rank
+
+    def call(alts: list[Floats], keys: list[Ints], a: list[int], k: list[int], v: list[int]) -> None:
+        dag.keyed_step_ends(g.schedule, g.indptr, g.indices, g.floor, d, alts, keys, a, k, v)
+
+    with pytest.raises(ValueError, match="in range"):
+        call([d], [key], [1], [0], [0])
+    with pytest.raises(ValueError, match="in range"):
+        call([d], [key], [0], [1], [0])
+    with pytest.raises(ValueError, match="in range"):
+        call([d], [key], [0, 0], [0], [0])
+    with pytest.raises(ValueError, match="one value per node"):
+        call([d[1:]], [key], [0], [0], [0])
+    with pytest.raises(ValueError, match="one value per node"):
+        call([d], [key[1:]], [0], [0], [0])
+
+
+@pytest.mark.parametrize(("name", "ranks"), [*CASES, ("training-slow-link", 128)])
+def test_a_what_ifs_candidates_with_and_without_the_native_call(
+    name: str, ranks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stages and links whose peers cannot heal some of their nodes, ops at a baseline, every node at it."""
+    g = _step(name, ranks, seed=4)
+    roles = whatif.Roles.of(g)
+    rng = np.random.default_rng(2)
+    baseline = g.intrinsic * rng.uniform(0.5, 1.1, g.nodes)
+    ops = [f"op{i}" for i in range(int(g.op.max()) + 1)]
+    for base in (None, baseline):
+        native = whatif.what_if(g, "j", ops, base, roles)
+        with monkeypatch.context() as m:
+            m.setattr(dag, "keyed_available", False)
+            m.setattr(dag, "masked_available", False)  # (the definition's rows in full)
+            m.setattr(whatif, "_FUSED", False)
+            m.setattr(systematic, "_DEVIATIONS", False)
+            definition = whatif.what_if(g, "j", ops, base, roles)
+        assert native.candidates == definition.candidates
+        assert np.array_equal(native.counterfactual_s, definition.counterfactual_s, equal_nan=True)
+        assert native.baseline_s == definition.baseline_s
+
+
+def test_candidates_by_excess_are_sorteds_order() -> None:
+    """Ranks and replicas by decreasing excess, ties by id, as ``sorted`` by ``(-excess, id)``: with ties,
+    zeros of both signs, infinities, and NaN (sorted's own order among them)."""
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        n = int(rng.integers(1, 40))
+        excess = rng.choice([0.0, -0.0, 1.5, 2.0, np.inf, 3.25, np.nan], n, p=[0.2, 0.1, 0.2, 0.2, 0.1, 0.15, 0.05])
+        ids = np.flatnonzero(rng.random(n) < 0.7)
+        assert whatif._by_excess(ids, excess) == sorted(ids.tolist(), key=lambda i: (-excess[i], i))
+    assert whatif._by_excess(np.zeros(0, np.int64), np.zeros(0)) == []
+
+
+@pytest.mark.skipif(not systematic._DEVIATIONS, reason="native core without unit_deviations")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
+@pytest.mark.parametrize("positions", [0, 1, 7, 500])
+def test_deviations_in_one_pass_equal_the_definitions_sums(positions: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per unit, the sums of signed and squared sizes, bit for bit: values and middles with NaN, infinities
+    and zeros of both signs, unpaired positions, units int16, int32 and int64, groups of one."""
+    rng = np.random.default_rng(positions)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-300, -2.5, 1e308])
+    for trial in range(20):
+        keys = np.where(
+            rng.random(positions) < 0.1, -1, rng.integers(0, max(1, positions // (trial % 5 + 1)), positions)
+        )
+        unit = rng.integers(-1, 1 + trial % 9, positions)
+        values = rng.lognormal(0.0, 0.5, positions)
+        odd = rng.random(positions) < 0.15
+        values[odd] = rng.choice(special, int(odd.sum()))
+        middle = np.where(rng.random(positions) < 0.1, rng.choice(special, positions), values * 0.9)
+        middle[rng.random(positions) < 0.1] = -0.0
+        u = Unsystematic(keys, unit)
+        if trial % 3 == 1:
+            u.unit = u.unit.astype(np.int64)
+        elif trial % 3 == 2:
+            u.unit = u.unit.astype(np.int32)
+        for mid in (None, middle):
+            native = u.deviations(values, mid)
+            with monkeypatch.context() as m:
+                m.setattr(systematic, "_DEVIATIONS", False)
+                definition = u.deviations(values, mid)
+            for a, b in zip(native, definition, strict=True):
+                assert a.dtype == b.dtype and a.shape == b.shape
+                assert np.array_equal(a.view(np.int64), b.view(np.int64))  # (bits: -0.0 apart from 0.0)
+
+
+@pytest.mark.skipif(not whatif._FUSED, reason="native core without peer_medians_excluding")
+@pytest.mark.parametrize(("name", "ranks"), CASES)
+def test_peer_medians_excluding_in_one_call_equal_the_definitions(
+    name: str, ranks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stages' and links' cells: as stepped, with NaN, infinities and ties among the values, with -0.0 (the
+    definition's: a selection cannot place it), groups alone (NaN) and cells of unequal counts."""
+    g = _step(name, ranks)
+    roles = whatif.Roles.of(g)
+    rng = np.random.default_rng(ranks)
+    special = np.array([np.nan, np.inf, 0.0, 1.0, 2.0])
+    lone = np.where(g.pp == 0, 0, 1)  # (two groups: one cell's other group may hold nothing)
+    only = 40 * ((lone == 0) & (g.op % 3 == 0))  # (keys group 0 only has: NaN)
+    uneven = whatif.PeerCells.of(lone, np.where(rng.random(g.nodes) < 0.5, g.op, g.op + 1) + only, g.span >= 0)
+    cases = [(roles.by_stage, g.pp), (roles.by_link, roles.link), (uneven, lone)]
+    for trial in range(6):
+        values = g.intrinsic * rng.uniform(0.5, 1.5, g.nodes)
+        if trial % 2:
+            odd = rng.random(g.nodes) < 0.2
+            values[odd] = rng.choice(special, int(odd.sum()))
+        if trial == 5:
+            values[rng.integers(0, g.nodes, 3)] = -0.0
+        for at, groups in cases:
+            native = whatif._peer_medians_excluding(at, values, groups)
+            with monkeypatch.context() as m:
+                m.setattr(whatif, "_FUSED", False)
+                definition = whatif._peer_medians_excluding(at, values, groups)
+            assert np.array_equal(native.view(np.int64), definition.view(np.int64))
