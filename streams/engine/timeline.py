@@ -29,7 +29,7 @@ import numpy.typing as npt
 from audit import native
 from streams.contract.envelope import SampleBatch
 from streams.contract.schema import EVENT_TIME
-from streams.engine.codes import classes
+from streams.engine.codes import same_str
 
 KIND_ORDER = ("topology", "op", "step", "metric")  # within a chunk: placements first, then what they place
 Origin = tuple[str, int]  # (channel, offset) of an input message
@@ -294,7 +294,7 @@ def _one_value(parts: list[npt.NDArray[Any]]) -> bool:
     if any(p[0] != value or p[-1] != value for p in parts if len(p)):
         return False
     if first.dtype.kind == "O":  # (compared by their codes: a run of one object is looked up once)
-        return all((classes(p, (value,)) == 1).all() for p in parts)
+        return same_str(parts, value)
     return all((p == value).all() for p in parts)
 
 
