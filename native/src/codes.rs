@@ -9,6 +9,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -122,4 +123,37 @@ fn of_list(
         *slot = code;
     }
     Ok(true)
+}
+
+/// same_str(parts, value) -> bool or None: whether every row of every part (one-dimensional contiguous numpy
+/// object arrays) is a `str` equal to `value` (a `str`), as `codes_of` with `{value: 1}` tells it. None when
+/// it cannot tell at once: a part is not such an array, or a row before the first other string is not
+/// exactly a `str` (the caller then runs the definition). A column of one name is mostly one object, told
+/// by its address.
+#[pyfunction]
+pub fn same_str(parts: &Bound<'_, PyList>, value: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
+    if !objects::is_str(value.as_ptr()) {
+        return Ok(None);
+    }
+    let mut alike = value.as_ptr(); // the last object found equal to `value`
+    for part in parts.iter() {
+        let Ok(pointers) = objects::pointers(&part, part.len()?) else {
+            return Ok(None);
+        };
+        for &row in pointers {
+            if row == alike || row == value.as_ptr() {
+                continue;
+            }
+            if !objects::is_str(row) {
+                return Ok(None);
+            }
+            // SAFETY: two live `str` objects (the row held by its array, `value` by the caller), the GIL held;
+            // comparing two str cannot fail
+            if unsafe { ffi::PyUnicode_Compare(row, value.as_ptr()) } != 0 {
+                return Ok(Some(false));
+            }
+            alike = row;
+        }
+    }
+    Ok(Some(true))
 }

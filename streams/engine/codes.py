@@ -14,6 +14,7 @@ from audit import native
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
 native_codes = hasattr(native.core, "codes_of")  # (the same codes from native/src/codes.rs, with fewer lookups)
+native_same = hasattr(native.core, "same_str")  # (the same answer from native/src/codes.rs, in one call)
 
 
 @dataclass
@@ -54,6 +55,17 @@ def classes(values: npt.NDArray[Any], names: tuple[str, ...]) -> Ints:
     for i, name in enumerate(names):
         out[values == name] = i + 1
     return out
+
+
+def same_str(parts: list[npt.NDArray[Any]], value: str) -> bool:
+    """Whether every row of every part (object arrays) is ``value`` (a str) as :func:`classes` tells it: from
+    the native core in one call when it can tell (a column of one name is mostly one object), else as
+    defined."""
+    if native_same and native.core is not None:
+        answer = native.core.same_str(parts, value)
+        if answer is not None:
+            return bool(answer)
+    return all((classes(p, (value,)) == 1).all() for p in parts)
 
 
 def _native(values: npt.NDArray[Any], codes: dict[str, int], missing: int) -> Ints | None:

@@ -115,10 +115,11 @@ class JobSteps:
         return self._analysed(sorted(self._pending))
 
     def _analysed(self, steps: list[int]) -> Iterator[StepReport]:
-        for step in steps:
+        for i, step in enumerate(steps):
             self._done_through = max(self._done_through, step)
             parts = self._pending.pop(step)
-            _own_rows([p for rest in self._pending.values() for p in rest])
+            if i == 0:  # (what stays pending is owned once: nothing is added while these steps are analysed)
+                _own_rows([p for rest in self._pending.values() for p in rest])
             try:
                 yield self._report(step, _joined(parts))
             except StepGraphError:

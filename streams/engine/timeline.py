@@ -29,7 +29,7 @@ import numpy.typing as npt
 from audit import native
 from streams.contract.envelope import SampleBatch
 from streams.contract.schema import EVENT_TIME
-from streams.engine.codes import classes
+from streams.engine.codes import same_str
 
 KIND_ORDER = ("topology", "op", "step", "metric")  # within a chunk: placements first, then what they place
 Origin = tuple[str, int]  # (channel, offset) of an input message
@@ -286,15 +286,17 @@ def _one_value(parts: list[npt.NDArray[Any]]) -> bool:
     """Whether the parts of a column hold one value, of one dtype, in every row (not a float column: -0.0
     equals 0.0 without being it). Most columns of many values differ at a part's ends: told at once."""
     first = parts[0]
-    if not len(first) or first.dtype.kind not in "Obiu" or any(p.dtype != first.dtype for p in parts):
+    if not len(first) or first.dtype.kind not in "Obiu":
         return False
     value = first[0]
     if first.dtype.kind == "O" and type(value) is not str:  # (objects equal by == but not alike: 1, True, 1.0)
         return False
-    if any(p[0] != value or p[-1] != value for p in parts if len(p)):
+    if first[-1] != value:  # (most columns of many values: told by their first part, before looking at all)
+        return False
+    if any(p.dtype != first.dtype for p in parts) or any(p[0] != value or p[-1] != value for p in parts if len(p)):
         return False
     if first.dtype.kind == "O":  # (compared by their codes: a run of one object is looked up once)
-        return all((classes(p, (value,)) == 1).all() for p in parts)
+        return same_str(parts, value)
     return all((p == value).all() for p in parts)
 
 

@@ -99,6 +99,42 @@ def test_the_native_core_reads_an_object_array_in_place_and_defers_one_not_all_s
         codes.native.core.codes_of(column[::2], book.codes, 0, out[:2])
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_same_str_is_the_definitions_answer(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """Parts of one name, mostly one object (as the decoder makes them), sometimes with an equal string of
+    another object, another name, a numpy string, None or a number; some parts empty or strided."""
+    rng = random.Random(seed)
+    for _ in range(40):
+        name = rng.choice(NAMES[1:])
+        parts = []
+        for _ in range(rng.randint(1, 5)):
+            part = np.empty(rng.choice((0, 1, 3, 200)), object)
+            part[:] = name
+            if len(part) and rng.random() < 0.5:
+                part[rng.randrange(len(part))] = rng.choice(["".join(list(name)), "other", np.str_(name), None, 3])
+            parts.append(part[::2] if rng.random() < 0.1 else part)
+        got = codes.same_str(parts, name)
+        with monkeypatch.context() as m:
+            m.setattr(codes, "native_same", False)
+            want = codes.same_str(parts, name)
+        assert got is want
+        assert want == all((p == name).all() for p in parts)
+
+
+@pytest.mark.skipif(not codes.native_same, reason="the native core is not built (or DRIFTLOG_NATIVE=0)")
+def test_the_native_same_str_defers_what_it_cannot_tell() -> None:
+    assert codes.native.core is not None
+    column = np.empty(3, object)
+    column[:] = ["job", "job", "".join(["j", "ob"])]
+    assert codes.native.core.same_str([column, column[:0]], "job") is True
+    column[1] = None
+    assert codes.native.core.same_str([column], "job") is None
+    column[0] = "other"
+    assert codes.native.core.same_str([column], "job") is False
+    assert codes.native.core.same_str([column[::2]], "other") is None
+    assert codes.native.core.same_str([column], 3) is None
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_key_sums_are_the_sums_over_the_distinct_keys(seed: int) -> None:
     """Keys ascending and each sum added in the input's order, as over np.unique's inverse: also with a
