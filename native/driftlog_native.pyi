@@ -104,6 +104,20 @@ def change_tests(
     min_side: int,
     out: Buffer,
 ) -> bool: ...
+def change_append(
+    x: Buffer,
+    y: Buffer,
+    n: Buffer,
+    seen: Buffer,
+    sigma: Buffer,
+    phase: Buffer,
+    rows: Buffer,
+    values: Buffer,
+    limits: tuple[int, int, int, int],
+    squared: Buffer,
+    relearn: Buffer,
+    tested: Buffer,
+) -> tuple[int, int]: ...
 def step_draft(
     head: Buffer,
     packed: Buffer,

@@ -309,3 +309,89 @@ pub fn change_tests(
     dest.copy_from_slice(&result);
     Ok(true)
 }
+
+/// A writable C-contiguous buffer's items.
+fn items_mut<'a, T: pyo3::buffer::Element>(buf: &'a PyBuffer<T>, name: &str) -> PyResult<&'a mut [T]> {
+    if buf.readonly() || !buf.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!(
+            "{name}: not writable and contiguous"
+        )));
+    }
+    // SAFETY: a writable C-contiguous buffer of `item_count` items of T (its format checked by PyBuffer::get),
+    // held by `buf` for the slice's lifetime; the caller passes distinct arrays.
+    Ok(unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr() as *mut T, buf.item_count()) })
+}
+
+/// `ChangePoint.update`'s bookkeeping of one round (`_append`, `_relearns`, `_tested`): each of `rows`
+/// (unique) gets its value appended to its window in `x` (series x `w`, C order) and its row of `y` shifted
+/// (its newest column left for the caller: the log of the squared difference written to `squared`, which
+/// stays numpy's), its segment length `n` and sample count `seen` counted. Writes to `relearn` the positions
+/// (in `rows`) of the series that learn their noise now and to `tested` those tested now (with their noise
+/// as it is: the caller decides again after learning); returns how many of each.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn change_append(
+    x: PyBuffer<f64>,
+    y: PyBuffer<f64>,
+    n: PyBuffer<i64>,
+    seen: PyBuffer<i64>,
+    sigma: PyBuffer<f64>,
+    phase: PyBuffer<i64>,
+    rows: PyBuffer<i64>,
+    values: PyBuffer<f64>,
+    limits: (i64, i64, i64, i64), // warmup, window, min_side, every
+    squared: PyBuffer<f64>,
+    relearn: PyBuffer<i64>,
+    tested: PyBuffer<i64>,
+) -> PyResult<(usize, usize)> {
+    let (sigma, phase) = (items(&sigma, "sigma")?, items(&phase, "phase")?);
+    let (rows, values) = (items(&rows, "rows")?, items(&values, "values")?);
+    let (x, y) = (items_mut(&x, "x")?, items_mut(&y, "y")?);
+    let (n, seen) = (items_mut(&n, "n")?, items_mut(&seen, "seen")?);
+    let squared = items_mut(&squared, "squared")?;
+    let (relearn, tested) = (items_mut(&relearn, "relearn")?, items_mut(&tested, "tested")?);
+    let (warmup, window, min_side, every) = limits;
+    let series = n.len();
+    let w = x.len().checked_div(series).unwrap_or(0);
+    let bad = w < 1
+        || window < 1
+        || x.len() != series * w
+        || y.len() != x.len()
+        || seen.len() != series
+        || sigma.len() != series
+        || phase.len() != series
+        || values.len() != rows.len()
+        || squared.len() != rows.len()
+        || relearn.len() != rows.len()
+        || tested.len() != rows.len()
+        || rows.iter().any(|&r| r < 0 || r as usize >= series);
+    if bad {
+        return Err(PyValueError::new_err("change_append: bad arguments"));
+    }
+    let (mut relearns, mut tests) = (0, 0);
+    for (i, (&r, &v)) in rows.iter().zip(values).enumerate() {
+        let r = r as usize;
+        let (xr, yr) = (&mut x[r * w..(r + 1) * w], &mut y[r * w..(r + 1) * w]);
+        let d = if n[r] > 0 { v - xr[w - 1] } else { f64::NAN };
+        squared[i] = d * d;
+        xr.copy_within(1.., 0);
+        xr[w - 1] = v;
+        yr.copy_within(1.., 0);
+        n[r] += 1;
+        seen[r] += 1;
+        let k = n[r];
+        // `_relearns`: at `warmup` points, then as the segment doubles, then once per window
+        let refresh = (k & (k - 1)) == 0 && k > warmup && k <= window || k % window == 0;
+        if sigma[r].is_nan() && k >= warmup || refresh {
+            relearn[relearns] = i as i64;
+            relearns += 1;
+        }
+        // `_tested`: the noise known, the segment long enough, and its turn
+        let turn = every <= 1 || (seen[r] + phase[r]).rem_euclid(every) == 0;
+        if sigma[r].is_finite() && k >= 2 * min_side && turn {
+            tested[tests] = i as i64;
+            tests += 1;
+        }
+    }
+    Ok((relearns, tests))
+}

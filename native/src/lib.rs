@@ -38,6 +38,7 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dag::DagLayout>()?;
     m.add_function(wrap_pyfunction!(dag::dag_layout, m)?)?;
     m.add_function(wrap_pyfunction!(change::change_tests, m)?)?;
+    m.add_function(wrap_pyfunction!(change::change_append, m)?)?;
     m.add_function(wrap_pyfunction!(draft::step_draft, m)?)?;
     m.add_function(wrap_pyfunction!(draft::step_tolerance, m)?)?;
     m.add_function(wrap_pyfunction!(draft::step_plan_check, m)?)?;

@@ -167,14 +167,16 @@ class JobState:
         """Service metrics go to the serving detectors (:mod:`services`); the job's ``power_w`` samples to
         its energy: a sample's value holds until the entity's next sample (gaps over ``MAX_POWER_GAP_S``
         are not counted)."""
-        self.last_time = max(self.last_time, float(c["time"].max()))
-        rows = list(zip(c["entity"].tolist(), c["name"].tolist(), c["value"].tolist(), c["time"].tolist(),
-                        strict=True))  # fmt: skip  # (entity, name, value, time), once for all three uses
-        findings, attributions = self.services.metrics(rows)
+        entity, name, value, time = c["entity"], c["name"], c["value"], c["time"]
+        self.last_time = max(self.last_time, float(time.max()))
+        findings, attributions = self.services.metrics(zip(entity.tolist(), name.tolist(), value.tolist(),
+                                                           time.tolist(), strict=True))  # fmt: skip
         out.findings.extend(findings)
         out.attributions.extend(attributions)
-        self._power_samples([(e, t, v) for e, n, v, t in rows if n == "power_w"])
-        self._series(named_series.of_metrics(rows), out)
+        power = np.flatnonzero(name == "power_w")
+        self._power_samples(list(zip(entity[power].tolist(), time[power].tolist(), value[power].tolist(),
+                                     strict=True)))  # fmt: skip
+        self._series(named_series.of_metrics(entity, name, value, time), out)
 
     def close(self, out: EngineOutput) -> None:
         """The end of the job's input (end of a file or replay, or idle past the eviction period): analyse

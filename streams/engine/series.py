@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
+import numpy.typing as npt
+
 from streams.engine import elements
 from streams.engine.detectors.series_drift import series_key
 from streams.engine.rollup import Rollup
@@ -14,6 +17,8 @@ METRICS = frozenset({"latency_p99_s", "util", "power_w"})
 ROLLUPS = frozenset({"cost_per_output", "energy_j_per_output"})
 WARN_ON = ("latency_p99_s",)  # early warnings (critical slowing down) on these
 Series = tuple[list[str], list[float], list[float]]
+Strings = npt.NDArray[np.object_]
+Floats = npt.NDArray[np.float64]
 
 
 def of_steps(job: str, rows: Iterable[tuple[float, float]]) -> Series:
@@ -23,9 +28,20 @@ def of_steps(job: str, rows: Iterable[tuple[float, float]]) -> Series:
     return [key] * len(starts), list(starts), list(outputs)
 
 
-def of_metrics(rows: list[tuple[str, str, float, float]]) -> Series:
-    """Metric rows (entity, name, value, time): the named metrics per entity, and p99/p50 where a service
-    reported both at once."""
+def of_metrics(entity: Strings, name: Strings, value: Floats, time: Floats) -> Series:
+    """Metric columns (entity and name: object arrays of str): the named metrics per entity, and p99/p50 where
+    a service reported both at once. Without a p50 (a training job's devices): over the columns, not a Python
+    step per row."""
+    names = name.tolist()
+    if "latency_p50_s" in names:
+        return _of_rows(list(zip(entity.tolist(), names, value.tolist(), time.tolist(), strict=True)))
+    pick = np.flatnonzero(np.fromiter(map(METRICS.__contains__, names), bool, len(names)))
+    keys: list[str] = (name[pick] + "@" + entity[pick]).tolist()  # series_key, of every row at once
+    return keys, time[pick].tolist(), value[pick].tolist()
+
+
+def _of_rows(rows: list[tuple[str, str, float, float]]) -> Series:
+    """:func:`of_metrics` of rows (entity, name, value, time)."""
     p50 = {(e, t): v for e, n, v, t in rows if n == "latency_p50_s"}
     keys, times, values = [], [], []
     for entity, name, v, t in rows:

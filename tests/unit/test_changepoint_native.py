@@ -109,3 +109,29 @@ def test_a_constant_zero_series_gives_the_same_signed_zeros(
         assert [a.tobytes() for a in got] == [b.tobytes() for b in expected]
         compared += 1
     assert compared > window
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_a_round_of_bookkeeping_leaves_the_state_of_the_definition(every: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ChangePoint._round`` (append, learn, which series are tested) in the native core: each call a random
+    subset of the series, in random order, some values not finite; the windows, counts and noise bit for bit."""
+
+    def run() -> tuple[list[object], list[bytes]]:
+        rng = np.random.default_rng(every)
+        x = np.concatenate([windows(rng, trial, 3, 64) for trial in range(6)])
+        detector = ChangePoint(x.shape[0], window=64, warmup=12, every=every)
+        changes: list[object] = []
+        for t in range(x.shape[1]):
+            rows = rng.permutation(x.shape[0])[: int(rng.integers(1, x.shape[0] + 1))]
+            values = x[rows, t].copy()
+            values[rng.random(rows.size) < 0.02] = np.nan
+            changes += detector.update(rows, values)
+        state = [detector._x, detector._y, detector._n, detector._seen, detector._sigma]
+        return changes, [a.tobytes() for a in state]
+
+    native_changes, native_state = run()
+    monkeypatch.setattr(native, "core", None)
+    python_changes, python_state = run()
+    assert len(native_changes) > 5
+    assert native_changes == python_changes
+    assert native_state == python_state

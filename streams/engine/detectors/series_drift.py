@@ -22,7 +22,6 @@ fixed window of values and times (and an early-warning window), so it is bounded
 
 from __future__ import annotations
 
-import functools
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,18 +49,14 @@ def parse_series_key(key: str) -> tuple[str, str]:
     return element, metric
 
 
-@functools.lru_cache(maxsize=4096)
-def _metric(key: str) -> str:
-    """The metric of a ``series_key`` (kept: a job's keys come back every batch)."""
-    return parse_series_key(key)[1]
-
-
 @dataclass
 class SeriesDrift(Detector):
     warn_on: tuple[str, ...] = ()
     detector: ChangePoint = field(default_factory=ChangePoint)
     _rows: dict[str, int] = field(default_factory=dict)
     _keys: list[str] = field(default_factory=list)
+    _metrics: list[str] = field(default_factory=list)  # the metrics of the series, each once
+    _metric_of: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))  # per row
     _times: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros((0, ChangePoint.window)))
     _warnings: dict[str, EarlyWarning] = field(default_factory=dict)
     job: str = ""  # the key whose series these are (a job, or '' for the control plane)
@@ -80,21 +75,21 @@ class SeriesDrift(Detector):
         keep = np.isfinite(v) & np.isfinite(t)
         if not keep.all():
             rows, t, v = rows[keep], t[keep], v[keep]
-        by_time = np.argsort(t, kind="stable")
-        newest = dict(zip(rows[by_time].tolist(), t[by_time].tolist(), strict=True))  # (the latest time wins)
-        clock: dict[str, float] = {}
-        for r in sorted(newest):  # the newest sample time of each metric
-            metric = _metric(self._keys[r])
-            clock[metric] = max(clock.get(metric, -np.inf), newest[r])
+        # the newest sample time of each metric (an array over the metrics seen, not a step per sample)
+        newest = np.full(len(self._metrics), -np.inf)
+        np.maximum.at(newest, self._metric_of[rows], t)
+        clock = {m: at for m, at in zip(self._metrics, newest.tolist(), strict=True) if at > -np.inf}
+        order = np.argsort(rows, kind="stable")
+        repeats = rows.size > 1 and bool((rows[order][1:] == rows[order][:-1]).any())
         # each key once (the usual batch): one round
-        out = self._round(rows, t, v) if len(newest) == len(rows) else self._rounds(rows, t, v)
+        out = self._rounds(rows, t, v, order) if repeats else self._round(rows, t, v)
         drift = [f for f in out if f.kind == "series_drift"]
         return [f for f in out if f.kind != "series_drift"] + self._groups.add(drift, clock)
 
     def _rounds(self, rows: npt.NDArray[np.int64], times: npt.NDArray[np.float64],
-                values: npt.NDArray[np.float64]) -> list[Finding]:  # fmt: skip
-        """A key that repeats within the batch: its first samples in one round, the next ones in the next."""
-        order = np.argsort(rows, kind="stable")
+                values: npt.NDArray[np.float64], order: npt.NDArray[np.intp]) -> list[Finding]:  # fmt: skip
+        """A key that repeats within the batch (``order``: the samples by key, stable): its first samples in
+        one round, the next ones in the next."""
         first = np.r_[True, rows[order][1:] != rows[order][:-1]]
         starts = np.maximum.accumulate(np.where(first, np.arange(rows.size), 0))
         occurrence = np.empty(rows.size, np.int64)
@@ -117,6 +112,7 @@ class SeriesDrift(Detector):
         self.detector.keep(rows)
         self._season.keep(rows)
         self._times = self._times[rows]
+        self._metric_of = self._metric_of[rows]
         self._keys = [self._keys[r] for r in kept]
         self._rows = {k: r for r, k in enumerate(self._keys)}
         self._warnings = {k: w for k, w in self._warnings.items() if k in self._rows}
@@ -125,12 +121,17 @@ class SeriesDrift(Detector):
         new = [k for k in dict.fromkeys(keys) if k not in self._rows]
         if not new:
             return
+        codes = []
         for key in new:
             self._rows[key] = len(self._keys)
             self._keys.append(key)
             element, metric = parse_series_key(key)
+            if metric not in self._metrics:
+                self._metrics.append(metric)
+            codes.append(self._metrics.index(metric))
             if metric in self.warn_on:
                 self._warnings[key] = EarlyWarning(element, metric)
+        self._metric_of = with_rows(self._metric_of, len(new), codes)
         # tested on every ``detector.every``-th sample at a phase from the key's name (not its arrival order)
         self.detector.grow(len(new), np.array([zlib.crc32(k.encode()) for k in new], np.int64))
         self._times = with_rows(self._times, len(new))
