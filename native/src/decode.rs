@@ -73,6 +73,18 @@ enum Type {
     Boolean,
 }
 
+impl Type {
+    /// Its buffer's place among a part's buffers (float64, int64, bool, uint32), as `native_decode.py` reads them.
+    fn code(self) -> usize {
+        match self {
+            Type::Number => 0,
+            Type::Integer => 1,
+            Type::Boolean => 2,
+            Type::Text => 3,
+        }
+    }
+}
+
 /// One JSON scalar as read; arrays, objects and null are never a valid field value of a sample.
 #[derive(Clone)]
 enum Scalar<'a> {
@@ -86,6 +98,7 @@ enum Scalar<'a> {
 struct Rule {
     ty: Type,
     slot: usize, // in TelemetryDecoder.slots: where a row-wise sample's value of this field is held
+    row: usize, // which of its kind's columns of its type it is: its rows in a part's buffer of that type
     default: Option<Scalar<'static>>, // None: required
     floats: [Option<f64>; 3], // number: minimum, maximum, exclusive minimum
     ints: [Option<i64>; 3], // integer: the same
@@ -98,9 +111,10 @@ struct Kind {
     name: String,
     rules: Vec<Rule>,
     index: FxMap<String, usize>, // field name -> rule
+    counts: [usize; 4],          // how many columns of each type (Type::code)
 }
 
-/// A column as read: its values, or one value standing for every row (`repeat`).
+/// A row-wise sample's column as read (a part's length is known only at its end).
 enum Values {
     Floats(Vec<f64>),
     Ints(Vec<i64>),
@@ -108,16 +122,32 @@ enum Values {
     Codes(Vec<u32>, Vec<bool>), // codes into the message's strings; which codes are known valid here
 }
 
-struct Column {
-    values: Values,
-    repeat: bool,
+/// One value, checked under its field's rule.
+#[derive(Clone, Copy)]
+enum Cell {
+    Float(f64),
+    Int(i64),
+    Bool(u8),
+    Code(u32),
+}
+
+impl Values {
+    fn push(&mut self, cell: Cell) {
+        match (self, cell) {
+            (Values::Floats(out), Cell::Float(v)) => out.push(v),
+            (Values::Ints(out), Cell::Int(v)) => out.push(v),
+            (Values::Bools(out), Cell::Bool(v)) => out.push(v),
+            (Values::Codes(out, _), Cell::Code(v)) => out.push(v),
+            _ => unreachable!("a cell is checked under its column's rule"),
+        }
+    }
 }
 
 struct Part {
     kind: usize,
     start: usize,
     n: usize,
-    columns: Vec<Column>,
+    columns: Joined,
 }
 
 /// The distinct strings of one message, numbered in order of first appearance; and whether a -0.0 read in
@@ -170,62 +200,83 @@ impl Rule {
         len >= self.min_len && self.max_len.is_none_or(|m| len <= m)
     }
 
-    /// Append `value` if it is valid under this rule; false (nothing appended) if it is not.
-    fn push<'a>(&self, value: Scalar<'a>, into: &mut Values, strings: &mut Strings<'a>) -> bool {
-        match (into, value) {
-            (Values::Floats(out), value) => {
+    /// `value` if it is valid under this rule (strings as codes), None if it is not. `last`: the code of
+    /// the value before it in its column, if any; `valid`: the codes known valid in the column.
+    fn check<'a>(
+        &self,
+        value: Scalar<'a>,
+        last: Option<u32>,
+        strings: &mut Strings<'a>,
+        valid: &mut Vec<bool>,
+    ) -> Option<Cell> {
+        match (self.ty, value) {
+            (Type::Number, value) => {
                 let v = match value {
                     Scalar::Int(i) => i as f64,
                     Scalar::Big(u) => u as f64,
                     Scalar::Float(f) => f,
-                    _ => return false,
+                    _ => return None,
                 };
-                let [min, max, above] = self.floats;
-                if !v.is_finite()
-                    || (v == 0.0 && v.is_sign_negative() && !strings.negative_zero)
-                    || min.is_some_and(|m| v < m)
-                    || max.is_some_and(|m| v > m)
-                    || above.is_some_and(|m| v <= m)
-                {
-                    return false;
-                }
-                out.push(v);
+                self.float(v, strings).map(Cell::Float)
             }
-            (Values::Ints(out), Scalar::Int(v)) => {
-                let [min, max, above] = self.ints;
-                if v.unsigned_abs() > 1 << 62
-                    || min.is_some_and(|m| v < m)
-                    || max.is_some_and(|m| v > m)
-                    || above.is_some_and(|m| v <= m)
-                {
-                    return false;
-                }
-                out.push(v);
-            }
-            (Values::Bools(out), Scalar::Bool(b)) => out.push(u8::from(b)),
-            (Values::Codes(out, valid), Scalar::Text(text)) => {
-                if let Some(&last) = out.last() {
+            (Type::Integer, Scalar::Int(v)) => self.int(v).map(Cell::Int),
+            (Type::Boolean, Scalar::Bool(b)) => Some(Cell::Bool(u8::from(b))),
+            (Type::Text, Scalar::Text(text)) => {
+                if let Some(last) = last {
                     if strings.list[last as usize] == text {
-                        out.push(last); // the value before it again (most are): no lookup, already valid
-                        return true;
+                        return Some(Cell::Code(last)); // the value before it again (most are): no lookup
                     }
                 }
                 let code = strings.code(text);
                 let c = code as usize;
                 if !valid.get(c).is_some_and(|v| *v) {
                     if !self.valid_text(&strings.list[c]) {
-                        return false;
+                        return None;
                     }
                     if valid.len() <= c {
                         valid.resize(c + 1, false);
                     }
                     valid[c] = true; // each distinct string is checked once per column
                 }
-                out.push(code);
+                Some(Cell::Code(code))
             }
-            _ => return false,
+            _ => None,
         }
-        true
+    }
+
+    fn float(&self, v: f64, strings: &Strings) -> Option<f64> {
+        let [min, max, above] = self.floats;
+        let bad = !v.is_finite()
+            || (v == 0.0 && v.is_sign_negative() && !strings.negative_zero)
+            || min.is_some_and(|m| v < m)
+            || max.is_some_and(|m| v > m)
+            || above.is_some_and(|m| v <= m);
+        (!bad).then_some(v)
+    }
+
+    fn int(&self, v: i64) -> Option<i64> {
+        let [min, max, above] = self.ints;
+        let bad = v.unsigned_abs() > 1 << 62
+            || min.is_some_and(|m| v < m)
+            || max.is_some_and(|m| v > m)
+            || above.is_some_and(|m| v <= m);
+        (!bad).then_some(v)
+    }
+
+    /// Append `value` to a row-wise column if it is valid under this rule; false (nothing appended) if not.
+    fn push<'a>(&self, value: Scalar<'a>, into: &mut Values, strings: &mut Strings<'a>) -> bool {
+        let mut none = Vec::new();
+        let (last, valid) = match into {
+            Values::Codes(out, valid) => (out.last().copied(), valid),
+            _ => (None, &mut none),
+        };
+        match self.check(value, last, strings, valid) {
+            Some(cell) => {
+                into.push(cell);
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -475,7 +526,8 @@ impl<'de> Visitor<'de> for Rows<'_, 'de> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Part, A::Error> {
         let Ctx { dec, strings } = self.0;
         let mut slots: Vec<Option<Scalar<'de>>> = vec![None; dec.slots.len()];
-        let mut part: Option<Part> = None;
+        let mut part: Option<(usize, Vec<Values>)> = None; // kind, columns
+        let mut n = 0;
         while seq
             .next_element_seed(Row {
                 dec,
@@ -488,39 +540,30 @@ impl<'de> Visitor<'de> for Rows<'_, 'de> {
                 _ => return Err(defer()),
             };
             let rules = &dec.kinds[kind].rules;
-            let part = part.get_or_insert_with(|| Part {
-                kind,
-                start: 0,
-                n: 0,
-                columns: rules
-                    .iter()
-                    .map(|r| Column {
-                        values: r.empty(64),
-                        repeat: false,
-                    })
-                    .collect(),
-            });
-            if part.kind != kind || part.n >= dec.max_rows {
+            let (first, columns) =
+                part.get_or_insert_with(|| (kind, rules.iter().map(|r| r.empty(64)).collect()));
+            if *first != kind || n >= dec.max_rows {
                 return Err(defer()); // mixed kinds: positions per kind are the Python decoder's business
             }
-            for (rule, column) in rules.iter().zip(&mut part.columns) {
+            for (rule, column) in rules.iter().zip(columns.iter_mut()) {
                 let value = slots[rule.slot]
                     .take()
                     .or_else(|| rule.default.clone())
                     .ok_or_else(defer)?;
-                if !rule.push(value, &mut column.values, strings) {
+                if !rule.push(value, column, strings) {
                     return Err(defer());
                 }
             }
             slots.iter_mut().for_each(|s| *s = None); // fields of other kinds
-            part.n += 1;
+            n += 1;
         }
-        Ok(part.unwrap_or(Part {
-            kind: 0,
+        let (kind, columns) = part.unwrap_or((0, Vec::new()));
+        Ok(Part {
+            kind,
             start: 0,
-            n: 0,
-            columns: Vec::new(),
-        }))
+            n,
+            columns: Joined::of_rows(&columns),
+        })
     }
 }
 
@@ -680,23 +723,24 @@ struct Data<'s, 'de> {
 }
 
 impl<'de> DeserializeSeed<'de> for Data<'_, 'de> {
-    type Value = Vec<Column>;
+    type Value = Joined;
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<Column>, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Joined, D::Error> {
         d.deserialize_map(self)
     }
 }
 
 impl<'de> Visitor<'de> for Data<'_, 'de> {
-    type Value = Vec<Column>;
+    type Value = Joined;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an object of columns")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Vec<Column>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Joined, A::Error> {
         let kind = &self.dec.kinds[self.kind];
-        let mut columns: Vec<Option<Column>> = kind.rules.iter().map(|_| None).collect();
+        let mut out = Joined::zeroed(kind, self.n);
+        let mut given = vec![false; kind.rules.len()];
         while let Some(key) = map.next_key::<Text>()? {
             match kind.index.get(key.0.as_ref()) {
                 Some(&i) => {
@@ -704,105 +748,106 @@ impl<'de> Visitor<'de> for Data<'_, 'de> {
                     let seed = ColumnSeed {
                         rule: &kind.rules[i],
                         n: self.n,
+                        out: &mut out,
                         strings: &mut *self.strings,
                     };
-                    columns[i] = Some(map.next_value_seed(seed)?);
+                    map.next_value_seed(seed)?;
+                    given[i] = true;
                 }
                 None => {
                     map.next_value::<Skip>()?; // a column the contract does not know
                 }
             }
         }
-        kind.rules
-            .iter()
-            .zip(columns)
-            .map(|(rule, column)| match column {
-                Some(column) => Ok(column),
-                None => {
-                    let mut values = rule.empty(1);
-                    let value = rule.default.clone().ok_or_else(defer)?;
-                    if !rule.push(value, &mut values, self.strings) {
-                        return Err(defer()); // a default outside its own rule: the Python decoder decides
-                    }
-                    Ok(Column {
-                        values,
-                        repeat: true,
-                    })
-                }
-            })
-            .collect()
+        for (rule, given) in kind.rules.iter().zip(given) {
+            if !given {
+                let value = rule.default.clone().ok_or_else(defer)?;
+                // a default outside its own rule: the Python decoder decides
+                let cell = rule
+                    .check(value, None, self.strings, &mut Vec::new())
+                    .ok_or_else(defer)?;
+                out.fill(rule, self.n, cell);
+            }
+        }
+        Ok(out)
     }
 }
 
+/// One column of a batch, read into its rows of the part's buffers.
 struct ColumnSeed<'s, 'de> {
     rule: &'s Rule,
     n: usize,
+    out: &'s mut Joined,
     strings: &'s mut Strings<'de>,
 }
 
 impl<'de> DeserializeSeed<'de> for ColumnSeed<'_, 'de> {
-    type Value = Column;
+    type Value = ();
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Column, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_any(self)
     }
 }
 
 impl<'de> ColumnSeed<'_, 'de> {
-    fn one<E: de::Error>(self, value: Scalar<'de>) -> Result<Column, E> {
-        let mut values = self.rule.empty(1);
-        if !self.rule.push(value, &mut values, self.strings) {
-            return Err(defer());
-        }
-        Ok(Column {
-            values,
-            repeat: true,
-        })
+    /// One value standing for every row.
+    fn one<E: de::Error>(self, value: Scalar<'de>) -> Result<(), E> {
+        let cell = self
+            .rule
+            .check(value, None, self.strings, &mut Vec::new())
+            .ok_or_else(defer)?;
+        self.out.fill(self.rule, self.n, cell);
+        Ok(())
     }
 }
 
 impl<'de> Visitor<'de> for ColumnSeed<'_, 'de> {
-    type Value = Column;
+    type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an array of n values or one value")
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Column, A::Error> {
-        let mut values = self.rule.empty(self.n);
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let (mut valid, mut last) = (Vec::new(), None);
         let mut count = 0;
         while let Some(value) = seq.next_element::<Scalar>()? {
-            count += 1;
-            if count > self.n || !self.rule.push(value, &mut values, self.strings) {
+            if count >= self.n {
                 return Err(defer());
             }
+            let cell = self
+                .rule
+                .check(value, last, self.strings, &mut valid)
+                .ok_or_else(defer)?;
+            if let Cell::Code(code) = cell {
+                last = Some(code);
+            }
+            self.out.put(self.rule, self.n, count, cell);
+            count += 1;
         }
         if count != self.n {
             return Err(defer());
         }
-        Ok(Column {
-            values,
-            repeat: false,
-        })
+        Ok(())
     }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Column, E> {
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
         self.one(Scalar::Bool(v))
     }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Column, E> {
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
         self.one(Scalar::Int(v))
     }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Column, E> {
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
         self.one(i64::try_from(v).map_or(Scalar::Big(v), Scalar::Int))
     }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Column, E> {
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
         self.one(Scalar::Float(v))
     }
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Column, E> {
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<(), E> {
         self.one(Scalar::Text(Cow::Borrowed(v)))
     }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Column, E> {
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
         self.one(Scalar::Text(Cow::Owned(v.to_owned())))
     }
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Column, E> {
+    fn visit_string<E: de::Error>(self, v: String) -> Result<(), E> {
         self.one(Scalar::Text(Cow::Owned(v)))
     }
 }
@@ -883,6 +928,7 @@ impl TelemetryDecoder {
         for (name, specs) in kinds {
             let mut rules = Vec::new();
             let mut index = FxMap::default();
+            let mut counts = [0; 4];
             for (field, ty, default, (min, max, above), (min_len, max_len), allowed) in specs {
                 let ty = match ty.as_str() {
                     "number" => Type::Number,
@@ -911,12 +957,15 @@ impl TelemetryDecoder {
                         }
                     }
                 }
+                let row = counts[ty.code()];
+                counts[ty.code()] += 1;
                 let next = slots.len();
                 let slot = *slots.entry(field.clone()).or_insert(next);
                 index.insert(field, rules.len());
                 rules.push(Rule {
                     ty,
                     slot,
+                    row,
                     default: default.map(|d| scalar(ty, &d)).transpose()?,
                     floats,
                     ints,
@@ -925,7 +974,12 @@ impl TelemetryDecoder {
                     allowed,
                 });
             }
-            out.push(Kind { name, rules, index });
+            out.push(Kind {
+                name,
+                rules,
+                index,
+                counts,
+            });
         }
         Ok(Self {
             schema,
@@ -959,7 +1013,7 @@ impl TelemetryDecoder {
         let list = PyList::new(py, strings.list.iter().map(|s| PyString::new(py, s)))?;
         let mut parts = Vec::with_capacity(envelope.parts.len());
         for part in &envelope.parts {
-            let joined = Joined::of(part);
+            let joined = &part.columns;
             let buffers = (
                 buffer(py, &joined.floats),
                 buffer(py, &joined.ints),
@@ -984,7 +1038,8 @@ impl TelemetryDecoder {
     }
 }
 
-/// A part's columns joined by type, each `n` long: what numpy reads as one 2-D array per type.
+/// A part's columns joined by type, each `n` long, in rule order within their type: what numpy reads as
+/// one 2-D array per type.
 #[derive(Default)]
 struct Joined {
     floats: Vec<f64>,
@@ -993,24 +1048,49 @@ struct Joined {
     codes: Vec<u32>,
 }
 
-fn extend<T: Copy>(out: &mut Vec<T>, values: &[T], repeat: bool, n: usize) {
-    if repeat {
-        out.extend(std::iter::repeat_n(values[0], n));
-    } else {
-        out.extend_from_slice(values);
-    }
-}
-
 impl Joined {
-    fn of(part: &Part) -> Self {
+    /// `n` rows of every column of `kind`, zeros (from the allocator's zeroed pages: each written once).
+    fn zeroed(kind: &Kind, n: usize) -> Self {
+        let [floats, ints, bools, codes] = kind.counts.map(|count| count * n);
+        Self {
+            floats: vec![0.0; floats],
+            ints: vec![0; ints],
+            bools: vec![0; bools],
+            codes: vec![0; codes],
+        }
+    }
+
+    /// Row `at` of `rule`'s column (of `n` rows).
+    fn put(&mut self, rule: &Rule, n: usize, at: usize, cell: Cell) {
+        let at = rule.row * n + at;
+        match cell {
+            Cell::Float(v) => self.floats[at] = v,
+            Cell::Int(v) => self.ints[at] = v,
+            Cell::Bool(v) => self.bools[at] = v,
+            Cell::Code(v) => self.codes[at] = v,
+        }
+    }
+
+    /// Every row of `rule`'s column (of `n` rows).
+    fn fill(&mut self, rule: &Rule, n: usize, cell: Cell) {
+        let rows = rule.row * n..(rule.row + 1) * n;
+        match cell {
+            Cell::Float(v) => self.floats[rows].fill(v),
+            Cell::Int(v) => self.ints[rows].fill(v),
+            Cell::Bool(v) => self.bools[rows].fill(v),
+            Cell::Code(v) => self.codes[rows].fill(v),
+        }
+    }
+
+    /// Row-wise samples' columns (in rule order, all of one length) joined.
+    fn of_rows(columns: &[Values]) -> Self {
         let mut out = Self::default();
-        for column in &part.columns {
-            let (repeat, n) = (column.repeat, part.n);
-            match &column.values {
-                Values::Floats(v) => extend(&mut out.floats, v, repeat, n),
-                Values::Ints(v) => extend(&mut out.ints, v, repeat, n),
-                Values::Bools(v) => extend(&mut out.bools, v, repeat, n),
-                Values::Codes(v, _) => extend(&mut out.codes, v, repeat, n),
+        for column in columns {
+            match column {
+                Values::Floats(v) => out.floats.extend_from_slice(v),
+                Values::Ints(v) => out.ints.extend_from_slice(v),
+                Values::Bools(v) => out.bools.extend_from_slice(v),
+                Values::Codes(v, _) => out.codes.extend_from_slice(v),
             }
         }
         out
