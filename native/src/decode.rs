@@ -20,10 +20,12 @@ use std::hash::{BuildHasherDefault, Hasher};
 use memchr::memmem;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyList, PyString};
+use pyo3::types::{PyList, PyString};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use crate::buffer::{Buffer, Owned};
 
 /// A multiply-rotate hash (as in rustc's FxHash) of a string's length and every 8-byte word of it: the keys
 /// are a message's strings, mostly short names (`dp-3`, `device:node7/gpu2`), so a few words each.
@@ -902,14 +904,6 @@ impl TelemetryDecoder {
     }
 }
 
-fn buffer<'py, T: Copy>(py: Python<'py>, values: &[T]) -> Bound<'py, PyByteArray> {
-    // SAFETY: T is a plain number (f64, i64, u8, u32: no padding); the bytes are read while `values` lives.
-    let bytes = unsafe {
-        std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
-    };
-    PyByteArray::new(py, bytes)
-}
-
 #[pymethods]
 impl TelemetryDecoder {
     /// TelemetryDecoder(schema, max_rows, max_batches, max_seq, kinds): `kinds` as [(name, [rule spec])],
@@ -1012,13 +1006,18 @@ impl TelemetryDecoder {
         };
         let list = PyList::new(py, strings.list.iter().map(|s| PyString::new(py, s)))?;
         let mut parts = Vec::with_capacity(envelope.parts.len());
-        for part in &envelope.parts {
-            let joined = &part.columns;
+        for part in envelope.parts {
+            let Joined {
+                floats,
+                ints,
+                bools,
+                codes,
+            } = part.columns;
             let buffers = (
-                buffer(py, &joined.floats),
-                buffer(py, &joined.ints),
-                buffer(py, &joined.bools),
-                buffer(py, &joined.codes),
+                Buffer::new(Owned::F64(floats)),
+                Buffer::new(Owned::I64(ints)),
+                Buffer::new(Owned::U8(bools)),
+                Buffer::new(Owned::U32(codes)),
             );
             parts.push((
                 self.kinds[part.kind].name.as_str(),

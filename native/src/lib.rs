@@ -7,6 +7,7 @@
 
 use pyo3::prelude::*;
 
+mod buffer;
 mod chain;
 mod change;
 mod classify;
