@@ -26,6 +26,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::buffer::{Buffer, Owned};
+use crate::numbers;
 
 /// A multiply-rotate hash (as in rustc's FxHash) of a string's length and every 8-byte word of it: the keys
 /// are a message's strings, mostly short names (`dp-3`, `device:node7/gpu2`), so a few words each.
@@ -787,7 +788,16 @@ impl<'de> DeserializeSeed<'de> for ColumnSeed<'_, 'de> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
+        if !matches!(self.rule.ty, Type::Number | Type::Integer) {
+            return d.deserialize_any(self);
+        }
+        // a numeric column: its text (checked by serde_json), its numbers read without a visit per value
+        let text = <&RawValue>::deserialize(d)?.get();
+        if self.out.read_numbers(self.rule, self.n, text, self.strings) {
+            return Ok(());
+        }
+        let mut again = serde_json::Deserializer::from_str(text); // anything else: as before
+        again.deserialize_any(self).map_err(|_| defer())
     }
 }
 
@@ -1078,6 +1088,28 @@ impl Joined {
             Cell::Int(v) => self.ints[rows].fill(v),
             Cell::Bool(v) => self.bools[rows].fill(v),
             Cell::Code(v) => self.codes[rows].fill(v),
+        }
+    }
+
+    /// A numeric column read from its JSON text straight into its rows; false when anything in it is not
+    /// plainly a valid value of its field (serde_json then reads the column as before, and decides).
+    fn read_numbers(&mut self, rule: &Rule, n: usize, text: &str, strings: &Strings) -> bool {
+        let rows = rule.row * n..(rule.row + 1) * n;
+        let text = text.as_bytes();
+        match rule.ty {
+            Type::Number => {
+                let out = &mut self.floats[rows];
+                numbers::each_number(text, n, numbers::float, |i, v| {
+                    rule.float(v, strings).map(|v| out[i] = v).is_some()
+                })
+            }
+            Type::Integer => {
+                let out = &mut self.ints[rows];
+                numbers::each_number(text, n, numbers::int, |i, v| {
+                    rule.int(v).map(|v| out[i] = v).is_some()
+                })
+            }
+            Type::Text | Type::Boolean => false,
         }
     }
 

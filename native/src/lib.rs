@@ -18,6 +18,7 @@ mod decode;
 mod draft;
 mod layouts;
 mod median;
+mod numbers;
 mod objects;
 mod sort;
 
