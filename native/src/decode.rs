@@ -28,6 +28,8 @@ use serde_json::value::RawValue;
 use crate::buffer::{Buffer, Owned};
 use crate::numbers;
 
+mod columnar;
+
 /// A multiply-rotate hash (as in rustc's FxHash) of a string's length and every 8-byte word of it: the keys
 /// are a message's strings, mostly short names (`dp-3`, `device:node7/gpu2`), so a few words each.
 #[derive(Default)]
@@ -442,14 +444,14 @@ impl<'de> Visitor<'de> for Ctx<'_, 'de> {
                 }
                 "source" => {
                     let text = map.next_value::<Text>()?.0;
-                    if !(1..=256).contains(&text.chars().count()) {
+                    if !valid_source(&text) {
                         return Err(defer());
                     }
                     source = Some(text);
                 }
                 "seq" => {
                     let value = map.next_value::<Option<u64>>()?;
-                    if value.is_some_and(|s| s > dec.max_seq) {
+                    if !dec.valid_seq(value) {
                         return Err(defer());
                     }
                     seq = Some(value);
@@ -476,9 +478,33 @@ impl<'de> Visitor<'de> for Ctx<'_, 'de> {
         let (Some(source), true) = (source, schema) else {
             return Err(defer());
         };
-        let (rows, batches) = (rows.flatten(), batches.flatten());
+        Envelope::of(
+            dec,
+            source,
+            seq.flatten(),
+            rows.flatten(),
+            batches.flatten(),
+        )
+        .ok_or_else(defer)
+    }
+}
+
+fn valid_source(text: &str) -> bool {
+    (1..=256).contains(&text.chars().count())
+}
+
+impl<'de> Envelope<'de> {
+    /// The message read, its parts numbered in order (rows first); None if it has neither form (null counts
+    /// as absent) or too many samples.
+    fn of(
+        dec: &TelemetryDecoder,
+        source: Cow<'de, str>,
+        seq: Option<u64>,
+        rows: Option<Part>,
+        batches: Option<Vec<Part>>,
+    ) -> Option<Self> {
         if rows.is_none() && batches.is_none() {
-            return Err(defer()); // neither form (null counts as absent)
+            return None;
         }
         let mut parts = Vec::new();
         let mut total = 0;
@@ -496,12 +522,9 @@ impl<'de> Visitor<'de> for Ctx<'_, 'de> {
             }
             total += n;
         }
-        if total > dec.max_rows {
-            return Err(defer());
-        }
-        Ok(Envelope {
+        (total <= dec.max_rows).then_some(Envelope {
             source,
-            seq: seq.flatten(),
+            seq,
             total,
             parts,
         })
@@ -762,16 +785,8 @@ impl<'de> Visitor<'de> for Data<'_, 'de> {
                 }
             }
         }
-        for (rule, given) in kind.rules.iter().zip(given) {
-            if !given {
-                let value = rule.default.clone().ok_or_else(defer)?;
-                // a default outside its own rule: the Python decoder decides
-                let cell = rule
-                    .check(value, None, self.strings, &mut Vec::new())
-                    .ok_or_else(defer)?;
-                out.fill(rule, self.n, cell);
-            }
-        }
+        out.fill_defaults(kind, &given, self.n, self.strings)
+            .ok_or_else(defer)?;
         Ok(out)
     }
 }
@@ -793,7 +808,11 @@ impl<'de> DeserializeSeed<'de> for ColumnSeed<'_, 'de> {
         }
         // a numeric column: its text (checked by serde_json), its numbers read without a visit per value
         let text = <&RawValue>::deserialize(d)?.get();
-        if self.out.read_numbers(self.rule, self.n, text, self.strings) {
+        if self
+            .out
+            .read_numbers(self.rule, self.n, text, self.strings)
+            .is_some()
+        {
             return Ok(());
         }
         let mut again = serde_json::Deserializer::from_str(text); // anything else: as before
@@ -906,6 +925,11 @@ impl TelemetryDecoder {
         self.kinds.iter().position(|k| k.name == name)
     }
 
+    fn valid_seq(&self, seq: Option<u64>) -> bool {
+        seq.is_none_or(|s| s <= self.max_seq)
+    }
+
+    /// The message read by serde_json (the definition of this fast path: any message of any layout).
     fn parse<'de>(&self, text: &'de str, strings: &mut Strings<'de>) -> Option<Envelope<'de>> {
         let mut de = serde_json::Deserializer::from_str(text);
         let envelope = de.deserialize_map(Ctx { dec: self, strings }).ok()?;
@@ -1007,11 +1031,19 @@ impl TelemetryDecoder {
         if memmem::find(raw, b"\\ud").is_some() || memmem::find(raw, b"\\uD").is_some() {
             return Ok(None); // lone surrogates are not text; only the Python decoder tells pairs from them
         }
-        let mut strings = Strings {
-            negative_zero: !has_integer_minus_zero(text),
+        let negative_zero = !has_integer_minus_zero(text);
+        let fresh = || Strings {
+            negative_zero,
             ..Strings::default()
         };
-        let Some(envelope) = py.detach(|| self.parse(text, &mut strings)) else {
+        let mut strings = fresh();
+        let read = || {
+            columnar::read(self, text, &mut strings).or_else(|| {
+                strings = fresh(); // as if the columnar reader had not been: strings numbered from 0 again
+                self.parse(text, &mut strings)
+            })
+        };
+        let Some(envelope) = py.detach(read) else {
             return Ok(None);
         };
         let list = PyList::new(py, strings.list.iter().map(|s| PyString::new(py, s)))?;
@@ -1091,9 +1123,33 @@ impl Joined {
         }
     }
 
-    /// A numeric column read from its JSON text straight into its rows; false when anything in it is not
-    /// plainly a valid value of its field (serde_json then reads the column as before, and decides).
-    fn read_numbers(&mut self, rule: &Rule, n: usize, text: &str, strings: &Strings) -> bool {
+    /// The columns of `kind` not `given` in a batch: their defaults, for every row; None if one is required
+    /// (or a default is outside its own rule: the Python decoder decides).
+    fn fill_defaults<'a>(
+        &mut self,
+        kind: &Kind,
+        given: &[bool],
+        n: usize,
+        strings: &mut Strings<'a>,
+    ) -> Option<()> {
+        for (rule, given) in kind.rules.iter().zip(given) {
+            if !given {
+                let cell = rule.check(rule.default.clone()?, None, strings, &mut Vec::new())?;
+                self.fill(rule, n, cell);
+            }
+        }
+        Some(())
+    }
+
+    /// A numeric column read from the JSON text it starts `text` straight into its rows: the length of its
+    /// text; None when anything in it is not plainly a valid value of its field (then serde_json decides).
+    fn read_numbers(
+        &mut self,
+        rule: &Rule,
+        n: usize,
+        text: &str,
+        strings: &Strings,
+    ) -> Option<usize> {
         let rows = rule.row * n..(rule.row + 1) * n;
         let text = text.as_bytes();
         match rule.ty {
@@ -1109,7 +1165,7 @@ impl Joined {
                     rule.int(v).map(|v| out[i] = v).is_some()
                 })
             }
-            Type::Text | Type::Boolean => false,
+            Type::Text | Type::Boolean => None,
         }
     }
 

@@ -6,77 +6,97 @@
 //! well-formed JSON; anything else in the array (strings, nesting, other literals) is not read here: the
 //! caller then reads the column with serde_json, which decides as it always did.
 
-/// JSON's whitespace.
-fn skip_space(text: &[u8], mut at: usize) -> usize {
+/// JSON's whitespace skipped from `at`: where the next token is.
+#[inline]
+pub fn skip_space(text: &[u8], mut at: usize) -> usize {
     while matches!(text.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
         at += 1;
     }
     at
 }
 
-/// Read the `n` numbers of the JSON array `text` in order, each by `read` (from its first byte on: its
-/// value and its length, or None), handing each value to `each` with its position; false (at once) when
-/// `text` is not an array of exactly `n` numbers, or `read` or `each` says no.
+/// Read the `n` numbers of the JSON array `text` starts with, in order, each by `read` (from its first
+/// byte on: its value and its length, or None), handing each value to `each` with its position: the
+/// array's length; None (at once) when it is not an array of exactly `n` numbers, or `read` or `each` says
+/// no.
 pub fn each_number<T>(
     text: &[u8],
     n: usize,
     read: impl Fn(&[u8]) -> Option<(T, usize)>,
     mut each: impl FnMut(usize, T) -> bool,
-) -> bool {
+) -> Option<usize> {
     if text.first() != Some(&b'[') {
-        return false;
+        return None;
     }
     let mut at = skip_space(text, 1);
     if text.get(at) == Some(&b']') {
-        return n == 0;
+        return (n == 0).then_some(at + 1);
     }
     for i in 0..n {
-        let Some((value, len)) = read(&text[at..]) else {
-            return false;
-        };
+        let (value, len) = read(&text[at..])?;
         if !each(i, value) {
-            return false;
+            return None;
         }
         at = skip_space(text, at + len);
         match text.get(at) {
             Some(b',') if i + 1 < n => at = skip_space(text, at + 1),
-            Some(b']') => return i + 1 == n,
-            _ => return false, // more than n values (or not an array of numbers)
+            Some(b']') => return (i + 1 == n).then_some(at + 1),
+            _ => return None, // more than n values (or not an array of numbers)
         }
     }
-    false // n == 0 and the array is not empty
+    None // n == 0 and the array is not empty
 }
 
-/// The JSON number `text` starts with: its value, correctly rounded (an integer as exactly as a float holds
-/// it, as `i as f64` does), and its length.
+/// How many digits `text` starts with.
+#[inline]
+fn digits(text: &[u8]) -> usize {
+    text.iter().take_while(|b| b.is_ascii_digit()).count()
+}
+
+/// The JSON number `text` starts with: its value, correctly rounded (an integer as exactly as a float
+/// holds it, as `i as f64` does), and its length. The parser takes more than JSON does (`01`, `1.`, `.5`,
+/// `inf`): a JSON number's integer part is checked here, where those differ; from a fraction's first digit
+/// on the two read the same (the parser stops where JSON's number ends, as at `1e` or `1.5.`).
+#[inline]
 pub fn float(text: &[u8]) -> Option<(f64, usize)> {
-    match text.first() {
-        Some(b'-' | b'0'..=b'9') => fast_float2::parse_partial(text).ok(),
-        _ => None,
+    let sign = usize::from(text.first() == Some(&b'-'));
+    let end = sign + integer_part(&text[sign..])?;
+    if text.get(end) == Some(&b'.') && !text.get(end + 1).is_some_and(u8::is_ascii_digit) {
+        return None;
+    }
+    fast_float2::parse_partial(text).ok()
+}
+
+/// The length of JSON's integer part `text` starts with (`0` or digits not led by 0); None if none.
+#[inline]
+fn integer_part(text: &[u8]) -> Option<usize> {
+    match digits(text) {
+        0 => None,
+        1 => Some(1),
+        _ if text[0] == b'0' => None,
+        many => Some(many),
     }
 }
 
-/// The JSON integer `text` starts with, when it is plainly one: digits, perhaps after a minus, at most 18
-/// of them (no overflow). Not `-0` (serde_json reads it as the float -0.0, which no integer field takes),
-/// nor a number with a fraction or an exponent (`3.0` is a float to the contract), nor a longer one:
-/// serde_json decides those.
+/// The JSON integer `text` starts with, when it is plainly one: at most 18 digits (no overflow), perhaps
+/// after a minus; and its length. Not `-0` (serde_json reads it as the float -0.0, which no integer field
+/// takes), nor a number with a fraction or an exponent (`3.0` is a float to the contract), nor a longer
+/// one: serde_json decides those.
+#[inline]
 pub fn int(text: &[u8]) -> Option<(i64, usize)> {
     let negative = text.first() == Some(&b'-');
-    let start = usize::from(negative);
-    let mut at = start;
-    let mut magnitude = 0i64;
-    while let Some(&d @ b'0'..=b'9') = text.get(at) {
-        if at - start == 18 {
-            return None;
-        }
-        magnitude = magnitude * 10 + i64::from(d - b'0');
-        at += 1;
+    let digits = &text[usize::from(negative)..];
+    let len = integer_part(digits)?;
+    if len > 18 || matches!(digits.get(len), Some(b'.' | b'e' | b'E')) {
+        return None;
     }
-    match (text.get(at), negative, magnitude) {
-        (_, _, _) if at == start => None,
-        (Some(b'.' | b'e' | b'E'), _, _) | (_, true, 0) => None,
-        (_, true, m) => Some((-m, at)),
-        (_, false, m) => Some((m, at)),
+    let magnitude = digits[..len]
+        .iter()
+        .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'));
+    match (negative, magnitude) {
+        (true, 0) => None,
+        (true, m) => Some((-m, len + 1)),
+        (false, m) => Some((m, len)),
     }
 }
 
@@ -91,7 +111,10 @@ mod tests {
             out.push(value);
             true
         });
-        read.then_some(out)
+        read.map(|len| {
+            assert_eq!(text.as_bytes()[len - 1], b']');
+            out
+        })
     }
 
     #[test]
@@ -123,6 +146,9 @@ mod tests {
         assert_eq!(int(b"1E2"), None);
         assert_eq!(int(b"-"), None);
         assert_eq!(int(b"\"1\""), None);
+        assert_eq!(int(b"017"), None);
+        assert_eq!(int(b"-017"), None);
+        assert_eq!(int(b"-x"), None);
     }
 
     #[test]
@@ -141,5 +167,21 @@ mod tests {
         assert_eq!(float(b"nan"), None);
         assert_eq!(float(b"inf"), None);
         assert_eq!(float(b"true"), None);
+        // what the number parser takes and JSON does not
+        for text in [
+            "01", "-01", "1.", "1.e5", ".5", "-.5", "-inf", "-nan", "+1", "-",
+        ] {
+            assert_eq!(float(text.as_bytes()), None, "{text}");
+        }
+        // where JSON's number ends (what follows is then no comma or bracket: not an array of numbers)
+        assert_eq!(float(b"1e"), Some((1.0, 1)));
+        assert_eq!(float(b"1e+]"), Some((1.0, 1)));
+        assert_eq!(float(b"1.5.2"), Some((1.5, 3)));
+        assert!(read("[1e]", 1).is_none());
+        assert!(read("[1.5.2]", 1).is_none());
+        assert!(read("[0x1]", 1).is_none());
+        assert_eq!(float(b"1.5e+3,"), Some((1500.0, 6)));
+        assert_eq!(float(b"0.5]"), Some((0.5, 3)));
+        assert_eq!(float(b"-0.0e-0 "), Some((-0.0, 7)));
     }
 }

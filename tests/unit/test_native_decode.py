@@ -223,6 +223,74 @@ def test_number_columns_not_arrays_of_numbers_are_deferred() -> None:
     assert check(numeric_column("metric", "value", "7"))  # one value standing for every row
 
 
+OP_BATCH = (
+    '{"schema":"driftlog.telemetry/1","source":"s","seq":4,"columns":[{"kind":"op","n":2,"data":{"job":"j",'
+    '"step":3,"rank":[5,6],"op":["allreduce","send"],"op_class":"comm","start":[10.0,10.5],"duration":[0.25,1e-3],'
+    '"group":["dp-0","dp-0"],"seq":[17,18],"blocking":[true,false]}}]}'
+)
+LAYOUTS = {  # the columnar layout, changed: (what is replaced, by what), each answered or not as the Python decoder
+    "as is": ("", ""),
+    "spaces": (",", " ,\n\t "),
+    "colon spaces": (":", " : "),
+    "seq null": ('"seq":4,"columns"', '"seq":null,"columns"'),
+    "seq 19 digits": ('"seq":4,', '"seq":1000000000000000000,'),
+    "seq negative": ('"seq":4,', '"seq":-4,'),
+    "seq a float": ('"seq":4,', '"seq":4.0,'),
+    "columns null": ('"columns":[', '"samples":null,"columns":['),
+    "n a float": ('"n":2,', '"n":2.0,'),
+    "n negative": ('"n":2,', '"n":-2,'),
+    "no kind nor n": ('"kind":"op","n":2,"data":{', '"data":{'),
+    "source twice": ('"source":"s",', '"source":"t","source":"s",'),
+    "kind twice": ('"kind":"op",', '"kind":"op","kind":"op",'),
+    "column twice": ('"rank":[5,6],', '"rank":[1,2],"rank":[5,6],'),
+    "unknown field": ('"seq":4,', '"seq":4,"note":{"a":[1,"b"]},'),
+    "unknown batch field": ('"n":2,', '"n":2,"note":1,'),
+    "unknown column": ('"job":"j",', '"job":"j","color":["red","blue"],'),
+    "escaped string": ('"send"', '"s\\u0065nd"'),
+    "escaped key": ('"source"', '"\\u0073ource"'),
+    "escaped quote": ('"send"', '"se\\"nd"'),
+    "control character": ('"send"', '"se\tnd"'),
+    "trailing comma": ('"seq":[17,18]', '"seq":[17,18,]'),
+    "trailing object comma": ("[true,false]}", "[true,false],}"),
+    "trailing bytes": ("]}}]}", "]}}]}x"),
+    "trailing space": ("]}}]}", "]}}]} \n"),
+    "leading space": ('{"schema"', ' \r\n{"schema"'),
+    "booleans as ints": ("[true,false]", "[1,0]"),
+    "one boolean": ("[true,false]", "true"),
+    "a literal cut": ("[true,false]", "[tru,false]"),
+    "too few": ('"seq":[17,18]', '"seq":[17]'),
+    "too many strings": ('["dp-0","dp-0"]', '["dp-0","dp-0","dp-1"]'),
+    "no data": ('"data":{', '"data":{},"x":{'),
+    "leading zero": ("[10.0,10.5]", "[010.0,10.5]"),
+    "no fraction digits": ("[10.0,10.5]", "[10.,10.5]"),
+    "no integer digits": ("[10.0,10.5]", "[.5,10.5]"),
+    "minus no integer digits": ("[0.25,1e-3]", "[-.25,1e-3]"),
+    "no exponent digits": ("[0.25,1e-3]", "[0.25,1e-]"),
+    "infinity": ("[0.25,1e-3]", "[0.25,Infinity]"),
+    "nan": ("[0.25,1e-3]", "[0.25,NaN]"),
+    "plus sign": ("[0.25,1e-3]", "[+0.25,1e-3]"),
+    "exponent sign": ("[0.25,1e-3]", "[0.25E+0,1e-3]"),
+    "integer leading zero": ("[5,6]", "[05,6]"),
+    "integer as a float": ("[5,6]", "[5.0,6]"),
+    "string for a number": ("[10.0,10.5]", '["10.0",10.5]'),
+    "null in a column": ('["dp-0","dp-0"]', '["dp-0",null]'),
+    "n 0, columns not empty": ('"n":2,"data":{', '"n":0,"data":{"rank":[],'),
+    "two batches": ("}}]}", '}},{"kind":"metric","n":1,"data":{"entity":["e"],"name":"n","value":1,"time":0}}]}'),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_the_columnar_reader_answers_as_serde_json_does(layout: str) -> None:
+    """The native core reads the usual columnar layout itself and leaves anything else to serde_json: a key
+    twice, escapes, unknown fields, odd spacing and malformed JSON all decode as the Python decoder does."""
+    old, new = LAYOUTS[layout]
+    raw = OP_BATCH.replace(old, new) if old else OP_BATCH
+    assert raw != OP_BATCH or layout == "as is"
+    answered = check(raw.encode())
+    if layout in ("as is", "spaces", "colon spaces", "seq null", "trailing space", "leading space", "two batches"):
+        assert answered, layout
+
+
 def test_without_the_native_core_it_never_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     raw = as_messages(BASE["op"])[1][0]
     assert decode_native(raw) is not None
