@@ -10,7 +10,11 @@
 //! disagree on the messages answered here; `tests/unit/test_native_decode.py` checks it on the fuzz corpora.
 //!
 //! Strings come out as codes into one list of the message's distinct strings (most columns repeat a few
-//! values), numbers as little-endian buffers that numpy reads without a copy.
+//! values), numbers as little-endian buffers that numpy reads without a copy (`crate::buffer`).
+//!
+//! serde_json reads any message (`TelemetryDecoder::parse`); the usual columnar layout is first tried by a
+//! reader of its own (`columnar`), a loop per column, which answers only where it reads plainly and else
+//! leaves the message to serde_json.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
