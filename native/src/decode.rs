@@ -32,6 +32,8 @@ use serde_json::value::RawValue;
 use crate::buffer::{Buffer, Owned};
 use crate::numbers;
 
+#[path = "columnar.rs"]
+// beside the others (the Makefile rebuilds on native/src/*.rs), a child of this one
 mod columnar;
 
 /// A multiply-rotate hash (as in rustc's FxHash) of a string's length and every 8-byte word of it: the keys

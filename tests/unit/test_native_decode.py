@@ -291,6 +291,18 @@ def test_the_columnar_reader_answers_as_serde_json_does(layout: str) -> None:
         assert answered, layout
 
 
+def test_the_columnar_reader_answers_as_serde_json_does_on_cut_and_spliced_bytes() -> None:
+    """Every cut of the layout, and a byte dropped or spliced in (a space, a NUL, a two-byte character or
+    half of one) at every place: never an exception, and an answer only where the Python decoder agrees."""
+    raw = OP_BATCH.encode()
+    splices = (b" ", b"\x00", "é".encode(), "é".encode()[:1])
+    answered = 0
+    for at in range(len(raw) + 1):
+        variants = [raw[:at], raw[:at] + raw[at + 1 :], *(raw[:at] + s + raw[at:] for s in splices)]
+        answered += sum(check(v) for v in variants)
+    assert answered >= 200, answered  # (spaces between tokens, and the message itself, are read)
+
+
 def test_without_the_native_core_it_never_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     raw = as_messages(BASE["op"])[1][0]
     assert decode_native(raw) is not None
