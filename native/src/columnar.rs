@@ -159,27 +159,31 @@ impl<'de> Reader<'de> {
 
     fn batches(&mut self, dec: &TelemetryDecoder, strings: &mut Strings<'de>) -> Option<Vec<Part>> {
         let mut out = Vec::new();
+        let mut left = dec.max_rows; // (as the serde reader: no batch's columns made beyond the limit)
         self.array(|r, i| {
             if i >= dec.max_batches {
                 return None;
             }
-            out.push(r.batch(dec, strings)?);
+            let part = r.batch(dec, strings, left)?;
+            left -= part.n;
+            out.push(part);
             Some(())
         })?;
         Some(out)
     }
 
-    fn batch(&mut self, dec: &TelemetryDecoder, strings: &mut Strings<'de>) -> Option<Part> {
+    fn batch(
+        &mut self,
+        dec: &TelemetryDecoder,
+        strings: &mut Strings<'de>,
+        left: usize,
+    ) -> Option<Part> {
         let (mut kind, mut n, mut columns) = (None, None, None);
         self.object(|r, key| {
             match key {
                 "kind" if kind.is_none() => kind = Some(dec.kind_index(r.string()?)?),
                 "n" if n.is_none() => {
-                    n = Some(
-                        usize::try_from(r.int()?)
-                            .ok()
-                            .filter(|&n| n <= dec.max_rows)?,
-                    )
+                    n = Some(usize::try_from(r.int()?).ok().filter(|&n| n <= left)?)
                 }
                 "data" if columns.is_none() => columns = Some(r.data(dec, kind?, n?, strings)?),
                 _ => return None, // another field, a key twice: serde_json decides

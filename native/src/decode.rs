@@ -654,20 +654,28 @@ impl<'de> Visitor<'de> for Batches<'_, 'de> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let Ctx { dec, strings } = self.0;
         let mut out = Vec::new();
-        while let Some(part) = seq.next_element_seed(Batch(Ctx {
-            dec,
-            strings: &mut *strings,
-        }))? {
+        // the rows left under the message's limit: a batch saying more is deferred before its columns are
+        // made (each is made `n` long at once; a small message of many huge `n` must not allocate them all)
+        let mut left = dec.max_rows;
+        while let Some(part) = seq.next_element_seed(Batch(
+            Ctx {
+                dec,
+                strings: &mut *strings,
+            },
+            left,
+        ))? {
             if out.len() >= dec.max_batches {
                 return Err(defer());
             }
+            left -= part.n;
             out.push(part);
         }
         Ok(out)
     }
 }
 
-struct Batch<'s, 'de>(Ctx<'s, 'de>);
+/// A batch, and the rows it may have (what the message's limit leaves after the batches before it).
+struct Batch<'s, 'de>(Ctx<'s, 'de>, usize);
 
 impl<'de> DeserializeSeed<'de> for Batch<'_, 'de> {
     type Value = Part;
@@ -697,7 +705,7 @@ impl<'de> Visitor<'de> for Batch<'_, 'de> {
                 }
                 "n" if n.is_none() => {
                     let count = usize::try_from(map.next_value::<u64>()?).map_err(|_| defer())?;
-                    if count > dec.max_rows {
+                    if count > self.1 {
                         return Err(defer());
                     }
                     n = Some(count);

@@ -2,9 +2,10 @@
 //! numbers (at 1,024 ranks, half of every message's bytes), each read here by a tight loop over the array's
 //! text and an exact parser (fast-float2: correctly rounded, as Python's float() reads a number).
 //!
-//! The text is one JSON value serde_json has already checked (a `RawValue`), so every number in it is
-//! well-formed JSON; anything else in the array (strings, nesting, other literals) is not read here: the
-//! caller then reads the column with serde_json, which decides as it always did.
+//! The text is not checked before (serde_json's `RawValue` or the columnar reader's unread rest): each number
+//! is held to JSON's grammar here (`float`, `int`); anything else in the array (strings, nesting, other
+//! literals, a number JSON does not allow) is not read here: the caller then reads the column with
+//! serde_json, which decides as it always did.
 
 /// JSON's whitespace skipped from `at`: where the next token is.
 #[inline]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 from dataclasses import replace
 from unittest import mock
 
@@ -318,3 +320,27 @@ def test_strings_are_python_strings_and_columns_writable() -> None:
     assert [type(v) for v in batch.columns["op"].tolist()] == [str, str]
     for column in batch.columns.values():
         column[:1] = column[1:2]  # the engine may write into them
+
+
+@pytest.mark.parametrize("reader", ["columnar", "serde_json"])
+def test_a_small_message_of_many_huge_batches_is_deferred_without_making_their_rows(reader: str) -> None:
+    """64 batches of 200,000 rows of one repeated value each: 9 KB of JSON, 12.8 M rows. Deferred (the Python
+    decoder refuses it as oversized) with no more than one batch's rows made, read by either native reader (an
+    unknown envelope key sends the message to serde_json's)."""
+    require_native()
+    extra = ', "x": 1' if reader == "serde_json" else ""
+    code = f"""
+import json, resource
+from streams.contract.native_decode import decode_native
+batch = {{"kind": "op", "n": 200_000, "data": {{"job": "j", "step": 0, "rank": 0, "op": "matmul",
+         "op_class": "compute", "start": 0.0, "duration": 1.0}}}}
+raw = json.dumps({{"schema": "driftlog.telemetry/1", "source": "s", "columns": [batch] * 64}})
+raw = raw[:-1] + {extra!r} + "}}"
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+assert decode_native(raw.encode()) is None
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert float(done.stdout) < 200, f"{done.stdout} MB more at its peak (made every batch's rows: ~1,300)"
+    assert [r.reason for r in decode_telemetry(json.dumps({"schema": "driftlog.telemetry/1", "source": "s",
+            "columns": [{"kind": "op", "n": 200_000, "data": {}}] * 2}).encode()).rejects] == ["oversized"]  # fmt: skip
