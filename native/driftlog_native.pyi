@@ -17,7 +17,8 @@ def classify_values(
 def dag_ends(layout: DagLayout, floor: Buffer, durations: Buffer, ends: Buffer) -> None: ...
 
 # kind, first position, rows, (float64, int64, bool, uint32) buffers: the part's columns of each type, joined
-Part = tuple[str, int, int, tuple[bytearray, bytearray, bytearray, bytearray]]
+# (objects of the native core that numpy reads, and writes, through the buffer protocol)
+Part = tuple[str, int, int, tuple[Buffer, Buffer, Buffer, Buffer]]
 
 class TelemetryDecoder:
     def __init__(

@@ -10,7 +10,11 @@
 //! disagree on the messages answered here; `tests/unit/test_native_decode.py` checks it on the fuzz corpora.
 //!
 //! Strings come out as codes into one list of the message's distinct strings (most columns repeat a few
-//! values), numbers as little-endian buffers that numpy reads without a copy.
+//! values), numbers as little-endian buffers that numpy reads without a copy (`crate::buffer`).
+//!
+//! serde_json reads any message (`TelemetryDecoder::parse`); the usual columnar layout is first tried by a
+//! reader of its own (`columnar`), a loop per column, which answers only where it reads plainly and else
+//! leaves the message to serde_json.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -20,10 +24,17 @@ use std::hash::{BuildHasherDefault, Hasher};
 use memchr::memmem;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyList, PyString};
+use pyo3::types::{PyList, PyString};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use crate::buffer::{Buffer, Owned};
+use crate::numbers;
+
+#[path = "columnar.rs"]
+// beside the others (the Makefile rebuilds on native/src/*.rs), a child of this one
+mod columnar;
 
 /// A multiply-rotate hash (as in rustc's FxHash) of a string's length and every 8-byte word of it: the keys
 /// are a message's strings, mostly short names (`dp-3`, `device:node7/gpu2`), so a few words each.
@@ -73,6 +84,18 @@ enum Type {
     Boolean,
 }
 
+impl Type {
+    /// Its buffer's place among a part's buffers (float64, int64, bool, uint32), as `native_decode.py` reads them.
+    fn code(self) -> usize {
+        match self {
+            Type::Number => 0,
+            Type::Integer => 1,
+            Type::Boolean => 2,
+            Type::Text => 3,
+        }
+    }
+}
+
 /// One JSON scalar as read; arrays, objects and null are never a valid field value of a sample.
 #[derive(Clone)]
 enum Scalar<'a> {
@@ -86,6 +109,7 @@ enum Scalar<'a> {
 struct Rule {
     ty: Type,
     slot: usize, // in TelemetryDecoder.slots: where a row-wise sample's value of this field is held
+    row: usize, // which of its kind's columns of its type it is: its rows in a part's buffer of that type
     default: Option<Scalar<'static>>, // None: required
     floats: [Option<f64>; 3], // number: minimum, maximum, exclusive minimum
     ints: [Option<i64>; 3], // integer: the same
@@ -98,9 +122,10 @@ struct Kind {
     name: String,
     rules: Vec<Rule>,
     index: FxMap<String, usize>, // field name -> rule
+    counts: [usize; 4],          // how many columns of each type (Type::code)
 }
 
-/// A column as read: its values, or one value standing for every row (`repeat`).
+/// A row-wise sample's column as read (a part's length is known only at its end).
 enum Values {
     Floats(Vec<f64>),
     Ints(Vec<i64>),
@@ -108,16 +133,32 @@ enum Values {
     Codes(Vec<u32>, Vec<bool>), // codes into the message's strings; which codes are known valid here
 }
 
-struct Column {
-    values: Values,
-    repeat: bool,
+/// One value, checked under its field's rule.
+#[derive(Clone, Copy)]
+enum Cell {
+    Float(f64),
+    Int(i64),
+    Bool(u8),
+    Code(u32),
+}
+
+impl Values {
+    fn push(&mut self, cell: Cell) {
+        match (self, cell) {
+            (Values::Floats(out), Cell::Float(v)) => out.push(v),
+            (Values::Ints(out), Cell::Int(v)) => out.push(v),
+            (Values::Bools(out), Cell::Bool(v)) => out.push(v),
+            (Values::Codes(out, _), Cell::Code(v)) => out.push(v),
+            _ => unreachable!("a cell is checked under its column's rule"),
+        }
+    }
 }
 
 struct Part {
     kind: usize,
     start: usize,
     n: usize,
-    columns: Vec<Column>,
+    columns: Joined,
 }
 
 /// The distinct strings of one message, numbered in order of first appearance; and whether a -0.0 read in
@@ -170,62 +211,83 @@ impl Rule {
         len >= self.min_len && self.max_len.is_none_or(|m| len <= m)
     }
 
-    /// Append `value` if it is valid under this rule; false (nothing appended) if it is not.
-    fn push<'a>(&self, value: Scalar<'a>, into: &mut Values, strings: &mut Strings<'a>) -> bool {
-        match (into, value) {
-            (Values::Floats(out), value) => {
+    /// `value` if it is valid under this rule (strings as codes), None if it is not. `last`: the code of
+    /// the value before it in its column, if any; `valid`: the codes known valid in the column.
+    fn check<'a>(
+        &self,
+        value: Scalar<'a>,
+        last: Option<u32>,
+        strings: &mut Strings<'a>,
+        valid: &mut Vec<bool>,
+    ) -> Option<Cell> {
+        match (self.ty, value) {
+            (Type::Number, value) => {
                 let v = match value {
                     Scalar::Int(i) => i as f64,
                     Scalar::Big(u) => u as f64,
                     Scalar::Float(f) => f,
-                    _ => return false,
+                    _ => return None,
                 };
-                let [min, max, above] = self.floats;
-                if !v.is_finite()
-                    || (v == 0.0 && v.is_sign_negative() && !strings.negative_zero)
-                    || min.is_some_and(|m| v < m)
-                    || max.is_some_and(|m| v > m)
-                    || above.is_some_and(|m| v <= m)
-                {
-                    return false;
-                }
-                out.push(v);
+                self.float(v, strings).map(Cell::Float)
             }
-            (Values::Ints(out), Scalar::Int(v)) => {
-                let [min, max, above] = self.ints;
-                if v.unsigned_abs() > 1 << 62
-                    || min.is_some_and(|m| v < m)
-                    || max.is_some_and(|m| v > m)
-                    || above.is_some_and(|m| v <= m)
-                {
-                    return false;
-                }
-                out.push(v);
-            }
-            (Values::Bools(out), Scalar::Bool(b)) => out.push(u8::from(b)),
-            (Values::Codes(out, valid), Scalar::Text(text)) => {
-                if let Some(&last) = out.last() {
+            (Type::Integer, Scalar::Int(v)) => self.int(v).map(Cell::Int),
+            (Type::Boolean, Scalar::Bool(b)) => Some(Cell::Bool(u8::from(b))),
+            (Type::Text, Scalar::Text(text)) => {
+                if let Some(last) = last {
                     if strings.list[last as usize] == text {
-                        out.push(last); // the value before it again (most are): no lookup, already valid
-                        return true;
+                        return Some(Cell::Code(last)); // the value before it again (most are): no lookup
                     }
                 }
                 let code = strings.code(text);
                 let c = code as usize;
                 if !valid.get(c).is_some_and(|v| *v) {
                     if !self.valid_text(&strings.list[c]) {
-                        return false;
+                        return None;
                     }
                     if valid.len() <= c {
                         valid.resize(c + 1, false);
                     }
                     valid[c] = true; // each distinct string is checked once per column
                 }
-                out.push(code);
+                Some(Cell::Code(code))
             }
-            _ => return false,
+            _ => None,
         }
-        true
+    }
+
+    fn float(&self, v: f64, strings: &Strings) -> Option<f64> {
+        let [min, max, above] = self.floats;
+        let bad = !v.is_finite()
+            || (v == 0.0 && v.is_sign_negative() && !strings.negative_zero)
+            || min.is_some_and(|m| v < m)
+            || max.is_some_and(|m| v > m)
+            || above.is_some_and(|m| v <= m);
+        (!bad).then_some(v)
+    }
+
+    fn int(&self, v: i64) -> Option<i64> {
+        let [min, max, above] = self.ints;
+        let bad = v.unsigned_abs() > 1 << 62
+            || min.is_some_and(|m| v < m)
+            || max.is_some_and(|m| v > m)
+            || above.is_some_and(|m| v <= m);
+        (!bad).then_some(v)
+    }
+
+    /// Append `value` to a row-wise column if it is valid under this rule; false (nothing appended) if not.
+    fn push<'a>(&self, value: Scalar<'a>, into: &mut Values, strings: &mut Strings<'a>) -> bool {
+        let mut none = Vec::new();
+        let (last, valid) = match into {
+            Values::Codes(out, valid) => (out.last().copied(), valid),
+            _ => (None, &mut none),
+        };
+        match self.check(value, last, strings, valid) {
+            Some(cell) => {
+                into.push(cell);
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -388,14 +450,14 @@ impl<'de> Visitor<'de> for Ctx<'_, 'de> {
                 }
                 "source" => {
                     let text = map.next_value::<Text>()?.0;
-                    if !(1..=256).contains(&text.chars().count()) {
+                    if !valid_source(&text) {
                         return Err(defer());
                     }
                     source = Some(text);
                 }
                 "seq" => {
                     let value = map.next_value::<Option<u64>>()?;
-                    if value.is_some_and(|s| s > dec.max_seq) {
+                    if !dec.valid_seq(value) {
                         return Err(defer());
                     }
                     seq = Some(value);
@@ -422,9 +484,33 @@ impl<'de> Visitor<'de> for Ctx<'_, 'de> {
         let (Some(source), true) = (source, schema) else {
             return Err(defer());
         };
-        let (rows, batches) = (rows.flatten(), batches.flatten());
+        Envelope::of(
+            dec,
+            source,
+            seq.flatten(),
+            rows.flatten(),
+            batches.flatten(),
+        )
+        .ok_or_else(defer)
+    }
+}
+
+fn valid_source(text: &str) -> bool {
+    (1..=256).contains(&text.chars().count())
+}
+
+impl<'de> Envelope<'de> {
+    /// The message read, its parts numbered in order (rows first); None if it has neither form (null counts
+    /// as absent) or too many samples.
+    fn of(
+        dec: &TelemetryDecoder,
+        source: Cow<'de, str>,
+        seq: Option<u64>,
+        rows: Option<Part>,
+        batches: Option<Vec<Part>>,
+    ) -> Option<Self> {
         if rows.is_none() && batches.is_none() {
-            return Err(defer()); // neither form (null counts as absent)
+            return None;
         }
         let mut parts = Vec::new();
         let mut total = 0;
@@ -442,12 +528,9 @@ impl<'de> Visitor<'de> for Ctx<'_, 'de> {
             }
             total += n;
         }
-        if total > dec.max_rows {
-            return Err(defer());
-        }
-        Ok(Envelope {
+        (total <= dec.max_rows).then_some(Envelope {
             source,
-            seq: seq.flatten(),
+            seq,
             total,
             parts,
         })
@@ -475,7 +558,8 @@ impl<'de> Visitor<'de> for Rows<'_, 'de> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Part, A::Error> {
         let Ctx { dec, strings } = self.0;
         let mut slots: Vec<Option<Scalar<'de>>> = vec![None; dec.slots.len()];
-        let mut part: Option<Part> = None;
+        let mut part: Option<(usize, Vec<Values>)> = None; // kind, columns
+        let mut n = 0;
         while seq
             .next_element_seed(Row {
                 dec,
@@ -488,39 +572,30 @@ impl<'de> Visitor<'de> for Rows<'_, 'de> {
                 _ => return Err(defer()),
             };
             let rules = &dec.kinds[kind].rules;
-            let part = part.get_or_insert_with(|| Part {
-                kind,
-                start: 0,
-                n: 0,
-                columns: rules
-                    .iter()
-                    .map(|r| Column {
-                        values: r.empty(64),
-                        repeat: false,
-                    })
-                    .collect(),
-            });
-            if part.kind != kind || part.n >= dec.max_rows {
+            let (first, columns) =
+                part.get_or_insert_with(|| (kind, rules.iter().map(|r| r.empty(64)).collect()));
+            if *first != kind || n >= dec.max_rows {
                 return Err(defer()); // mixed kinds: positions per kind are the Python decoder's business
             }
-            for (rule, column) in rules.iter().zip(&mut part.columns) {
+            for (rule, column) in rules.iter().zip(columns.iter_mut()) {
                 let value = slots[rule.slot]
                     .take()
                     .or_else(|| rule.default.clone())
                     .ok_or_else(defer)?;
-                if !rule.push(value, &mut column.values, strings) {
+                if !rule.push(value, column, strings) {
                     return Err(defer());
                 }
             }
             slots.iter_mut().for_each(|s| *s = None); // fields of other kinds
-            part.n += 1;
+            n += 1;
         }
-        Ok(part.unwrap_or(Part {
-            kind: 0,
+        let (kind, columns) = part.unwrap_or((0, Vec::new()));
+        Ok(Part {
+            kind,
             start: 0,
-            n: 0,
-            columns: Vec::new(),
-        }))
+            n,
+            columns: Joined::of_rows(&columns),
+        })
     }
 }
 
@@ -579,20 +654,28 @@ impl<'de> Visitor<'de> for Batches<'_, 'de> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let Ctx { dec, strings } = self.0;
         let mut out = Vec::new();
-        while let Some(part) = seq.next_element_seed(Batch(Ctx {
-            dec,
-            strings: &mut *strings,
-        }))? {
+        // the rows left under the message's limit: a batch saying more is deferred before its columns are
+        // made (each is made `n` long at once; a small message of many huge `n` must not allocate them all)
+        let mut left = dec.max_rows;
+        while let Some(part) = seq.next_element_seed(Batch(
+            Ctx {
+                dec,
+                strings: &mut *strings,
+            },
+            left,
+        ))? {
             if out.len() >= dec.max_batches {
                 return Err(defer());
             }
+            left -= part.n;
             out.push(part);
         }
         Ok(out)
     }
 }
 
-struct Batch<'s, 'de>(Ctx<'s, 'de>);
+/// A batch, and the rows it may have (what the message's limit leaves after the batches before it).
+struct Batch<'s, 'de>(Ctx<'s, 'de>, usize);
 
 impl<'de> DeserializeSeed<'de> for Batch<'_, 'de> {
     type Value = Part;
@@ -622,7 +705,7 @@ impl<'de> Visitor<'de> for Batch<'_, 'de> {
                 }
                 "n" if n.is_none() => {
                     let count = usize::try_from(map.next_value::<u64>()?).map_err(|_| defer())?;
-                    if count > dec.max_rows {
+                    if count > self.1 {
                         return Err(defer());
                     }
                     n = Some(count);
@@ -680,23 +763,24 @@ struct Data<'s, 'de> {
 }
 
 impl<'de> DeserializeSeed<'de> for Data<'_, 'de> {
-    type Value = Vec<Column>;
+    type Value = Joined;
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<Column>, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Joined, D::Error> {
         d.deserialize_map(self)
     }
 }
 
 impl<'de> Visitor<'de> for Data<'_, 'de> {
-    type Value = Vec<Column>;
+    type Value = Joined;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an object of columns")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Vec<Column>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Joined, A::Error> {
         let kind = &self.dec.kinds[self.kind];
-        let mut columns: Vec<Option<Column>> = kind.rules.iter().map(|_| None).collect();
+        let mut out = Joined::zeroed(kind, self.n);
+        let mut given = vec![false; kind.rules.len()];
         while let Some(key) = map.next_key::<Text>()? {
             match kind.index.get(key.0.as_ref()) {
                 Some(&i) => {
@@ -704,105 +788,111 @@ impl<'de> Visitor<'de> for Data<'_, 'de> {
                     let seed = ColumnSeed {
                         rule: &kind.rules[i],
                         n: self.n,
+                        out: &mut out,
                         strings: &mut *self.strings,
                     };
-                    columns[i] = Some(map.next_value_seed(seed)?);
+                    map.next_value_seed(seed)?;
+                    given[i] = true;
                 }
                 None => {
                     map.next_value::<Skip>()?; // a column the contract does not know
                 }
             }
         }
-        kind.rules
-            .iter()
-            .zip(columns)
-            .map(|(rule, column)| match column {
-                Some(column) => Ok(column),
-                None => {
-                    let mut values = rule.empty(1);
-                    let value = rule.default.clone().ok_or_else(defer)?;
-                    if !rule.push(value, &mut values, self.strings) {
-                        return Err(defer()); // a default outside its own rule: the Python decoder decides
-                    }
-                    Ok(Column {
-                        values,
-                        repeat: true,
-                    })
-                }
-            })
-            .collect()
+        out.fill_defaults(kind, &given, self.n, self.strings)
+            .ok_or_else(defer)?;
+        Ok(out)
     }
 }
 
+/// One column of a batch, read into its rows of the part's buffers.
 struct ColumnSeed<'s, 'de> {
     rule: &'s Rule,
     n: usize,
+    out: &'s mut Joined,
     strings: &'s mut Strings<'de>,
 }
 
 impl<'de> DeserializeSeed<'de> for ColumnSeed<'_, 'de> {
-    type Value = Column;
+    type Value = ();
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Column, D::Error> {
-        d.deserialize_any(self)
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        if !matches!(self.rule.ty, Type::Number | Type::Integer) {
+            return d.deserialize_any(self);
+        }
+        // a numeric column: its text (checked by serde_json), its numbers read without a visit per value
+        let text = <&RawValue>::deserialize(d)?.get();
+        if self
+            .out
+            .read_numbers(self.rule, self.n, text, self.strings)
+            .is_some()
+        {
+            return Ok(());
+        }
+        let mut again = serde_json::Deserializer::from_str(text); // anything else: as before
+        again.deserialize_any(self).map_err(|_| defer())
     }
 }
 
 impl<'de> ColumnSeed<'_, 'de> {
-    fn one<E: de::Error>(self, value: Scalar<'de>) -> Result<Column, E> {
-        let mut values = self.rule.empty(1);
-        if !self.rule.push(value, &mut values, self.strings) {
-            return Err(defer());
-        }
-        Ok(Column {
-            values,
-            repeat: true,
-        })
+    /// One value standing for every row.
+    fn one<E: de::Error>(self, value: Scalar<'de>) -> Result<(), E> {
+        let cell = self
+            .rule
+            .check(value, None, self.strings, &mut Vec::new())
+            .ok_or_else(defer)?;
+        self.out.fill(self.rule, self.n, cell);
+        Ok(())
     }
 }
 
 impl<'de> Visitor<'de> for ColumnSeed<'_, 'de> {
-    type Value = Column;
+    type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an array of n values or one value")
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Column, A::Error> {
-        let mut values = self.rule.empty(self.n);
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let (mut valid, mut last) = (Vec::new(), None);
         let mut count = 0;
         while let Some(value) = seq.next_element::<Scalar>()? {
-            count += 1;
-            if count > self.n || !self.rule.push(value, &mut values, self.strings) {
+            if count >= self.n {
                 return Err(defer());
             }
+            let cell = self
+                .rule
+                .check(value, last, self.strings, &mut valid)
+                .ok_or_else(defer)?;
+            if let Cell::Code(code) = cell {
+                last = Some(code);
+            }
+            self.out.put(self.rule, self.n, count, cell);
+            count += 1;
         }
         if count != self.n {
             return Err(defer());
         }
-        Ok(Column {
-            values,
-            repeat: false,
-        })
+        Ok(())
     }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Column, E> {
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
         self.one(Scalar::Bool(v))
     }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Column, E> {
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
         self.one(Scalar::Int(v))
     }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Column, E> {
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
         self.one(i64::try_from(v).map_or(Scalar::Big(v), Scalar::Int))
     }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Column, E> {
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
         self.one(Scalar::Float(v))
     }
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Column, E> {
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<(), E> {
         self.one(Scalar::Text(Cow::Borrowed(v)))
     }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Column, E> {
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
         self.one(Scalar::Text(Cow::Owned(v.to_owned())))
     }
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Column, E> {
+    fn visit_string<E: de::Error>(self, v: String) -> Result<(), E> {
         self.one(Scalar::Text(Cow::Owned(v)))
     }
 }
@@ -849,20 +939,17 @@ impl TelemetryDecoder {
         self.kinds.iter().position(|k| k.name == name)
     }
 
+    fn valid_seq(&self, seq: Option<u64>) -> bool {
+        seq.is_none_or(|s| s <= self.max_seq)
+    }
+
+    /// The message read by serde_json (the definition of this fast path: any message of any layout).
     fn parse<'de>(&self, text: &'de str, strings: &mut Strings<'de>) -> Option<Envelope<'de>> {
         let mut de = serde_json::Deserializer::from_str(text);
         let envelope = de.deserialize_map(Ctx { dec: self, strings }).ok()?;
         de.end().ok()?;
         Some(envelope)
     }
-}
-
-fn buffer<'py, T: Copy>(py: Python<'py>, values: &[T]) -> Bound<'py, PyByteArray> {
-    // SAFETY: T is a plain number (f64, i64, u8, u32: no padding); the bytes are read while `values` lives.
-    let bytes = unsafe {
-        std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
-    };
-    PyByteArray::new(py, bytes)
 }
 
 #[pymethods]
@@ -883,6 +970,7 @@ impl TelemetryDecoder {
         for (name, specs) in kinds {
             let mut rules = Vec::new();
             let mut index = FxMap::default();
+            let mut counts = [0; 4];
             for (field, ty, default, (min, max, above), (min_len, max_len), allowed) in specs {
                 let ty = match ty.as_str() {
                     "number" => Type::Number,
@@ -911,12 +999,15 @@ impl TelemetryDecoder {
                         }
                     }
                 }
+                let row = counts[ty.code()];
+                counts[ty.code()] += 1;
                 let next = slots.len();
                 let slot = *slots.entry(field.clone()).or_insert(next);
                 index.insert(field, rules.len());
                 rules.push(Rule {
                     ty,
                     slot,
+                    row,
                     default: default.map(|d| scalar(ty, &d)).transpose()?,
                     floats,
                     ints,
@@ -925,7 +1016,12 @@ impl TelemetryDecoder {
                     allowed,
                 });
             }
-            out.push(Kind { name, rules, index });
+            out.push(Kind {
+                name,
+                rules,
+                index,
+                counts,
+            });
         }
         Ok(Self {
             schema,
@@ -949,22 +1045,35 @@ impl TelemetryDecoder {
         if memmem::find(raw, b"\\ud").is_some() || memmem::find(raw, b"\\uD").is_some() {
             return Ok(None); // lone surrogates are not text; only the Python decoder tells pairs from them
         }
-        let mut strings = Strings {
-            negative_zero: !has_integer_minus_zero(text),
+        let negative_zero = !has_integer_minus_zero(text);
+        let fresh = || Strings {
+            negative_zero,
             ..Strings::default()
         };
-        let Some(envelope) = py.detach(|| self.parse(text, &mut strings)) else {
+        let mut strings = fresh();
+        let read = || {
+            columnar::read(self, text, &mut strings).or_else(|| {
+                strings = fresh(); // as if the columnar reader had not been: strings numbered from 0 again
+                self.parse(text, &mut strings)
+            })
+        };
+        let Some(envelope) = py.detach(read) else {
             return Ok(None);
         };
         let list = PyList::new(py, strings.list.iter().map(|s| PyString::new(py, s)))?;
         let mut parts = Vec::with_capacity(envelope.parts.len());
-        for part in &envelope.parts {
-            let joined = Joined::of(part);
+        for part in envelope.parts {
+            let Joined {
+                floats,
+                ints,
+                bools,
+                codes,
+            } = part.columns;
             let buffers = (
-                buffer(py, &joined.floats),
-                buffer(py, &joined.ints),
-                buffer(py, &joined.bools),
-                buffer(py, &joined.codes),
+                Buffer::new(Owned::F64(floats)),
+                Buffer::new(Owned::I64(ints)),
+                Buffer::new(Owned::U8(bools)),
+                Buffer::new(Owned::U32(codes)),
             );
             parts.push((
                 self.kinds[part.kind].name.as_str(),
@@ -984,7 +1093,8 @@ impl TelemetryDecoder {
     }
 }
 
-/// A part's columns joined by type, each `n` long: what numpy reads as one 2-D array per type.
+/// A part's columns joined by type, each `n` long, in rule order within their type: what numpy reads as
+/// one 2-D array per type.
 #[derive(Default)]
 struct Joined {
     floats: Vec<f64>,
@@ -993,24 +1103,95 @@ struct Joined {
     codes: Vec<u32>,
 }
 
-fn extend<T: Copy>(out: &mut Vec<T>, values: &[T], repeat: bool, n: usize) {
-    if repeat {
-        out.extend(std::iter::repeat_n(values[0], n));
-    } else {
-        out.extend_from_slice(values);
-    }
-}
-
 impl Joined {
-    fn of(part: &Part) -> Self {
+    /// `n` rows of every column of `kind`, zeros (from the allocator's zeroed pages: each written once).
+    fn zeroed(kind: &Kind, n: usize) -> Self {
+        let [floats, ints, bools, codes] = kind.counts.map(|count| count * n);
+        Self {
+            floats: vec![0.0; floats],
+            ints: vec![0; ints],
+            bools: vec![0; bools],
+            codes: vec![0; codes],
+        }
+    }
+
+    /// Row `at` of `rule`'s column (of `n` rows).
+    fn put(&mut self, rule: &Rule, n: usize, at: usize, cell: Cell) {
+        let at = rule.row * n + at;
+        match cell {
+            Cell::Float(v) => self.floats[at] = v,
+            Cell::Int(v) => self.ints[at] = v,
+            Cell::Bool(v) => self.bools[at] = v,
+            Cell::Code(v) => self.codes[at] = v,
+        }
+    }
+
+    /// Every row of `rule`'s column (of `n` rows).
+    fn fill(&mut self, rule: &Rule, n: usize, cell: Cell) {
+        let rows = rule.row * n..(rule.row + 1) * n;
+        match cell {
+            Cell::Float(v) => self.floats[rows].fill(v),
+            Cell::Int(v) => self.ints[rows].fill(v),
+            Cell::Bool(v) => self.bools[rows].fill(v),
+            Cell::Code(v) => self.codes[rows].fill(v),
+        }
+    }
+
+    /// The columns of `kind` not `given` in a batch: their defaults, for every row; None if one is required
+    /// (or a default is outside its own rule: the Python decoder decides).
+    fn fill_defaults<'a>(
+        &mut self,
+        kind: &Kind,
+        given: &[bool],
+        n: usize,
+        strings: &mut Strings<'a>,
+    ) -> Option<()> {
+        for (rule, given) in kind.rules.iter().zip(given) {
+            if !given {
+                let cell = rule.check(rule.default.clone()?, None, strings, &mut Vec::new())?;
+                self.fill(rule, n, cell);
+            }
+        }
+        Some(())
+    }
+
+    /// A numeric column read from the JSON text it starts `text` straight into its rows: the length of its
+    /// text; None when anything in it is not plainly a valid value of its field (then serde_json decides).
+    fn read_numbers(
+        &mut self,
+        rule: &Rule,
+        n: usize,
+        text: &str,
+        strings: &Strings,
+    ) -> Option<usize> {
+        let rows = rule.row * n..(rule.row + 1) * n;
+        let text = text.as_bytes();
+        match rule.ty {
+            Type::Number => {
+                let out = &mut self.floats[rows];
+                numbers::each_number(text, n, numbers::float, |i, v| {
+                    rule.float(v, strings).map(|v| out[i] = v).is_some()
+                })
+            }
+            Type::Integer => {
+                let out = &mut self.ints[rows];
+                numbers::each_number(text, n, numbers::int, |i, v| {
+                    rule.int(v).map(|v| out[i] = v).is_some()
+                })
+            }
+            Type::Text | Type::Boolean => None,
+        }
+    }
+
+    /// Row-wise samples' columns (in rule order, all of one length) joined.
+    fn of_rows(columns: &[Values]) -> Self {
         let mut out = Self::default();
-        for column in &part.columns {
-            let (repeat, n) = (column.repeat, part.n);
-            match &column.values {
-                Values::Floats(v) => extend(&mut out.floats, v, repeat, n),
-                Values::Ints(v) => extend(&mut out.ints, v, repeat, n),
-                Values::Bools(v) => extend(&mut out.bools, v, repeat, n),
-                Values::Codes(v, _) => extend(&mut out.codes, v, repeat, n),
+        for column in columns {
+            match column {
+                Values::Floats(v) => out.floats.extend_from_slice(v),
+                Values::Ints(v) => out.ints.extend_from_slice(v),
+                Values::Bools(v) => out.bools.extend_from_slice(v),
+                Values::Codes(v, _) => out.codes.extend_from_slice(v),
             }
         }
         out

@@ -7,6 +7,7 @@
 
 use pyo3::prelude::*;
 
+mod buffer;
 mod chain;
 mod change;
 mod classify;
@@ -17,6 +18,7 @@ mod decode;
 mod draft;
 mod layouts;
 mod median;
+mod numbers;
 mod objects;
 mod sort;
 mod whatif;

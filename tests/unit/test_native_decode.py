@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 from dataclasses import replace
 from unittest import mock
 
@@ -168,6 +170,141 @@ def test_numbers_parse_as_python_reads_them() -> None:
     assert check(raw)
 
 
+FLOAT_EDGES = [
+    "-0.0", "-0", "0e0", "1E5", "1e+5", "1.5e-3", "-2.5E-7", "12345678901234567890123", "18446744073709551616",
+    "-9223372036854775809", "0.1000000000000000055511151231257827021181583404541015625", "1.7976931348623157e308",
+    "1.7976931348623159e308", "2.4703282292062328e-324", "2.4703282292062327e-324", "4.9e-324",
+    "2.2250738585072011e-308", "1e-400", "-1e-400", "0e99999999999999999999", "1e400", "9007199254740993",
+    "1" + "0" * 400, "0." + "0" * 400 + "1", "1e-18", "-1e18", "-1.0000000000000002e18",
+]  # fmt: skip
+INT_EDGES = [
+    "0", "-1", "-0", "3.0", "1e2", "1E2", "-2", "9007199254740992", "9007199254740993", "999999999999999999",
+    "1000000000000000000", "1000000000000000000000", "-9223372036854775809", "18446744073709551616", "017",
+]  # fmt: skip
+
+
+def numeric_column(kind: str, field: str, tokens: str, *, minus_zero: bool = False) -> bytes:
+    """A two-row batch of ``kind`` whose ``field`` column is the JSON text ``tokens`` (an array as written,
+    spaces and all); ``minus_zero``: an integer -0 elsewhere in the message (a field the contract skips)."""
+    data = {k: [v, v] for k, v in BASE[kind].items() if k not in ("kind", field)}
+    batch = {"kind": kind, "n": 2, "data": {**data, field: "@"}}
+    extra = {"note": "@@"} if minus_zero else {}
+    raw = json.dumps({"schema": TELEMETRY_ID, "source": "s", **extra, "columns": [batch]})
+    return raw.replace('"@@"', "-0").replace('"@"', tokens).encode()
+
+
+@pytest.mark.parametrize("token", FLOAT_EDGES)
+@pytest.mark.parametrize("minus_zero", [False, True])
+def test_number_columns_agree_on_the_edges_of_numbers(token: str, minus_zero: bool) -> None:
+    """Exponents, -0.0 (refused when the message also holds an integer -0, which serde_json would read as
+    -0.0 too), 17+ digit mantissas, subnormals, huge exponents, integers beyond 64 bits, odd spacing."""
+    for tokens in (f"[{token}, 1.5]", f"[ 2 ,\n{token} ]", f"[{token},{token}]"):
+        raw = numeric_column("metric", "value", tokens, minus_zero=minus_zero)
+        answered = check(raw)
+        value = float(token)
+        if abs(value) <= 1e18 and not (str(value) == "-0.0" and (minus_zero or token == "-0")):
+            assert answered, raw  # valid: the native decoder answers, and check() compared its columns
+        else:
+            assert not answered, raw
+
+
+@pytest.mark.parametrize("token", INT_EDGES)
+def test_integer_columns_agree_on_the_edges_of_integers(token: str) -> None:
+    """An integer written as 3.0 or 1e2, -0, 18 and more digits, beyond 64 bits: deferred, or read as
+    the Python decoder reads it."""
+    for tokens in (f"[{token}, 4]", f"[ 4 ,\t{token} ]"):
+        raw = numeric_column("op", "seq", tokens)
+        answered = check(raw)
+        valid = (token.lstrip("-").isdigit() and token != "-0" and not token.startswith("0")) or token == "0"
+        assert answered == (valid and -1 <= int(token) <= 2**53), raw
+
+
+def test_number_columns_not_arrays_of_numbers_are_deferred() -> None:
+    for tokens in ('[1, "2"]', "[1, null]", "[1, [2]]", "[1]", "[1, 2, 3]", "[]", "null", "true", '"1"', "{}"):
+        assert not check(numeric_column("metric", "value", tokens)), tokens
+    assert check(numeric_column("metric", "value", "7"))  # one value standing for every row
+
+
+OP_BATCH = (
+    '{"schema":"driftlog.telemetry/1","source":"s","seq":4,"columns":[{"kind":"op","n":2,"data":{"job":"j",'
+    '"step":3,"rank":[5,6],"op":["allreduce","send"],"op_class":"comm","start":[10.0,10.5],"duration":[0.25,1e-3],'
+    '"group":["dp-0","dp-0"],"seq":[17,18],"blocking":[true,false]}}]}'
+)
+LAYOUTS = {  # the columnar layout, changed: (what is replaced, by what), each answered or not as the Python decoder
+    "as is": ("", ""),
+    "spaces": (",", " ,\n\t "),
+    "colon spaces": (":", " : "),
+    "seq null": ('"seq":4,"columns"', '"seq":null,"columns"'),
+    "seq 19 digits": ('"seq":4,', '"seq":1000000000000000000,'),
+    "seq negative": ('"seq":4,', '"seq":-4,'),
+    "seq a float": ('"seq":4,', '"seq":4.0,'),
+    "columns null": ('"columns":[', '"samples":null,"columns":['),
+    "n a float": ('"n":2,', '"n":2.0,'),
+    "n negative": ('"n":2,', '"n":-2,'),
+    "no kind nor n": ('"kind":"op","n":2,"data":{', '"data":{'),
+    "source twice": ('"source":"s",', '"source":"t","source":"s",'),
+    "kind twice": ('"kind":"op",', '"kind":"op","kind":"op",'),
+    "column twice": ('"rank":[5,6],', '"rank":[1,2],"rank":[5,6],'),
+    "unknown field": ('"seq":4,', '"seq":4,"note":{"a":[1,"b"]},'),
+    "unknown batch field": ('"n":2,', '"n":2,"note":1,'),
+    "unknown column": ('"job":"j",', '"job":"j","color":["red","blue"],'),
+    "escaped string": ('"send"', '"s\\u0065nd"'),
+    "escaped key": ('"source"', '"\\u0073ource"'),
+    "escaped quote": ('"send"', '"se\\"nd"'),
+    "control character": ('"send"', '"se\tnd"'),
+    "trailing comma": ('"seq":[17,18]', '"seq":[17,18,]'),
+    "trailing object comma": ("[true,false]}", "[true,false],}"),
+    "trailing bytes": ("]}}]}", "]}}]}x"),
+    "trailing space": ("]}}]}", "]}}]} \n"),
+    "leading space": ('{"schema"', ' \r\n{"schema"'),
+    "booleans as ints": ("[true,false]", "[1,0]"),
+    "one boolean": ("[true,false]", "true"),
+    "a literal cut": ("[true,false]", "[tru,false]"),
+    "too few": ('"seq":[17,18]', '"seq":[17]'),
+    "too many strings": ('["dp-0","dp-0"]', '["dp-0","dp-0","dp-1"]'),
+    "no data": ('"data":{', '"data":{},"x":{'),
+    "leading zero": ("[10.0,10.5]", "[010.0,10.5]"),
+    "no fraction digits": ("[10.0,10.5]", "[10.,10.5]"),
+    "no integer digits": ("[10.0,10.5]", "[.5,10.5]"),
+    "minus no integer digits": ("[0.25,1e-3]", "[-.25,1e-3]"),
+    "no exponent digits": ("[0.25,1e-3]", "[0.25,1e-]"),
+    "infinity": ("[0.25,1e-3]", "[0.25,Infinity]"),
+    "nan": ("[0.25,1e-3]", "[0.25,NaN]"),
+    "plus sign": ("[0.25,1e-3]", "[+0.25,1e-3]"),
+    "exponent sign": ("[0.25,1e-3]", "[0.25E+0,1e-3]"),
+    "integer leading zero": ("[5,6]", "[05,6]"),
+    "integer as a float": ("[5,6]", "[5.0,6]"),
+    "string for a number": ("[10.0,10.5]", '["10.0",10.5]'),
+    "null in a column": ('["dp-0","dp-0"]', '["dp-0",null]'),
+    "n 0, columns not empty": ('"n":2,"data":{', '"n":0,"data":{"rank":[],'),
+    "two batches": ("}}]}", '}},{"kind":"metric","n":1,"data":{"entity":["e"],"name":"n","value":1,"time":0}}]}'),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_the_columnar_reader_answers_as_serde_json_does(layout: str) -> None:
+    """The native core reads the usual columnar layout itself and leaves anything else to serde_json: a key
+    twice, escapes, unknown fields, odd spacing and malformed JSON all decode as the Python decoder does."""
+    old, new = LAYOUTS[layout]
+    raw = OP_BATCH.replace(old, new) if old else OP_BATCH
+    assert raw != OP_BATCH or layout == "as is"
+    answered = check(raw.encode())
+    if layout in ("as is", "spaces", "colon spaces", "seq null", "trailing space", "leading space", "two batches"):
+        assert answered, layout
+
+
+def test_the_columnar_reader_answers_as_serde_json_does_on_cut_and_spliced_bytes() -> None:
+    """Every cut of the layout, and a byte dropped or spliced in (a space, a NUL, a two-byte character or
+    half of one) at every place: never an exception, and an answer only where the Python decoder agrees."""
+    raw = OP_BATCH.encode()
+    splices = (b" ", b"\x00", "é".encode(), "é".encode()[:1])
+    answered = 0
+    for at in range(len(raw) + 1):
+        variants = [raw[:at], raw[:at] + raw[at + 1 :], *(raw[:at] + s + raw[at:] for s in splices)]
+        answered += sum(check(v) for v in variants)
+    assert answered >= 200, answered  # (spaces between tokens, and the message itself, are read)
+
+
 def test_without_the_native_core_it_never_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     raw = as_messages(BASE["op"])[1][0]
     assert decode_native(raw) is not None
@@ -183,3 +320,27 @@ def test_strings_are_python_strings_and_columns_writable() -> None:
     assert [type(v) for v in batch.columns["op"].tolist()] == [str, str]
     for column in batch.columns.values():
         column[:1] = column[1:2]  # the engine may write into them
+
+
+@pytest.mark.parametrize("reader", ["columnar", "serde_json"])
+def test_a_small_message_of_many_huge_batches_is_deferred_without_making_their_rows(reader: str) -> None:
+    """64 batches of 200,000 rows of one repeated value each: 9 KB of JSON, 12.8 M rows. Deferred (the Python
+    decoder refuses it as oversized) with no more than one batch's rows made, read by either native reader (an
+    unknown envelope key sends the message to serde_json's)."""
+    require_native()
+    extra = ', "x": 1' if reader == "serde_json" else ""
+    code = f"""
+import json, resource
+from streams.contract.native_decode import decode_native
+batch = {{"kind": "op", "n": 200_000, "data": {{"job": "j", "step": 0, "rank": 0, "op": "matmul",
+         "op_class": "compute", "start": 0.0, "duration": 1.0}}}}
+raw = json.dumps({{"schema": "driftlog.telemetry/1", "source": "s", "columns": [batch] * 64}})
+raw = raw[:-1] + {extra!r} + "}}"
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+assert decode_native(raw.encode()) is None
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert float(done.stdout) < 200, f"{done.stdout} MB more at its peak (made every batch's rows: ~1,300)"
+    assert [r.reason for r in decode_telemetry(json.dumps({"schema": "driftlog.telemetry/1", "source": "s",
+            "columns": [{"kind": "op", "n": 200_000, "data": {}}] * 2}).encode()).rejects] == ["oversized"]  # fmt: skip
