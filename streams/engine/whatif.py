@@ -216,7 +216,7 @@ def _peer_medians_excluding(at: PeerCells, values: Floats, groups: Ints) -> Floa
     out = np.full(len(values), np.nan)
     if not len(at.sel):
         return out
-    if _FUSED and native.core is not None:  # (the same values in one call, or False: the definition's below)
+    if _FUSED and native.core is not None and _plain(values, groups, at.keys):  # (one call, or the definition)
         how = NUMPY if at.cells.uniform else MIDDLE
         cells = (np.ascontiguousarray(a, np.int64) for a in (at.cells.starts, at.cells.counts, at.cells.keys))
         if native.core.peer_medians_excluding(
@@ -227,6 +227,17 @@ def _peer_medians_excluding(at: PeerCells, values: Floats, groups: Ints) -> Floa
     per.reshape(-1)[at.cells.keys] = at.cells.medians(values[at.sel])
     out[at.sel] = nanmedian_excluding_each_row(per)[groups[at.sel], at.keys]
     return out
+
+
+def _plain(values: Floats, *keys: Ints) -> bool:
+    """Whether the native call reads these arrays as they are (float64 values, int32/int64 keys, each in one
+    block): the engine's are; any other the definition computes."""
+    arrays = (values, *keys)
+    return (
+        values.dtype == np.float64
+        and all(a.flags.c_contiguous for a in arrays)
+        and all(k.dtype in (np.int32, np.int64) for k in keys)
+    )
 
 
 def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, roles: Roles) -> StepWhatIf:

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -147,6 +149,18 @@ def test_deviations_in_one_pass_equal_the_definitions_sums(positions: int, monke
                 assert np.array_equal(a.view(np.int64), b.view(np.int64))  # (bits: -0.0 apart from 0.0)
 
 
+class _Answers(list[bool]):
+    """A native call that keeps what it answered (True: the values; False: left to the definition)."""
+
+    def __init__(self, call: Callable[..., bool]) -> None:
+        super().__init__()
+        self.call = call
+
+    def __call__(self, *args: object) -> bool:
+        self.append(self.call(*args))
+        return self[-1]
+
+
 @pytest.mark.skipif(not whatif._FUSED, reason="native core without peer_medians_excluding")
 @pytest.mark.parametrize(("name", "ranks"), CASES)
 def test_peer_medians_excluding_in_one_call_equal_the_definitions(
@@ -162,6 +176,8 @@ def test_peer_medians_excluding_in_one_call_equal_the_definitions(
     only = 40 * ((lone == 0) & (g.op % 3 == 0))  # (keys group 0 only has: NaN)
     uneven = whatif.PeerCells.of(lone, np.where(rng.random(g.nodes) < 0.5, g.op, g.op + 1) + only, g.span >= 0)
     cases = [(roles.by_stage, g.pp), (roles.by_link, roles.link), (uneven, lone)]
+    spy = _Answers(whatif.native.core.peer_medians_excluding)  # type: ignore[union-attr]
+    monkeypatch.setattr(whatif.native.core, "peer_medians_excluding", spy)
     for trial in range(6):
         values = g.intrinsic * rng.uniform(0.5, 1.5, g.nodes)
         if trial % 2:
@@ -170,8 +186,24 @@ def test_peer_medians_excluding_in_one_call_equal_the_definitions(
         if trial == 5:
             values[rng.integers(0, g.nodes, 3)] = -0.0
         for at, groups in cases:
+            spy.clear()
             native = whatif._peer_medians_excluding(at, values, groups)
             with monkeypatch.context() as m:
                 m.setattr(whatif, "_FUSED", False)
                 definition = whatif._peer_medians_excluding(at, values, groups)
             assert np.array_equal(native.view(np.int64), definition.view(np.int64))
+            if trial != 5:  # (with -0.0 among them the call may leave the values to the definition)
+                assert spy == ([True] if len(at.sel) else [])
+
+
+def test_peer_medians_excluding_of_other_widths_are_the_definitions() -> None:
+    """float32 or strided values, int16 or uint32 groups: computed (by the definition), never refused."""
+    g = _step("training-slow-link", 16)
+    roles = whatif.Roles.of(g)
+    expected = whatif._peer_medians_excluding(roles.by_stage, g.intrinsic, g.pp)
+    wide = np.repeat(g.intrinsic, 2)[::2]  # (the same values, not in one block)
+    for values, groups in [(wide, g.pp), (g.intrinsic, g.pp.astype(np.int16)), (g.intrinsic, g.pp.astype(np.uint32))]:
+        got = whatif._peer_medians_excluding(roles.by_stage, values, groups)
+        assert np.array_equal(got.view(np.int64), expected.view(np.int64))
+    narrow = whatif._peer_medians_excluding(roles.by_stage, g.intrinsic.astype(np.float32), g.pp)
+    assert np.isnan(narrow).sum() == np.isnan(expected).sum()
