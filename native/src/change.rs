@@ -310,15 +310,19 @@ pub fn change_tests(
     Ok(true)
 }
 
-/// A writable C-contiguous buffer's items.
-fn items_mut<'a, T: pyo3::buffer::Element>(buf: &'a PyBuffer<T>, name: &str) -> PyResult<&'a mut [T]> {
+/// A writable C-contiguous buffer's items (the caller has checked that no other buffer of the call shares its
+/// memory: `overlap`).
+fn items_mut<'a, T: pyo3::buffer::Element>(
+    buf: &'a mut PyBuffer<T>,
+    name: &str,
+) -> PyResult<&'a mut [T]> {
     if buf.readonly() || !buf.is_c_contiguous() {
         return Err(PyValueError::new_err(format!(
             "{name}: not writable and contiguous"
         )));
     }
     // SAFETY: a writable C-contiguous buffer of `item_count` items of T (its format checked by PyBuffer::get),
-    // held by `buf` for the slice's lifetime; the caller passes distinct arrays.
+    // held by `buf` for the slice's lifetime; no other buffer of the call overlaps it (`overlap`).
     Ok(unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr() as *mut T, buf.item_count()) })
 }
 
@@ -331,25 +335,46 @@ fn items_mut<'a, T: pyo3::buffer::Element>(buf: &'a PyBuffer<T>, name: &str) -> 
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub fn change_append(
-    x: PyBuffer<f64>,
-    y: PyBuffer<f64>,
-    n: PyBuffer<i64>,
-    seen: PyBuffer<i64>,
+    mut x: PyBuffer<f64>,
+    mut y: PyBuffer<f64>,
+    mut n: PyBuffer<i64>,
+    mut seen: PyBuffer<i64>,
     sigma: PyBuffer<f64>,
     phase: PyBuffer<i64>,
     rows: PyBuffer<i64>,
     values: PyBuffer<f64>,
     limits: (i64, i64, i64, i64), // warmup, window, min_side, every
-    squared: PyBuffer<f64>,
-    relearn: PyBuffer<i64>,
-    tested: PyBuffer<i64>,
+    mut squared: PyBuffer<f64>,
+    mut relearn: PyBuffer<i64>,
+    mut tested: PyBuffer<i64>,
 ) -> PyResult<(usize, usize)> {
+    let spans = [
+        span(&x),
+        span(&y),
+        span(&n),
+        span(&seen),
+        span(&squared),
+        span(&relearn),
+        span(&tested),
+        span(&sigma),
+        span(&phase),
+        span(&rows),
+        span(&values),
+    ];
+    if overlap(&spans, 7) {
+        return Err(PyValueError::new_err(
+            "change_append: an array written shares memory with another",
+        ));
+    }
     let (sigma, phase) = (items(&sigma, "sigma")?, items(&phase, "phase")?);
     let (rows, values) = (items(&rows, "rows")?, items(&values, "values")?);
-    let (x, y) = (items_mut(&x, "x")?, items_mut(&y, "y")?);
-    let (n, seen) = (items_mut(&n, "n")?, items_mut(&seen, "seen")?);
-    let squared = items_mut(&squared, "squared")?;
-    let (relearn, tested) = (items_mut(&relearn, "relearn")?, items_mut(&tested, "tested")?);
+    let (x, y) = (items_mut(&mut x, "x")?, items_mut(&mut y, "y")?);
+    let (n, seen) = (items_mut(&mut n, "n")?, items_mut(&mut seen, "seen")?);
+    let squared = items_mut(&mut squared, "squared")?;
+    let (relearn, tested) = (
+        items_mut(&mut relearn, "relearn")?,
+        items_mut(&mut tested, "tested")?,
+    );
     let (warmup, window, min_side, every) = limits;
     let series = n.len();
     let w = x.len().checked_div(series).unwrap_or(0);
@@ -364,7 +389,8 @@ pub fn change_append(
         || squared.len() != rows.len()
         || relearn.len() != rows.len()
         || tested.len() != rows.len()
-        || rows.iter().any(|&r| r < 0 || r as usize >= series);
+        || rows.iter().any(|&r| r < 0 || r as usize >= series)
+        || twice(rows, series);
     if bad {
         return Err(PyValueError::new_err("change_append: bad arguments"));
     }
@@ -394,4 +420,28 @@ pub fn change_append(
         }
     }
     Ok((relearns, tests))
+}
+
+/// A buffer's bytes, as [start, end) addresses.
+fn span<T: pyo3::buffer::Element>(buf: &PyBuffer<T>) -> (usize, usize) {
+    let start = buf.buf_ptr() as usize;
+    (start, start + buf.len_bytes())
+}
+
+/// Whether any of the first `writable` spans shares a byte with another span (empty spans share none).
+fn overlap(spans: &[(usize, usize)], writable: usize) -> bool {
+    (0..writable).any(|i| {
+        let (a, b) = spans[i];
+        spans
+            .iter()
+            .enumerate()
+            .any(|(j, &(c, d))| j != i && a < b && c < d && a < d && c < b)
+    })
+}
+
+/// Whether a row (each in `0..series`) is given twice: `ChangePoint.update` takes each series once.
+fn twice(rows: &[i64], series: usize) -> bool {
+    let mut once = vec![false; series];
+    rows.iter()
+        .any(|&r| std::mem::replace(&mut once[r as usize], true))
 }

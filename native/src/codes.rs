@@ -137,7 +137,10 @@ pub fn same_str(parts: &Bound<'_, PyList>, value: &Bound<'_, PyAny>) -> PyResult
     }
     let mut alike = value.as_ptr(); // the last object found equal to `value`
     for part in parts.iter() {
-        let Ok(pointers) = objects::pointers(&part, part.len()?) else {
+        let Ok(n) = part.len() else {
+            return Ok(None); // (no length: not such an array)
+        };
+        let Ok(pointers) = objects::pointers(&part, n) else {
             return Ok(None);
         };
         for &row in pointers {

@@ -15,8 +15,13 @@ pub fn pointers<'a>(array: &'a Bound<'_, PyAny>, n: usize) -> PyResult<&'a [*mut
     let mut view = std::mem::MaybeUninit::<ffi::Py_buffer>::uninit();
     // SAFETY: the GIL is held; a C-contiguous view (PyBUF_ND without strides) with its format is asked for,
     // and released below once its fields are read.
-    if unsafe { ffi::PyObject_GetBuffer(array.as_ptr(), view.as_mut_ptr(), ffi::PyBUF_FORMAT | ffi::PyBUF_ND) }
-        != 0
+    if unsafe {
+        ffi::PyObject_GetBuffer(
+            array.as_ptr(),
+            view.as_mut_ptr(),
+            ffi::PyBUF_FORMAT | ffi::PyBUF_ND,
+        )
+    } != 0
     {
         PyErr::take(array.py()); // (numpy's reason: not contiguous, or no buffer; the same answer as before)
         return Err(wrong());

@@ -182,6 +182,7 @@ class JobState:
         """The end of the job's input (end of a file or replay, or idle past the eviction period): analyse
         every step still waiting for later ones."""
         self._findings(self.stragglers.flush(), out)  # first: a straggler's cascade is read from the last steps
+        self.stragglers.release()
         rollups = self.window.flush()  # (of the step summaries, not of the reports analysed below)
         # the series of these roll-ups are the last to get samples: the others' state goes before the steps'
         # graphs are made (a large job's peak)

@@ -39,3 +39,31 @@ def test_same_input_same_findings() -> None:
     a, _ = findings(5, 32, 30)
     b, _ = findings(5, 32, 30)
     assert a == b and len(a) == 1
+
+
+def test_a_flush_judges_what_is_open_and_the_histories_go_only_on_release() -> None:
+    """A rank late in every collective from step 10: one episode, one finding, whether or not the detector was
+    flushed in the middle; after ``release`` (a closed job) its histories are gone."""
+    import numpy as np
+
+    from streams.engine.detectors.straggler import CollectiveLateness
+
+    def run(flush_at: int | None) -> tuple[CollectiveLateness, list[tuple[str, tuple[str, ...]]]]:
+        rng = np.random.default_rng(6)
+        d, found = CollectiveLateness("j"), []
+        for step in range(120):
+            arrivals = step + 0.001 * rng.random(8)
+            if step >= 10:
+                arrivals[5] += 0.02
+            found += d.update(np.array(["g"] * 8, object), np.full(8, step), np.full(8, step), np.arange(8),
+                              arrivals, np.full(8, 0.01))  # fmt: skip
+            if step == flush_at:
+                found += d.flush()
+        found += d.flush()
+        return d, [(f.kind, tuple(f.subjects)) for f in found]
+
+    (kept, once), (_, flushed) = run(None), run(60)
+    assert once == flushed == [("straggler", ("rank:j/5",))]
+    assert kept._late
+    kept.release()
+    assert not kept._late and not kept._episodes

@@ -131,7 +131,8 @@ class ChangePoint:
 
     def update(self, rows: I, values: F, keep: Keep | None = None) -> list[Change]:
         """The changes found; with ``keep``, only those it keeps (the others restart their series all the same,
-        their slopes, which only a report reads, not fitted)."""
+        their slopes, which only a report reads, not fitted). ``rows``: each series once (a series sampled
+        twice in a batch takes two calls, as :meth:`SeriesDrift._rounds` makes them)."""
         rows = np.asarray(rows, np.int64)
         values = np.asarray(values, np.float64)
         if rows.size == 1:  # one series (a job's step time, its output per step): Python numbers

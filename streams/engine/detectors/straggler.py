@@ -126,13 +126,15 @@ class CollectiveLateness(Detector):
         return self._judge(self._newest - LAG)
 
     def flush(self) -> list[Finding]:
-        """The end of the job: judge every collective still open. The ranks' histories go then (nothing
-        follows: at a large job's close, before its last steps are analysed, a dict per rank)."""
-        found = self._judge(self._newest)
+        """The end of the job's input: judge every collective still open."""
+        return self._judge(self._newest)
+
+    def release(self) -> None:
+        """The job is closed (nothing follows its flush): its ranks' histories go now, a dict per rank, before
+        its last steps are analysed (a large job's peak)."""
         self._late, self._episodes, self._alarmed, self._quiet = {}, {}, set(), {}
         if self.compute is not None:
             self.compute = RankCompute()
-        return found
 
     def _judge(self, through: int) -> list[Finding]:
         """Judge the collectives of the steps up to ``through``, in the order of their first arrival."""
