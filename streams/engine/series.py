@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.engine import elements
-from streams.engine.detectors.series_drift import series_key
+from streams.engine.detectors.series_drift import series_key, series_keys
 from streams.engine.rollup import Rollup
 
 METRICS = frozenset({"latency_p99_s", "util", "power_w"})
@@ -36,8 +36,7 @@ def of_metrics(entity: Strings, name: Strings, value: Floats, time: Floats) -> S
     if "latency_p50_s" in names:
         return _of_rows(list(zip(entity.tolist(), names, value.tolist(), time.tolist(), strict=True)))
     pick = np.flatnonzero(np.fromiter(map(METRICS.__contains__, names), bool, len(names)))
-    keys: list[str] = (name[pick] + "@" + entity[pick]).tolist()  # series_key, of every row at once
-    return keys, time[pick].tolist(), value[pick].tolist()
+    return series_keys(entity[pick], name[pick]), time[pick].tolist(), value[pick].tolist()
 
 
 def _of_rows(rows: list[tuple[str, str, float, float]]) -> Series:

@@ -38,14 +38,22 @@ from streams.engine.detectors.seasonal import Deseason
 from streams.engine.detectors.series_groups import CoMoving
 from streams.engine.findings import Finding
 
+_AT = "@"  # a series key: <metric>@<element>
+
 
 def series_key(element: str, metric: str) -> str:
-    return f"{metric}@{element}"
+    return f"{metric}{_AT}{element}"
+
+
+def series_keys(entities: npt.NDArray[np.object_], metrics: npt.NDArray[np.object_]) -> list[str]:
+    """:func:`series_key` of each row (object arrays of str), all at once."""
+    keys: list[str] = (metrics + _AT + entities).tolist()
+    return keys
 
 
 def parse_series_key(key: str) -> tuple[str, str]:
     """(element, metric) of a ``series_key``."""
-    metric, _, element = key.partition("@")
+    metric, _, element = key.partition(_AT)
     return element, metric
 
 
