@@ -110,6 +110,12 @@ pub fn sorted_rows(
             _ => return Err(PyValueError::new_err("sorted_rows: a row out of range")),
         }
     }
+    sort_into(sorted, &keys, time, out);
+    Ok(())
+}
+
+/// `sorted` (rows, ascending, each within every key and `time`) into `out` as `sorted_rows` sorts them.
+fn sort_into(mut sorted: Vec<u32>, keys: &[&[i64]], time: &[f64], out: &mut [i64]) {
     let order = |a: usize, b: usize, keys: &[&[i64]]| {
         for k in keys {
             match k[a].cmp(&k[b]) {
@@ -159,5 +165,167 @@ pub fn sorted_rows(
             }
         }
     }
-    Ok(())
+}
+
+const NONE: i64 = -1; // directions as streams/engine/transfers.py numbers them
+const FROM: i64 = 1;
+const BOTH: i64 = 2;
+const INFER: i64 = -2; // a declared direction of '': inferred from op
+
+/// `buf`'s items when it is C-contiguous with `n` of them, else None (the caller runs the definition).
+fn exactly<T: pyo3::buffer::Element>(buf: &PyBuffer<T>, n: usize) -> PyResult<Option<&[T]>> {
+    if !buf.is_c_contiguous() || buf.item_count() != n {
+        return Ok(None);
+    }
+    items(buf, "column").map(Some)
+}
+
+/// A fresh output of `n` items, written in place.
+fn written<T: pyo3::buffer::Element>(buf: &PyBuffer<T>, n: usize) -> PyResult<&mut [T]> {
+    if buf.readonly() || !buf.is_c_contiguous() || buf.item_count() != n {
+        return Err(PyValueError::new_err(
+            "step_rows: every output must be a writable array of one value per row",
+        ));
+    }
+    // SAFETY: a writable C-contiguous buffer of `n` items of T held by `buf` for this call; the caller
+    // passes fresh arrays, none of the inputs and no two the same.
+    Ok(unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr() as *mut T, n) })
+}
+
+/// A step's rows in node order and what decides it (streams/engine/noderows.py, `definition`), in one pass:
+/// per row its transfer direction, whether it blocks, its role and its collective sequence number counted
+/// from its group's first; `order` the program rows by rank and midpoint, then the asynchronous transfers by
+/// rank, direction, microbatch, peer and start. `ints`: rank, microbatch, peer, seq, op, group and op class
+/// codes per row; `inferred`: the direction per op code; `declared`: per row the declared direction or
+/// INFER; `flag`: the declared `blocking` (bytes 0 or 1). The number of program rows, or None when a column
+/// is not as read here (strided, of another length, a code out of range): the caller runs the definition.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn step_rows(
+    start: PyBuffer<f64>,
+    end: PyBuffer<f64>,
+    ints: Vec<PyBuffer<i64>>,
+    inferred: PyBuffer<i64>,
+    declared: Option<PyBuffer<i64>>,
+    flag: Option<PyBuffer<u8>>,
+    out: (
+        PyBuffer<i8>,
+        PyBuffer<u8>,
+        PyBuffer<i64>,
+        PyBuffer<i64>,
+        PyBuffer<i64>,
+    ),
+) -> PyResult<Option<usize>> {
+    let n = start.item_count();
+    let Some(start) = exactly(&start, n)? else {
+        return Ok(None);
+    };
+    let Some(end) = exactly(&end, n)? else {
+        return Ok(None);
+    };
+    if ints.len() != 7 {
+        return Err(PyValueError::new_err("step_rows: seven integer columns"));
+    }
+    let mut columns: Vec<&[i64]> = Vec::with_capacity(7);
+    for c in &ints {
+        match exactly(c, n)? {
+            Some(c) => columns.push(c),
+            None => return Ok(None),
+        }
+    }
+    let (rank, mb, peer, seq, op, grp, class) = (
+        columns[0], columns[1], columns[2], columns[3], columns[4], columns[5], columns[6],
+    );
+    let inferred = items(&inferred, "inferred")?;
+    let declared = match &declared {
+        Some(d) => match exactly(d, n)? {
+            Some(d) => Some(d),
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    let flag = match &flag {
+        Some(f) => match exactly(f, n)? {
+            Some(f) => Some(f),
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    // (numpy reads inferred[op] for every row and indexes by group: a code it would wrap or refuse is its)
+    let known = |c: i64, len: usize| usize::try_from(c).is_ok_and(|c| c < len);
+    // (and a group code far beyond the rows' count, or a step of 2^32 rows, is the definition's too)
+    let groups = grp.iter().copied().max().unwrap_or(0);
+    if !op.iter().all(|&o| known(o, inferred.len()))
+        || grp.iter().any(|&g| g < 0)
+        || groups > 4 * n as i64 + 1024
+        || n >= 1 << 32
+    {
+        return Ok(None);
+    }
+    let (direction, blocks, role, per_group, order) = (
+        written(&out.0, n)?,
+        written(&out.1, n)?,
+        written(&out.2, n)?,
+        written(&out.3, n)?,
+        written(&out.4, n)?,
+    );
+    let mut program = Vec::with_capacity(n);
+    let mut transfers = Vec::new();
+    for i in 0..n {
+        let (comm, sync, compute) = (class[i] == 1, class[i] == 2, class[i] == 3);
+        let member = grp[i] > 0 && seq[i] >= 0 && (comm || sync);
+        let mut d = if comm { inferred[op[i] as usize] } else { NONE };
+        if let Some(declared) = declared {
+            if declared[i] != INFER {
+                d = declared[i];
+            }
+        }
+        if member || peer[i] < 0 {
+            d = NONE;
+        }
+        let d = d as i8; // (as the definition's astype)
+        let blocking = d >= 0 && (flag.is_some_and(|f| f[i] != 0) || i64::from(d) == BOTH);
+        direction[i] = d;
+        blocks[i] = u8::from(blocking);
+        role[i] = i64::from(comm)
+            + 2 * i64::from(sync)
+            + 4 * i64::from(compute)
+            + 8 * i64::from(blocking)
+            + i64::from(16i8.wrapping_mul(d.wrapping_add(1)));
+        if d >= 0 && !blocking {
+            transfers.push(i as u32);
+        } else {
+            program.push(i as u32);
+        }
+    }
+    counted_from_first(seq, grp, per_group);
+    let n_chain = program.len();
+    let midpoint: Vec<f64> = start.iter().zip(end).map(|(s, e)| s + e).collect();
+    let (chain, rest) = order.split_at_mut(n_chain);
+    sort_into(program, &[rank], &midpoint, chain);
+    let from: Vec<i64> = direction.iter().map(|&d| i64::from(i64::from(d) == FROM)).collect();
+    sort_into(transfers, &[rank, &from, mb, peer], start, rest);
+    Ok(Some(n_chain))
+}
+
+/// Collective sequence numbers counted from each group's first (stepgraph.py, `_per_group`); negative ones
+/// as they are.
+fn counted_from_first(seq: &[i64], grp: &[i64], out: &mut [i64]) {
+    out.copy_from_slice(seq);
+    if !seq.iter().any(|&s| s >= 0) {
+        return;
+    }
+    let top = seq.iter().copied().max().unwrap_or(0);
+    let groups = grp.iter().copied().max().unwrap_or(0) as usize + 1;
+    let mut first = vec![top; groups];
+    for (&s, &g) in seq.iter().zip(grp) {
+        if s >= 0 && s < first[g as usize] {
+            first[g as usize] = s;
+        }
+    }
+    for ((o, &s), &g) in out.iter_mut().zip(seq).zip(grp) {
+        if s >= 0 {
+            *o = s.wrapping_sub(first[g as usize]);
+        }
+    }
 }

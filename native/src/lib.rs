@@ -46,6 +46,7 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(draft::step_plan_check, m)?)?;
     m.add_function(wrap_pyfunction!(layouts::same_in_order, m)?)?;
     m.add_function(wrap_pyfunction!(layouts::sorted_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(layouts::step_rows, m)?)?;
     m.add_function(wrap_pyfunction!(whatif::dag_keyed_step_ends, m)?)?;
     m.add_function(wrap_pyfunction!(whatif::unit_deviations, m)?)?;
     m.add_function(wrap_pyfunction!(whatif::peer_medians_excluding, m)?)?;

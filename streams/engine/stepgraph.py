@@ -51,7 +51,7 @@ import numpy as np
 import numpy.typing as npt
 
 from audit import native
-from streams.engine import dag, draft, layouts, transfers
+from streams.engine import dag, draft, layouts, noderows, transfers
 from streams.engine.codes import Codebook, Floats, Ints, classes, compact, dense, fits_int32
 from streams.engine.transfers import FROM, RECV_OPS, SEND_OPS, TO
 from streams.errors import DriftlogError
@@ -243,35 +243,33 @@ def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook
     rank, mb, peer, seq = (np.asarray(c[k], np.int64) for k in ("rank", "microbatch", "peer", "seq"))
     op, grp = ops.encode(c["op"]), groups.encode(c["group"])
     op_class = classes(c["op_class"], ("comm", "sync", "compute"))
-    comm, sync, compute = op_class == 1, op_class == 2, op_class == 3
-    member = (grp > 0) & (seq >= 0) & (comm | sync)
-    direction = transfers.directions(c, op, ops, comm, ~member).astype("int8")  # (TO, FROM, BOTH or NONE)
-    blocks = transfers.blocking(c, direction)
-    asynchronous = (direction >= 0) & ~blocks
-    ci = np.flatnonzero(~asynchronous)
-    ci = layouts.lexsorted(ci, (rank,), start + end)  # by midpoint: robust to rounding at span boundaries
-    pi = np.flatnonzero(asynchronous)
-    pi = layouts.lexsorted(pi, (rank, (direction == FROM).astype(np.int64), mb, peer), start)
-    order = np.concatenate([ci, pi])  # span rows in node order
-    node_of = np.empty(len(start), "int32" if len(order) < 2**31 else "int64")  # (read by index only)
-    node_of[order] = np.arange(len(order))
-    role = comm + 2 * sync + 4 * compute + 8 * blocks + 16 * (direction + 1)  # see _edges
+    flag = c.get("blocking")
+    rows = noderows.rows(
+        start, end, (rank, mb, peer, seq, op, grp, op_class), transfers.inferred(ops), transfers.declared(c),
+        None if flag is None else np.asarray(flag, bool),
+    )  # fmt: skip
+    direction, blocks, order, n_chain = rows.direction, rows.blocks, rows.order, rows.n_chain
+    ci, pi = order[:n_chain], order[n_chain:]
+    node_of: Ints | None = None  # (made when a layout or a plan is made)
     dp, pp, tp = (np.asarray(c[k], np.int64) for k in ("dp", "pp", "tp"))
-    columns = (rank, mb, peer, _per_group(seq, grp), op, grp, role, dp, pp, tp)
+    columns = (rank, mb, peer, rows.per_group, op, grp, rows.role, dp, pp, tp)
     found = layouts.find(columns, order, start, end) if pair_blocking else None  # (kept only from paired builds)
     if found is not None:
         layout, partner = found  # (its identity equals this step's: not gathered again)
     else:
-        rows = (rank, mb, peer, direction)
+        node_of = _node_of(order)
         layout, partner = _layout(
-            _in_node_order(columns, order), order, len(ci), start, end, rows, blocks, member, grp, seq, node_of,
-            pair_blocking,
+            _in_node_order(columns, order), order, n_chain, start, end, (rank, mb, peer, direction), blocks,
+            noderows.member(grp, seq, op_class), grp, seq, node_of, pair_blocking,
         )  # fmt: skip
-    del columns, op, op_class, grp, seq, role, dp, pp, tp  # (the identity's: let go before the draft is made)
+    del columns, op, grp, seq, rows, dp, pp, tp  # (the identity's: let go before the draft is made)
     mi, barrier_of = layout.members, layout.barrier_of
     plan = layout.plan  # (made on the step that laid it out, or found it kept without one)
     if plan is None:
-        plan = _plan(layout, (rank, mb, direction, blocks, compute, sync), partner, ci, pi, node_of)
+        node_of = _node_of(order) if node_of is None else node_of
+        flags = (blocks, op_class == 3, op_class == 2)  # (blocks, compute, sync)
+        plan = _plan(layout, (rank, mb, direction, *flags), partner, ci, pi, node_of)
+    del op_class
     n = plan.n
     tol = _step_tolerance(start, end, order, plan)
     d = draft.Draft(start, end, direction, partner, ci, pi, order, plan, tol)
@@ -286,6 +284,13 @@ def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook
     dst = np.concatenate(targets)
     targets.clear()
     return _LaidOut(t0, observed_s, tol, order, n_chain, n, layout, paired, floor, intrinsic, src, dst)
+
+
+def _node_of(order: Ints) -> Ints:
+    """Per span row: its node (``order``: the rows in node order)."""
+    node_of = np.empty(len(order), "int32" if len(order) < 2**31 else "int64")  # (read by index only)
+    node_of[order] = np.arange(len(order))
+    return node_of
 
 
 def _plan(
@@ -314,17 +319,6 @@ def _in_node_order(columns: tuple[Ints, ...], order: Ints) -> Ints:
     for into, column in zip(identity, columns, strict=True):
         into[:] = column[order]
     return identity
-
-
-def _per_group(seq: Ints, grp: Ints) -> Ints:
-    """Collective sequence numbers counted from each group's first in the step (which instances are the
-    same collective, as in the step before, whose numbers were lower); negative ones as they are."""
-    numbered = seq >= 0
-    if not numbered.any():
-        return seq
-    first = np.full(int(grp.max()) + 1, int(seq.max()), np.int64)
-    np.minimum.at(first, grp[numbered], seq[numbered])
-    return np.where(numbered, seq - first[grp], seq)
 
 
 def _layout(

@@ -27,6 +27,7 @@ from streams.engine.codes import Codebook, Ints, classes, radix_key
 SEND_OPS = ("send", "isend")
 RECV_OPS = ("recv", "irecv")
 NONE, TO, FROM, BOTH = -1, 0, 1, 2  # direction of a transfer seen from its rank: sends, receives, both
+INFER = -2  # a declared direction of '': the op's
 DECLARED = {"send": TO, "recv": FROM, "sendrecv": BOTH}
 
 Mask = npt.NDArray[np.bool_]
@@ -35,23 +36,51 @@ Mask = npt.NDArray[np.bool_]
 def directions(c: Mapping[str, npt.NDArray[Any]], op: Ints, ops: Codebook, comm: Mask, eligible: Mask) -> Ints:
     """Per span: TO, FROM, BOTH, or NONE for a span that is not a transfer (``comm``: of op class comm;
     ``eligible``: may be a transfer)."""
-    inferred = np.full(len(ops.names), NONE, np.int64)  # per op code (a lookup, not a search per span)
-    inferred[ops.of(SEND_OPS)] = TO
-    inferred[ops.of(RECV_OPS)] = FROM
-    out = np.where(comm, inferred[op], NONE)
-    declared = c.get("p2p")
-    if declared is not None:
-        names = np.asarray(declared, dtype=object)
-        given = np.flatnonzero(classes(names, ("",)) == 0)  # '' (the default) infers the direction from op
-        out[given] = np.fromiter((DECLARED.get(v, NONE) for v in names[given].tolist()), np.int64, len(given))
     peer = np.asarray(c["peer"], np.int64)
-    return np.where(eligible & (peer >= 0), out, NONE).astype(np.int64)
+    return directed(op, inferred(ops), declared(c), comm, eligible & (peer >= 0))
+
+
+def inferred(ops: Codebook) -> Ints:
+    """Per op code: the direction its name implies for a span of class comm (a lookup, not a search per span)."""
+    out = np.full(len(ops.names), NONE, np.int64)
+    out[ops.of(SEND_OPS)] = TO
+    out[ops.of(RECV_OPS)] = FROM
+    return out
+
+
+def declared(c: Mapping[str, npt.NDArray[Any]]) -> Ints | None:
+    """Per span: the direction its ``p2p`` declares (NONE for a name it does not know), or INFER for ``''``
+    (the default: from op); None when no span declares one."""
+    names = c.get("p2p")
+    if names is None:
+        return None
+    names = np.asarray(names, dtype=object)
+    given = np.flatnonzero(classes(names, ("",)) == 0)
+    if not len(given):
+        return None
+    out = np.full(len(names), INFER, np.int64)
+    out[given] = np.fromiter((DECLARED.get(v, NONE) for v in names[given].tolist()), np.int64, len(given))
+    return out
+
+
+def directed(op: Ints, inferred: Ints, declared: Ints | None, comm: Mask, eligible: Mask) -> Ints:
+    """:func:`directions` from the op codes, the direction per op code (:func:`inferred`), the declared ones
+    (:func:`declared`) and which spans may be transfers (``eligible``: with a peer)."""
+    out = np.where(comm, inferred[op], NONE)
+    if declared is not None:
+        out = np.where(declared != INFER, declared, out)
+    return np.where(eligible, out, NONE).astype(np.int64)
 
 
 def blocking(c: Mapping[str, npt.NDArray[Any]], direction: Ints) -> Mask:
     """Per span: a transfer during which its rank waits (declared ``blocking``, or a ``sendrecv``)."""
-    declared = c.get("blocking")
-    flag = np.zeros(len(direction), bool) if declared is None else np.asarray(declared, bool)
+    flag = c.get("blocking")
+    return blocked(direction, None if flag is None else np.asarray(flag, bool))
+
+
+def blocked(direction: npt.NDArray[np.integer[Any]], flag: Mask | None) -> Mask:
+    """:func:`blocking` from the declared flags (None: none declared)."""
+    flag = np.zeros(len(direction), bool) if flag is None else flag
     out: Mask = (direction >= 0) & (flag | (direction == BOTH))
     return out
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from streams.engine import draft, layouts, stepgraph
+from streams.engine import draft, layouts, noderows, stepgraph, transfers
 from streams.engine.codes import Codebook
 from streams.engine.stepgraph import StepGraph, StepGraphError
 from tests.conftest import require_native
@@ -132,6 +132,49 @@ def test_the_native_row_sort_is_lexsorts(wide: bool, monkeypatch: pytest.MonkeyP
             with monkeypatch.context() as m:
                 m.setattr(layouts, "native_sorts", False)
                 assert native.tolist() == layouts.lexsorted(rows, k, time).tolist()
+
+
+def random_rows(rng: np.random.Generator, n: int, declared: bool) -> tuple[Any, ...]:
+    """Arguments of :func:`noderows.rows` for ``n`` random spans: ties, NaN and -0.0 among the times; every
+    op class, direction and declared direction (with ``declared``), blocking flags or none."""
+    start = rng.choice([0.0, -0.0, 1.5, np.nan, 2.25, 3.0], n) + rng.choice([0.0, 0.0, 0.5], n)
+    end = start + rng.choice([0.0, 0.25, 1.0, np.nan], n)
+    ints = (
+        rng.integers(0, 6, n), rng.integers(-1, 3, n), rng.integers(-1, 6, n), rng.integers(-2, 5, n),
+        rng.integers(0, 5, n), rng.integers(0, 4, n) * 3, rng.integers(0, 4, n),
+    )  # fmt: skip
+    inferred = rng.integers(-1, 2, 5)
+    given = rng.choice([transfers.INFER, -1, 0, 1, 2], n) if declared else None
+    flag = rng.random(n) < 0.4 if rng.random() < 0.7 else None
+    return start, end, tuple(np.asarray(i, np.int64) for i in ints), np.asarray(inferred, np.int64), given, flag
+
+
+@pytest.mark.parametrize("declared", [False, True])
+def test_the_native_step_rows_are_the_definitions(declared: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step's rows in node order, directions, blocking, roles and collective numbers from the native core
+    equal the definition's (sorted by np.lexsort), value and dtype, on random spans; the native core answers
+    them (None only for columns it does not read: strided, a code out of range)."""
+    rng = np.random.default_rng(15)
+    core = draft.native.core
+    assert core is not None
+    for n in (1, 2, 57, 400):
+        start, end, ints, inferred, given, flag = random_rows(rng, n, declared)
+        answer = noderows.rows(start, end, ints, inferred, given, flag)
+        with monkeypatch.context() as m:
+            m.setattr(layouts, "native_sorts", False)
+            expected = noderows.definition(start, end, ints, inferred, given, flag)
+        for name in ("direction", "blocks", "role", "per_group", "order"):
+            a, b = getattr(answer, name), getattr(expected, name)
+            assert a.dtype == b.dtype and a.tolist() == b.tolist(), name
+        assert answer.n_chain == expected.n_chain
+        out = (np.empty(n, np.int8), np.empty(n, np.uint8), *(np.empty(n, np.int64) for _ in range(3)))
+        flags = None if flag is None else flag.view(np.uint8)
+        assert core.step_rows(start, end, list(ints), inferred, given, flags, out) == answer.n_chain
+        if n > 1:  # (one value is contiguous at any stride)
+            strided = [np.repeat(ints[0], 2)[::2], *ints[1:]]
+            assert core.step_rows(start, end, strided, inferred, given, flags, out) is None
+        unknown_op = [*ints[:4], ints[4] + 5, *ints[5:]]
+        assert core.step_rows(start, end, unknown_op, inferred, given, flags, out) is None
 
 
 def test_a_malformed_plan_raises_when_it_is_made() -> None:
