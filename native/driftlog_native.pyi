@@ -138,3 +138,12 @@ def step_tolerance(
     start: Buffer, end: Buffer, order: Buffer, pairs: Buffer, limits: tuple[float, float, float]
 ) -> float | None: ...
 def sorted_rows(rows: Buffer, keys: list[Buffer], time: Buffer, out: Buffer) -> None: ...
+def step_rows(
+    start: Buffer,
+    end: Buffer,
+    ints: list[Buffer],
+    inferred: Buffer,
+    declared: Buffer | None,
+    flag: Buffer | None,
+    out: tuple[Buffer, Buffer, Buffer, Buffer, Buffer],
+) -> int | None: ...

@@ -1,6 +1,7 @@
 //! The comparison of a step's identity columns with a kept layout's (streams/engine/layouts.py, `find`):
 //! each column read in node order and compared value by value, without gathering it first; and the sort
-//! that puts a step's rows in node order.
+//! that puts a step's rows in node order, with what decides that order (`step_rows`: each row's direction,
+//! blocking, role and collective number, streams/engine/noderows.py).
 
 use std::cmp::Ordering;
 
@@ -308,7 +309,7 @@ pub fn step_rows(
     Ok(Some(n_chain))
 }
 
-/// Collective sequence numbers counted from each group's first (stepgraph.py, `_per_group`); negative ones
+/// Collective sequence numbers counted from each group's first (noderows.py, `per_group`); negative ones
 /// as they are.
 fn counted_from_first(seq: &[i64], grp: &[i64], out: &mut [i64]) {
     out.copy_from_slice(seq);
