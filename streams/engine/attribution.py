@@ -93,11 +93,14 @@ class RankedCause:
     cost_accel_s: float
 
 
-def _contains(container: str, inner: str, contains: dict[str, set[str]]) -> bool:
-    if inner in contains.get(container, ()):
-        return True
+def _inside(container: str, contains: dict[str, set[str]]) -> Callable[[str], bool]:
+    """Whether an element is inside ``container``: listed in ``contains``, or a link inside a transfer op (the
+    container read once, for the many elements tested against it)."""
+    held = contains.get(container, ())
     op = elements.split_of_job(container, "op")
-    return elements.is_kind(inner, "link") and op is not None and op[1] in (*SEND_OPS, *RECV_OPS)
+    if op is not None and op[1] in (*SEND_OPS, *RECV_OPS):
+        return lambda inner: inner in held or elements.is_kind(inner, "link")
+    return held.__contains__
 
 
 def specific_chain(element: str, totals: dict[str, float], contains: dict[str, set[str]],
@@ -108,7 +111,8 @@ def specific_chain(element: str, totals: dict[str, float], contains: dict[str, s
     chain = [element]
     while True:
         by = totals if score is None or totals.get(chain[-1], 0.0) > floor else score
-        inner = [e for e in totals if e not in chain and _contains(chain[-1], e, contains)]
+        inside = _inside(chain[-1], contains)
+        inner = [e for e in totals if e not in chain and inside(e)]
         best = max(inner, key=lambda e: (by[e], e), default=None)
         if best is None or by[best] < SPECIFIC * by[chain[-1]]:
             return chain
@@ -176,13 +180,14 @@ def parts_of(container: str, listed: list[str], totals: dict[str, float], score:
     (:func:`specific_chain`), without those inside another of them; highest score first."""
     inside, todo = set(), [container]
     while todo:
-        outer = todo.pop()
+        within = _inside(todo.pop(), contains)
         for e in listed:
-            if e not in inside and e != container and _contains(outer, e, contains):
+            if e not in inside and e != container and within(e):
                 inside.add(e)
                 todo.append(e)
     specific = {specific_chain(e, totals, contains, score, floor)[-1] for e in inside}
-    nested = {e for e in specific for o in specific if o != e and _contains(o, e, contains)}
+    holds = {o: _inside(o, contains) for o in specific}
+    nested = {e for e in specific for o in specific if o != e and holds[o](e)}
     return sorted(specific - nested, key=lambda e: (-score[e], e))
 
 
