@@ -331,19 +331,14 @@ pub fn dag_masked_step_ends(
         return Err(PyValueError::new_err("base, alt: one value per node"));
     }
     let (mask_ptr, masks) = (items(&mask_ptr, "mask_ptr")?, items(&masks, "masks")?);
-    rows_of(mask_ptr, masks, walk.floor.len(), &out)?;
-    let value = |_: usize, node: usize| alt[node];
-    step_ends_into(
-        py,
-        &walk,
-        base,
-        &Listed {
-            mask_ptr,
-            masks,
-            value,
-        },
+    let rows = Listed::checked(
+        mask_ptr,
+        masks,
+        walk.floor.len(),
         &out,
-    )
+        |_: usize, node: usize| alt[node],
+    )?;
+    step_ends_into(py, &walk, base, &rows, &out)
 }
 
 /// The rows of a step ends call (`Walk::step_ends`): row `k` has every node at `base`, except the nodes it
@@ -370,15 +365,31 @@ pub(crate) trait Healed {
     fn listed(&self, rows: &[usize]) -> (Vec<i64>, Vec<i64>, Vec<f64>);
 }
 
-/// Rows given as masks (after `rows_of`): row `k` heals the nodes `masks[mask_ptr[k]..mask_ptr[k + 1]]`, each
+/// Rows given as masks (checked: `rows_of`): row `k` heals the nodes `masks[mask_ptr[k]..mask_ptr[k + 1]]`, each
 /// to `value(at, node)` (`at`: its position in `masks`).
-pub(crate) struct Listed<'a, V> {
-    pub(crate) mask_ptr: &'a [i64],
-    pub(crate) masks: &'a [i64],
-    pub(crate) value: V,
+struct Listed<'a, V> {
+    mask_ptr: &'a [i64],
+    masks: &'a [i64],
+    value: V,
 }
 
-impl<V: Fn(usize, usize) -> f64> Listed<'_, V> {
+impl<'a, V: Fn(usize, usize) -> f64> Listed<'a, V> {
+    /// The rows of `mask_ptr`/`masks` over `n` nodes, each node at `value(at, node)`, when `rows_of` holds.
+    fn checked(
+        mask_ptr: &'a [i64],
+        masks: &'a [i64],
+        n: usize,
+        out: &PyBuffer<f64>,
+        value: V,
+    ) -> PyResult<Self> {
+        rows_of(mask_ptr, masks, n, out)?;
+        Ok(Listed {
+            mask_ptr,
+            masks,
+            value,
+        })
+    }
+
     fn span(&self, row: usize) -> std::ops::Range<usize> {
         self.mask_ptr[row] as usize..self.mask_ptr[row + 1] as usize
     }
@@ -435,9 +446,8 @@ impl<V: Fn(usize, usize) -> f64> Healed for Listed<'_, V> {
     }
 }
 
-/// The step ends of `rows` (`Walk::step_ends`) into `out` (one writable value per row: `rows_of` or
-/// `out_of` checked it): computed without the GIL into a buffer of their own, then copied, so `out` may
-/// be any writable buffer (even one of the inputs').
+/// The step ends of `rows` (`Walk::step_ends`) into `out` (`out_of`): computed without the GIL into a
+/// buffer of their own, then copied, so `out` may be any writable buffer (even one of the inputs').
 fn step_ends_into(
     py: Python<'_>,
     walk: &Walk<'_>,
@@ -445,11 +455,11 @@ fn step_ends_into(
     rows: &(impl Healed + Sync),
     out: &PyBuffer<f64>,
 ) -> PyResult<()> {
-    let rows_n = out_of(out, rows.rows())?;
-    let mut ends = vec![0.0; rows_n];
+    let count = out_of(out, rows.rows())?;
+    let mut ends = vec![0.0; count];
     py.detach(|| walk.step_ends(base, &mut ends, rows));
     // SAFETY: a writable C-contiguous buffer of `rows` f64 held by `out` for this call; no other slice of it.
-    let result = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, rows_n) };
+    let result = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, count) };
     result.copy_from_slice(&ends);
     Ok(())
 }
@@ -686,19 +696,14 @@ fn valued_step_ends(
             "base: one value per node; values: one per masked node",
         ));
     }
-    rows_of(mask_ptr, masks, walk.floor.len(), out)?;
-    let value = |at: usize, _: usize| values[at];
-    step_ends_into(
-        py,
-        &walk,
-        base,
-        &Listed {
-            mask_ptr,
-            masks,
-            value,
-        },
+    let rows = Listed::checked(
+        mask_ptr,
+        masks,
+        walk.floor.len(),
         out,
-    )
+        |at: usize, _: usize| values[at],
+    )?;
+    step_ends_into(py, &walk, base, &rows, out)
 }
 
 /// numpy's `argmax` over `values` at `at`: the first largest, or the first NaN.
