@@ -41,6 +41,7 @@ impl Key {
 }
 
 /// A key column's values.
+#[derive(Clone, Copy)]
 enum Slice<'a> {
     Narrow(&'a [i32]),
     Wide(&'a [i64]),
@@ -119,13 +120,10 @@ pub fn dag_keyed_step_ends(
             Err(_) => everywhere.push(c),
         }
     }
-    let wanted = columns
-        .into_iter()
-        .zip(wanted)
-        .map(|(c, w)| Wanted::of(c, w));
     let keyed = Keyed {
         n,
-        wanted: wanted.collect(),
+        columns,
+        wanted,
         everywhere,
         alts,
         alt_of,
@@ -169,9 +167,6 @@ impl<'a> Wanted<'a> {
 
     /// The candidates that want node `i`'s value.
     fn at(&self, i: usize) -> &[(i64, usize)] {
-        if self.wanted.is_empty() {
-            return &[];
-        }
         let k = self.column.get(i);
         match &self.table {
             Some((lo, first)) => match usize::try_from(k.wrapping_sub(*lo)) {
@@ -193,8 +188,9 @@ impl<'a> Wanted<'a> {
 /// without a list of nodes per candidate (`listed` writes one for the few rows evaluated again).
 struct Keyed<'a> {
     n: usize,
-    wanted: Vec<Wanted<'a>>, // per key column
-    everywhere: Vec<usize>,  // the candidates that heal every node
+    columns: Vec<Slice<'a>>,
+    wanted: Vec<Vec<(i64, usize)>>, // per key column, the candidates that want a value of it: (value, candidate)
+    everywhere: Vec<usize>,         // the candidates that heal every node
     alts: Vec<&'a [f64]>,
     alt_of: &'a [i64],
     key_of: &'a [i64],
@@ -229,10 +225,23 @@ impl Healed for Keyed<'_> {
             .copied()
             .filter(|c| block.contains(c))
             .collect();
+        // the block's candidates by column: a column none of them reads is not read (many blocks, when the
+        // graph is wide, each with a few)
+        let mut wanted = Vec::new();
+        for (&column, w) in self.columns.iter().zip(&self.wanted) {
+            let w: Vec<_> = w
+                .iter()
+                .copied()
+                .filter(|(_, c)| block.contains(c))
+                .collect();
+            if !w.is_empty() {
+                wanted.push(Wanted::of(column, w));
+            }
+        }
         for (k, &i) in order.iter().enumerate() {
             let i = i as usize;
-            for w in &self.wanted {
-                for &(_, c) in w.at(i).iter().filter(|(_, c)| block.contains(c)) {
+            for w in &wanted {
+                for &(_, c) in w.at(i) {
                     changed.push((c - first, self.value(c, i)));
                 }
             }
@@ -248,7 +257,7 @@ impl Healed for Keyed<'_> {
         for &c in rows {
             let key = usize::try_from(self.key_of[c])
                 .ok()
-                .map(|k| &self.wanted[k].column);
+                .map(|k| self.columns[k]);
             for i in (0..self.n).filter(|&i| key.is_none_or(|k| k.get(i) == self.value_of[c])) {
                 nodes.push(i as i64);
                 values.push(self.value(c, i));
