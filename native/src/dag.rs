@@ -331,26 +331,135 @@ pub fn dag_masked_step_ends(
         return Err(PyValueError::new_err("base, alt: one value per node"));
     }
     let (mask_ptr, masks) = (items(&mask_ptr, "mask_ptr")?, items(&masks, "masks")?);
-    let value = |_: usize, node: usize| alt[node];
-    step_ends_into(py, &walk, base, mask_ptr, masks, value, &out)
+    let rows = Listed::checked(
+        mask_ptr,
+        masks,
+        walk.floor.len(),
+        &out,
+        |_: usize, node: usize| alt[node],
+    )?;
+    step_ends_into(py, &walk, base, &rows, &out)
 }
 
-/// The step ends of `mask_ptr`/`masks`' rows (`Walk::step_ends`) into `out`: computed without the GIL
-/// into a buffer of their own, then copied, so `out` may be any writable buffer (even one of the inputs').
+/// The rows of a step ends call (`Walk::step_ends`): row `k` has every node at `base`, except the nodes it
+/// heals, each at its own value.
+pub(crate) trait Healed {
+    /// Rows.
+    fn rows(&self) -> usize;
+
+    /// The healed values of rows `first..first + width` by place (`order`: per place its node; `place`: per
+    /// node its place), in order of evaluation: appended to `changed` (row in the block, value; a node
+    /// healed twice in a row: its later value last), `end[k]` set to where place `k`'s end.
+    fn by_place(
+        &self,
+        order: &[u32],
+        place: &[u32],
+        first: usize,
+        width: usize,
+        changed: &mut Vec<(usize, f64)>,
+        end: &mut [usize],
+    );
+
+    /// The rows `rows` listed: where each begins, its nodes, and their values (`Walk::step_ends` evaluates
+    /// a few rows again from them).
+    fn listed(&self, rows: &[usize]) -> (Vec<i64>, Vec<i64>, Vec<f64>);
+}
+
+/// Rows given as masks (checked: `rows_of`): row `k` heals the nodes `masks[mask_ptr[k]..mask_ptr[k + 1]]`, each
+/// to `value(at, node)` (`at`: its position in `masks`).
+struct Listed<'a, V> {
+    mask_ptr: &'a [i64],
+    masks: &'a [i64],
+    value: V,
+}
+
+impl<'a, V: Fn(usize, usize) -> f64> Listed<'a, V> {
+    /// The rows of `mask_ptr`/`masks` over `n` nodes, each node at `value(at, node)`, when `rows_of` holds.
+    fn checked(
+        mask_ptr: &'a [i64],
+        masks: &'a [i64],
+        n: usize,
+        out: &PyBuffer<f64>,
+        value: V,
+    ) -> PyResult<Self> {
+        rows_of(mask_ptr, masks, n, out)?;
+        Ok(Listed {
+            mask_ptr,
+            masks,
+            value,
+        })
+    }
+
+    fn span(&self, row: usize) -> std::ops::Range<usize> {
+        self.mask_ptr[row] as usize..self.mask_ptr[row + 1] as usize
+    }
+}
+
+impl<V: Fn(usize, usize) -> f64> Healed for Listed<'_, V> {
+    fn rows(&self) -> usize {
+        self.mask_ptr.len().saturating_sub(1)
+    }
+
+    /// A counting sort of the block's values by place (stable).
+    fn by_place(
+        &self,
+        _: &[u32],
+        place: &[u32],
+        first: usize,
+        width: usize,
+        changed: &mut Vec<(usize, f64)>,
+        end: &mut [usize],
+    ) {
+        end.fill(0);
+        for j in 0..width {
+            for &node in &self.masks[self.span(first + j)] {
+                end[place[node as usize] as usize] += 1;
+            }
+        }
+        let mut total = 0;
+        for e in end.iter_mut() {
+            total += *e;
+            *e = total - *e; // where the place's values begin, moved to their end as they are placed
+        }
+        changed.clear();
+        changed.resize(total, (0, 0.0));
+        for j in 0..width {
+            for at in self.span(first + j) {
+                let i = self.masks[at] as usize;
+                let k = place[i] as usize;
+                changed[end[k]] = (j, (self.value)(at, i));
+                end[k] += 1;
+            }
+        }
+    }
+
+    fn listed(&self, rows: &[usize]) -> (Vec<i64>, Vec<i64>, Vec<f64>) {
+        let (mut ptr, mut nodes, mut values) = (vec![0i64], Vec::new(), Vec::new());
+        for &r in rows {
+            for at in self.span(r) {
+                nodes.push(self.masks[at]);
+                values.push((self.value)(at, self.masks[at] as usize));
+            }
+            ptr.push(nodes.len() as i64);
+        }
+        (ptr, nodes, values)
+    }
+}
+
+/// The step ends of `rows` (`Walk::step_ends`) into `out` (`out_of`): computed without the GIL into a
+/// buffer of their own, then copied, so `out` may be any writable buffer (even one of the inputs').
 fn step_ends_into(
     py: Python<'_>,
     walk: &Walk<'_>,
     base: &[f64],
-    mask_ptr: &[i64],
-    masks: &[i64],
-    value: impl Fn(usize, usize) -> f64 + Send + Sync,
+    rows: &(impl Healed + Sync),
     out: &PyBuffer<f64>,
 ) -> PyResult<()> {
-    let rows = rows_of(mask_ptr, masks, walk.floor.len(), out)?;
-    let mut ends = vec![0.0; rows];
-    py.detach(|| walk.step_ends(base, &mut ends, value, mask_ptr, masks));
+    let count = out_of(out, rows.rows())?;
+    let mut ends = vec![0.0; count];
+    py.detach(|| walk.step_ends(base, &mut ends, rows));
     // SAFETY: a writable C-contiguous buffer of `rows` f64 held by `out` for this call; no other slice of it.
-    let result = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, rows) };
+    let result = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, count) };
     result.copy_from_slice(&ends);
     Ok(())
 }
@@ -372,32 +481,29 @@ fn ends_later(v: f64, i: usize, best: Option<(f64, usize)>) -> bool {
 }
 impl Walk<'_> {
     /// Each row's step end (see `dag_masked_step_ends`): row `k` has every node at `base`, except the nodes
-    /// `masks[mask_ptr[k]..mask_ptr[k + 1]]`, each at `value(at, node)` (`at`: its position in `masks`).
+    /// `rows` heals.
     /// Each row's latest end is kept as a plain maximum (`Walk::blocks`), which is numpy's `max` unless the
     /// row holds a NaN or ends at a zero (whose sign depends on which node comes first in index order):
     /// those rows only are evaluated again, keeping the node each end is from (after `check`, with masks and
     /// pointers checked by the caller).
-    fn step_ends(
-        &self,
-        base: &[f64],
-        result: &mut [f64],
-        value: impl Fn(usize, usize) -> f64,
-        mask_ptr: &[i64],
-        masks: &[i64],
-    ) {
-        let again = self.blocks(base, result, &value, mask_ptr, masks, false);
+    fn step_ends(&self, base: &[f64], result: &mut [f64], rows: &impl Healed) {
+        let again = self.blocks(base, result, rows, false);
         if again.is_empty() {
             return;
         }
-        let (mut ptr, mut nodes, mut at) = (vec![0i64], Vec::new(), Vec::new());
-        for &r in &again {
-            let span = mask_ptr[r] as usize..mask_ptr[r + 1] as usize;
-            nodes.extend_from_slice(&masks[span.clone()]);
-            at.extend(span);
-            ptr.push(nodes.len() as i64);
-        }
+        let (mask_ptr, masks, values) = rows.listed(&again);
+        let value = |at: usize, _: usize| values[at];
         let mut ends = vec![0.0; again.len()];
-        self.blocks(base, &mut ends, &|a, i| value(at[a], i), &ptr, &nodes, true);
+        self.blocks(
+            base,
+            &mut ends,
+            &Listed {
+                mask_ptr: &mask_ptr,
+                masks: &masks,
+                value,
+            },
+            true,
+        );
         for (r, e) in again.into_iter().zip(ends) {
             result[r] = e;
         }
@@ -411,9 +517,7 @@ impl Walk<'_> {
         &self,
         base: &[f64],
         result: &mut [f64],
-        value: &impl Fn(usize, usize) -> f64,
-        mask_ptr: &[i64],
-        masks: &[i64],
+        healed: &impl Healed,
         exact: bool,
     ) -> Vec<usize> {
         let n = self.floor.len();
@@ -431,44 +535,23 @@ impl Walk<'_> {
         let mut monotone = !exact && base.iter().all(|&d| d >= 0.0);
         let block_rows = (SCRATCH / (live * 8)).clamp(1, BLOCK).min(rows.max(1));
         let mut ends = vec![0.0; live * block_rows];
-        // the block's masked values (row in the block, duration) by place of their node, in order of
-        // evaluation (a counting sort, stable: a node listed twice in a row, its later value last); `end`:
-        // per place, where its values end
+        // the block's healed values (row in the block, duration) by place of their node, in order of
+        // evaluation (`Healed::by_place`); `end`: per place, where its values end
         let mut changed: Vec<(usize, f64)> = Vec::new();
         let mut end = vec![0usize; n];
         let mut top: Vec<Option<(f64, usize)>> = vec![None; block_rows];
         let mut peak = vec![f64::NEG_INFINITY; block_rows];
         for first in (0..rows).step_by(block_rows) {
             let width = block_rows.min(rows - first);
-            let block = |j: usize| mask_ptr[first + j] as usize..mask_ptr[first + j + 1] as usize;
-            end.fill(0);
-            for j in 0..width {
-                for &node in &masks[block(j)] {
-                    end[walk.place[node as usize] as usize] += 1;
-                }
-            }
-            let mut total = 0;
-            for e in end.iter_mut() {
-                total += *e;
-                *e = total - *e; // where the place's values begin, moved to their end as they are placed
-            }
-            changed.clear();
-            changed.resize(total, (0, 0.0));
-            for j in 0..width {
-                for (at, &node) in masks
-                    .iter()
-                    .enumerate()
-                    .take(block(j).end)
-                    .skip(block(j).start)
-                {
-                    let i = node as usize;
-                    let k = walk.place[i] as usize;
-                    let v = value(at, i);
-                    monotone &= v >= 0.0;
-                    changed[end[k]] = (j, v);
-                    end[k] += 1;
-                }
-            }
+            healed.by_place(
+                &walk.order,
+                &walk.place,
+                first,
+                width,
+                &mut changed,
+                &mut end,
+            );
+            monotone &= changed.iter().all(|&(_, v)| v >= 0.0);
             let (mut next, mut sink) = (0, 0);
             let top = &mut top[..width];
             top.fill(None);
@@ -528,12 +611,7 @@ impl Walk<'_> {
 /// Checks of a row set given as masks (`mask_ptr` into `masks`, node indices): the pointers increase within
 /// `masks`, every node is in range, and `out` holds one writable value per row; the number of rows.
 fn rows_of(mask_ptr: &[i64], masks: &[i64], n: usize, out: &PyBuffer<f64>) -> PyResult<usize> {
-    let rows = mask_ptr.len().saturating_sub(1);
-    if out.readonly() || !out.is_c_contiguous() || out.item_count() != rows {
-        return Err(PyValueError::new_err(
-            "out: a writable contiguous array of one value per row",
-        ));
-    }
+    let rows = out_of(out, mask_ptr.len().saturating_sub(1))?;
     let mut last = 0i64;
     for &p in mask_ptr {
         if p < last || p as usize > masks.len() {
@@ -548,6 +626,16 @@ fn rows_of(mask_ptr: &[i64], masks: &[i64], n: usize, out: &PyBuffer<f64>) -> Py
         .any(|&i| !usize::try_from(i).is_ok_and(|i| i < n))
     {
         return Err(PyValueError::new_err("masks: a node out of range"));
+    }
+    Ok(rows)
+}
+
+/// `rows`, when `out` holds one writable value per row (C-contiguous).
+pub(crate) fn out_of(out: &PyBuffer<f64>, rows: usize) -> PyResult<usize> {
+    if out.readonly() || !out.is_c_contiguous() || out.item_count() != rows {
+        return Err(PyValueError::new_err(
+            "out: a writable contiguous array of one value per row",
+        ));
     }
     Ok(rows)
 }
@@ -573,9 +661,26 @@ pub fn dag_valued_step_ends(
     valued_step_ends(py, layout, &floor, base, mask_ptr, masks, values, &out)
 }
 
-/// `dag_valued_step_ends` over slices (the what-if's candidates, `whatif.rs`, give theirs made in place).
+/// The step ends of `rows` over the graph `layout` with `floor` (`dag_keyed_step_ends`' candidates,
+/// whatif.rs) into `out`.
+pub(crate) fn healed_step_ends(
+    py: Python<'_>,
+    layout: &Bound<'_, DagLayout>,
+    floor: &PyBuffer<f64>,
+    base: &[f64],
+    rows: &(impl Healed + Sync),
+    out: &PyBuffer<f64>,
+) -> PyResult<()> {
+    let walk = Walk::of(&layout.get().0, floor)?;
+    if base.len() != walk.floor.len() {
+        return Err(PyValueError::new_err("base: one value per node"));
+    }
+    step_ends_into(py, &walk, base, rows, out)
+}
+
+/// `dag_valued_step_ends` over slices.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn valued_step_ends(
+fn valued_step_ends(
     py: Python<'_>,
     layout: &Bound<'_, DagLayout>,
     floor: &PyBuffer<f64>,
@@ -591,8 +696,14 @@ pub(crate) fn valued_step_ends(
             "base: one value per node; values: one per masked node",
         ));
     }
-    let value = |at: usize, _: usize| values[at];
-    step_ends_into(py, &walk, base, mask_ptr, masks, value, out)
+    let rows = Listed::checked(
+        mask_ptr,
+        masks,
+        walk.floor.len(),
+        out,
+        |at: usize, _: usize| values[at],
+    )?;
+    step_ends_into(py, &walk, base, &rows, out)
 }
 
 /// numpy's `argmax` over `values` at `at`: the first largest, or the first NaN.

@@ -8,7 +8,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::dag::{items, valued_step_ends, DagLayout};
+use crate::dag::{healed_step_ends, items, DagLayout, Healed};
 use crate::median::{excluding_each_row, medians_of};
 
 /// A key column as the engine keeps it: int32 (compact) or int64.
@@ -38,19 +38,10 @@ impl Key {
             Key::Wide(b) => b.item_count(),
         }
     }
-
-    /// `visit(candidate, node)` for each node, in order, whose key is one of `wanted`'s values (each
-    /// `(value, candidate)`, sorted), once per candidate of that value.
-    fn each(&self, wanted: &[(i64, usize)], visit: impl FnMut(usize, usize)) -> PyResult<()> {
-        match self {
-            Key::Narrow(b) => matching(items(b, "keys")?, wanted, visit),
-            Key::Wide(b) => matching(items(b, "keys")?, wanted, visit),
-        }
-        Ok(())
-    }
 }
 
 /// A key column's values.
+#[derive(Clone, Copy)]
 enum Slice<'a> {
     Narrow(&'a [i32]),
     Wide(&'a [i64]),
@@ -64,53 +55,17 @@ impl Slice<'_> {
         }
     }
 
-    /// The `i`-th value as an index below `bound` (None: out of range).
-    fn index(&self, i: usize, bound: usize) -> Option<usize> {
-        let v = match self {
+    /// The `i`-th value.
+    fn get(&self, i: usize) -> i64 {
+        match self {
             Slice::Narrow(s) => i64::from(s[i]),
             Slice::Wide(s) => s[i],
-        };
-        usize::try_from(v).ok().filter(|&v| v < bound)
+        }
     }
-}
 
-/// `Key::each` over a column: a table of the wanted values when their range is no wider than the column
-/// (bounded memory), else a binary search per node.
-fn matching<I: Copy + Into<i64>>(
-    column: &[I],
-    wanted: &[(i64, usize)],
-    mut visit: impl FnMut(usize, usize),
-) {
-    let (Some(&(lo, _)), Some(&(hi, _))) = (wanted.first(), wanted.last()) else {
-        return;
-    };
-    let width = hi.abs_diff(lo);
-    if width < column.len() as u64 {
-        let mut first = vec![0usize; width as usize + 2]; // per value from lo: where its candidates begin
-        for &(v, _) in wanted {
-            first[(v - lo) as usize + 1] += 1;
-        }
-        for k in 1..first.len() {
-            first[k] += first[k - 1];
-        }
-        for (i, &k) in column.iter().enumerate() {
-            let k: i64 = k.into();
-            if (lo..=hi).contains(&k) {
-                let at = (k - lo) as usize;
-                wanted[first[at]..first[at + 1]]
-                    .iter()
-                    .for_each(|&(_, c)| visit(c, i));
-            }
-        }
-        return;
-    }
-    for (i, &k) in column.iter().enumerate() {
-        let k: i64 = k.into();
-        let from = wanted.partition_point(|w| w.0 < k);
-        wanted[from..]
-            .iter()
-            .take_while(|w| w.0 == k)
-            .for_each(|&(_, c)| visit(c, i));
+    /// The `i`-th value as an index below `bound` (None: out of range).
+    fn index(&self, i: usize, bound: usize) -> Option<usize> {
+        usize::try_from(self.get(i)).ok().filter(|&v| v < bound)
     }
 }
 
@@ -156,38 +111,161 @@ pub fn dag_keyed_step_ends(
             "alt_of, key_of, value_of: one per candidate, in range",
         ));
     }
-    // the candidates' nodes counted, then written at their place in the flat rows (no list per candidate)
+    let columns = keys.iter().map(Key::slice).collect::<PyResult<Vec<_>>>()?;
     let mut wanted: Vec<Vec<(i64, usize)>> = vec![Vec::new(); keys.len()];
-    let mut count = vec![0usize; rows];
+    let mut everywhere = Vec::new();
     for c in 0..rows {
         match usize::try_from(key_of[c]) {
             Ok(k) => wanted[k].push((value_of[c], c)),
-            Err(_) => count[c] = n,
+            Err(_) => everywhere.push(c),
         }
     }
-    wanted.iter_mut().for_each(|w| w.sort_unstable());
-    for (key, wanted) in keys.iter().zip(&wanted) {
-        key.each(wanted, |c, _| count[c] += 1)?;
-    }
-    let mut ptr = vec![0i64; rows + 1];
-    for c in 0..rows {
-        ptr[c + 1] = ptr[c] + count[c] as i64;
-    }
-    let total = ptr[rows] as usize;
-    let (mut masks, mut values) = (vec![0i64; total], vec![0.0; total]);
-    let mut next: Vec<usize> = ptr[..rows].iter().map(|&p| p as usize).collect();
-    let mut put = |c: usize, i: usize| {
-        masks[next[c]] = i as i64;
-        values[next[c]] = alts[alt_of[c] as usize][i];
-        next[c] += 1;
+    let keyed = Keyed {
+        n,
+        columns,
+        wanted,
+        everywhere,
+        alts,
+        alt_of,
+        key_of,
+        value_of,
     };
-    for c in (0..rows).filter(|&c| key_of[c] < 0) {
-        (0..n).for_each(|i| put(c, i));
+    healed_step_ends(py, layout, &floor, base, &keyed, &out)
+}
+
+/// A key column and the candidates that want each of its values (`(value, candidate)`, sorted), found
+/// through a table of the wanted values' range when it is no wider than the column (bounded memory), else
+/// by a binary search.
+struct Wanted<'a> {
+    column: Slice<'a>,
+    wanted: Vec<(i64, usize)>,
+    table: Option<(i64, Vec<usize>)>, // the lowest value wanted; per value from it, where its candidates begin
+}
+
+impl<'a> Wanted<'a> {
+    fn of(column: Slice<'a>, mut wanted: Vec<(i64, usize)>) -> Self {
+        wanted.sort_unstable();
+        let mut table = None;
+        if let (Some(&(lo, _)), Some(&(hi, _))) = (wanted.first(), wanted.last()) {
+            if hi.abs_diff(lo) < column.len() as u64 {
+                let mut first = vec![0usize; hi.abs_diff(lo) as usize + 2];
+                for &(v, _) in &wanted {
+                    first[(v - lo) as usize + 1] += 1;
+                }
+                for k in 1..first.len() {
+                    first[k] += first[k - 1];
+                }
+                table = Some((lo, first));
+            }
+        }
+        Wanted {
+            column,
+            wanted,
+            table,
+        }
     }
-    for (key, wanted) in keys.iter().zip(&wanted) {
-        key.each(wanted, &mut put)?;
+
+    /// The candidates that want node `i`'s value.
+    fn at(&self, i: usize) -> &[(i64, usize)] {
+        let k = self.column.get(i);
+        match &self.table {
+            Some((lo, first)) => match usize::try_from(k.wrapping_sub(*lo)) {
+                Ok(at) if k >= *lo && at + 1 < first.len() => {
+                    &self.wanted[first[at]..first[at + 1]]
+                }
+                _ => &[],
+            },
+            None => {
+                let from = self.wanted.partition_point(|w| w.0 < k);
+                let to = self.wanted.partition_point(|w| w.0 <= k);
+                &self.wanted[from..to]
+            }
+        }
     }
-    valued_step_ends(py, layout, &floor, base, &ptr, &masks, &values, &out)
+}
+
+/// The candidates' rows (`Healed`): each node's candidates found from its keys as the walk reaches it,
+/// without a list of nodes per candidate (`listed` writes one for the few rows evaluated again).
+struct Keyed<'a> {
+    n: usize,
+    columns: Vec<Slice<'a>>,
+    wanted: Vec<Vec<(i64, usize)>>, // per key column, the candidates that want a value of it: (value, candidate)
+    everywhere: Vec<usize>,         // the candidates that heal every node
+    alts: Vec<&'a [f64]>,
+    alt_of: &'a [i64],
+    key_of: &'a [i64],
+    value_of: &'a [i64],
+}
+
+impl Keyed<'_> {
+    fn value(&self, c: usize, i: usize) -> f64 {
+        self.alts[self.alt_of[c] as usize][i]
+    }
+}
+
+impl Healed for Keyed<'_> {
+    fn rows(&self) -> usize {
+        self.alt_of.len()
+    }
+
+    fn by_place(
+        &self,
+        order: &[u32],
+        _: &[u32],
+        first: usize,
+        width: usize,
+        changed: &mut Vec<(usize, f64)>,
+        end: &mut [usize],
+    ) {
+        changed.clear();
+        let block = first..first + width;
+        let everywhere: Vec<usize> = self
+            .everywhere
+            .iter()
+            .copied()
+            .filter(|c| block.contains(c))
+            .collect();
+        // the block's candidates by column: a column none of them reads is not read (many blocks, when the
+        // graph is wide, each with a few)
+        let mut wanted = Vec::new();
+        for (&column, w) in self.columns.iter().zip(&self.wanted) {
+            let w: Vec<_> = w
+                .iter()
+                .copied()
+                .filter(|(_, c)| block.contains(c))
+                .collect();
+            if !w.is_empty() {
+                wanted.push(Wanted::of(column, w));
+            }
+        }
+        for (k, &i) in order.iter().enumerate() {
+            let i = i as usize;
+            for w in &wanted {
+                for &(_, c) in w.at(i) {
+                    changed.push((c - first, self.value(c, i)));
+                }
+            }
+            for &c in &everywhere {
+                changed.push((c - first, self.value(c, i)));
+            }
+            end[k] = changed.len();
+        }
+    }
+
+    fn listed(&self, rows: &[usize]) -> (Vec<i64>, Vec<i64>, Vec<f64>) {
+        let (mut ptr, mut nodes, mut values) = (vec![0i64], Vec::new(), Vec::new());
+        for &c in rows {
+            let key = usize::try_from(self.key_of[c])
+                .ok()
+                .map(|k| self.columns[k]);
+            for i in (0..self.n).filter(|&i| key.is_none_or(|k| k.get(i) == self.value_of[c])) {
+                nodes.push(i as i64);
+                values.push(self.value(c, i));
+            }
+            ptr.push(nodes.len() as i64);
+        }
+        (ptr, nodes, values)
+    }
 }
 
 /// `systematic.Unsystematic.deviations`' sums, bit for bit: per unit (`total` and `squares`, one value

@@ -184,16 +184,28 @@ class Persistence:
     def update(self, s: Floats, q: Floats) -> Ints:
         """Add a step's per-rank sums; the ranks systematically slow over the window (ascending)."""
         self.steps.append((s, q))
-        ranks = max(len(a) for a, _ in self.steps)
-        total_s, total_q = np.zeros(ranks), np.zeros(ranks)
-        for a, b in self.steps:
-            total_s[: len(a)] += a
-            total_q[: len(b)] += b
-        tested = int((total_q > 0).sum())
+        total_s, total_q = _sums([a for a, _ in self.steps]), _sums([b for _, b in self.steps])
+        tested_at = total_q > 0
+        tested = int(np.count_nonzero(tested_at))
         if not tested:
             return NONE
-        z = np.where(total_q > 0, total_s / np.sqrt(np.where(total_q > 0, total_q, 1.0)), 0.0)
+        z = np.where(tested_at, total_s / np.sqrt(np.where(tested_at, total_q, 1.0)), 0.0)
         return np.flatnonzero(z >= math.sqrt(2 * math.log(tested / ALPHA)))
+
+
+def _sums(steps: list[Floats]) -> Floats:
+    """Per unit, its values summed over the steps in order (a unit a step does not have: nothing added). Of
+    steps of one length (a job's usual window) the last row of their running sums: the same additions in the
+    same order, in one call (but for the first, added to nothing rather than to 0.0: only the sign of a zero
+    sum can differ, which the test reads as no evidence either way)."""
+    units = max(len(a) for a in steps)
+    if all(len(a) == units for a in steps):
+        last: Floats = np.add.accumulate(np.array(steps), axis=0)[-1]
+        return last
+    total = np.zeros(units)
+    for a in steps:
+        total[: len(a)] += a
+    return total
 
 
 @dataclass

@@ -146,6 +146,9 @@ class Roles:
     owners: Owners  # whose clock each observed start is on (:mod:`carry`)
     by_stage: PeerCells  # program nodes by (stage, stage key)
     by_link: PeerCells  # asynchronous sends by (link, link key)
+    replicas_of: OfRank  # per rank, the replicas and the stages of its nodes
+    stages_of: OfRank
+    present: tuple[list[int], list[int]]  # the stages of program nodes, the links of asynchronous sends
     made_from: tuple[npt.NDArray[np.generic], ...] = field(default=(), compare=False, repr=False)
 
     def fits(self, g: StepGraph) -> bool:
@@ -177,7 +180,28 @@ class Roles:
         by_stage = PeerCells.of(np.where(stage_key >= 0, g.pp, 0), np.maximum(stage_key, 0), stage_key >= 0)
         by_link = PeerCells.of(np.maximum(link, 0), np.maximum(link_key, 0), (link >= 0) & (g.kind == SEND))
         peers, owners = Peers.of(g), Owners.of(g)
-        return cls(Grouping(position), stage_key, link, link_key, peers, owners, by_stage, by_link, _identity(g))
+        of_rank = OfRank.of(g.rank, g.dp), OfRank.of(g.rank, g.pp)
+        present = np.unique(g.pp[stage_key >= 0]).tolist(), np.unique(link[(link >= 0) & (g.kind == SEND)]).tolist()
+        held = Grouping(position), stage_key, link, link_key, peers, owners, by_stage, by_link, *of_rank, present
+        return cls(*held, _identity(g))
+
+
+@dataclass(frozen=True)
+class OfRank:
+    """Per rank: the distinct values of a node column over its nodes, ascending (one array, and where each
+    rank's begin): what the candidate replicas and stages contain of the top ranks, without a mask per rank."""
+
+    starts: Ints  # rank r's values: values[starts[r] : starts[r + 1]]
+    values: Ints
+
+    @classmethod
+    def of(cls, rank: Ints, column: Ints) -> OfRank:
+        ranked = rank >= 0
+        pairs = np.unique(np.stack([rank[ranked].astype(np.int64), column[ranked].astype(np.int64)]), axis=1)
+        return cls(np.searchsorted(pairs[0], np.arange(int(rank.max(initial=0)) + 2)), pairs[1])
+
+    def at(self, r: int) -> set[int]:
+        return set(self.values[self.starts[r] : self.starts[r + 1]].tolist())
 
 
 IDENTITY = ("rank", "dp", "pp", "tp", "op", "microbatch", "peer")  # the node columns roles are made of
@@ -306,26 +330,25 @@ def _candidates(
     ranks_in = np.flatnonzero(np.bincount(rank_of))
     rank_excess = np.bincount(rank_of, excess)
     top_ranks = _by_excess(ranks_in, rank_excess)[:TOP_RANKS]
-    of_rank = {r: g.rank == r for r in top_ranks}
     for r in top_ranks:
         add(elements.rank(job, r), "rank", Healing(peer_med, g.rank, r))
     dp_excess = np.bincount(dp_of, excess)
     replicas = _by_excess(np.flatnonzero(np.bincount(dp_of)), dp_excess)
-    where = {r: (set(g.dp[nodes].tolist()), set(g.pp[nodes].tolist())) for r, nodes in of_rank.items()}
+    where = {r: (roles.replicas_of.at(r), roles.stages_of.at(r)) for r in top_ranks}
     for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
         inside = tuple(elements.rank(job, r) for r in top_ranks if d in where[r][0])
         add(elements.dp(job, d), "dp", Healing(peer_med, g.dp, d), inside)
     chain = roles.stage_key >= 0
     by_stage = _peer_medians_excluding(roles.by_stage, d0, g.pp)
     stage_alt = np.where(chain & np.isfinite(by_stage), by_stage, d0)
-    for s in _top(by_stage, g.pp, d0, chain):
+    for s in _top(by_stage, g.pp, d0, chain, roles.present[0]):
         inside = tuple(elements.rank(job, r) for r in top_ranks if s in where[r][1])
         add(elements.stage(job, s), "stage", Healing(stage_alt, g.pp, s), inside)
     sends = g.kind == SEND
     links = roles.link >= 0
     by_link = _peer_medians_excluding(roles.by_link, d0, roles.link)
     link_alt = np.where(sends & np.isfinite(by_link), by_link, d0)
-    for lk in _top(by_link, roles.link, d0, links & sends):
+    for lk in _top(by_link, roles.link, d0, links & sends, roles.present[1]):
         add(elements.stage_link(job, lk), "link", Healing(link_alt, roles.link, lk))
     if baseline is not None:
         op_excess = np.bincount(g.op, np.maximum(0.0, d0 - baseline), minlength=len(ops))
@@ -366,10 +389,9 @@ def _by_excess(ids: Ints, excess: npt.NDArray[Any]) -> list[int]:  # (excess: a 
     return by
 
 
-def _top(healed: Floats, group: Ints, d0: Floats, mask: npt.NDArray[np.bool_]) -> list[int]:
+def _top(healed: Floats, group: Ints, d0: Floats, mask: npt.NDArray[np.bool_], present: list[int]) -> list[int]:
     """Groups (stages, links) to evaluate: all of them up to MAX_ALL, else those most above their healing
-    (``healed``: per node, from the other groups)."""
-    present: list[int] = np.unique(group[mask]).tolist()
+    (``healed``: per node, from the other groups; ``present``: ``group``'s values in ``mask``, ascending)."""
     if len(present) <= MAX_ALL:
         return present
     over = {s: float(np.nansum(np.where(mask & (group == s), d0 - healed, 0.0))) for s in present}

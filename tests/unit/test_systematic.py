@@ -110,3 +110,20 @@ def test_the_lower_median_shares_the_middles_groups_and_keys_are_kept_compact(mo
     for slow in (np.array([3]), np.array([0, 5, 7])):
         assert np.array_equal(u.typical(values, slow), wide_keys.typical(values, slow))
     assert all(np.array_equal(a, b) for a, b in zip(u.deviations(values), wide_keys.deviations(values), strict=True))
+
+
+def test_the_windows_sums_are_each_units_values_added_in_order() -> None:
+    """Per unit, the steps' values added one after another from 0.0 (a step without the unit adds nothing):
+    equal values (a zero of either sign), NaN where a step's is, inf, and sums that round differently in
+    another order."""
+    rng = np.random.default_rng(4)
+    for units in [(16,) * WINDOW, (16,) * 3, (1,) * WINDOW, (8, 16, 16, 12), (5,)]:
+        steps = [rng.normal(size=n) * rng.choice([1e-3, 1.0, 1e16], n) for n in units]
+        steps[0][0] = -0.0
+        steps[-1][-1] = np.nan if len(steps) > 2 else np.inf
+        expected = np.zeros(max(units))
+        for a in steps:
+            for i, v in enumerate(a.tolist()):
+                expected[i] += v
+        got = systematic._sums(steps)
+        assert np.array_equal(got, expected, equal_nan=True), units

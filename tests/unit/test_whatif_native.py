@@ -3,7 +3,8 @@
 - The candidates healed in one native call that finds their nodes in key columns (``dag.keyed_step_ends``,
   ``native/src/whatif.rs``): each row the mask ``key == value`` at its alternative durations
   (:class:`decompose.Rows`), on simulated steps, with int32 and int64 columns, values no node holds,
-  candidates sharing a value, every node, NaN and infinite durations; a whole what-if with and without it.
+  candidates sharing a value, every node, NaN and infinite durations, over several blocks of rows; a whole
+  what-if with and without it.
 - The candidates' order by excess (numpy's stable sort, ``sorted``'s with NaN).
 - The systematic evidence's sums per unit in one pass (``unit_deviations``).
 - Each node's median over the other groups of its cell's medians in one call (``peer_medians_excluding``)."""
@@ -54,6 +55,7 @@ def test_keyed_step_ends_equal_the_masks_rows(name: str, ranks: int) -> None:
     keys = [g.rank.astype(np.int32), g.dp.astype(np.int64), g.pp, wide, np.where(g.rank % 2 == 0, -1, g.op)]
     rows = [(int(rng.integers(0, 4)), k, int(v)) for k in range(len(keys)) for v in np.unique(keys[k])]
     rows += [(0, 0, 0), (1, 0, 0), (2, -1, 0), (0, 0, ranks + 5), (3, 3, 10**12), (0, 4, -1), (1, 2, -3)]
+    rows *= 3  # (more than a block of rows, dag.rs BLOCK: each block finds its own candidates' nodes)
     rng.shuffle(rows)
     a, k, v = ([row[i] for row in rows] for i in range(3))
     got = dag.keyed_step_ends(g.schedule, g.indptr, g.indices, g.floor, g.intrinsic, alts, keys, a, k, v)

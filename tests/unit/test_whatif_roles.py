@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from streams import analyze
-from streams.engine.stepgraph import Codebook, build
+from streams.engine.stepgraph import PROGRAM_KINDS, SEND, Codebook, build
 from streams.engine.steps import JobSteps, StepReport
 from streams.engine.whatif import Roles
 from streams.sim.scenarios import SCENARIOS
@@ -115,3 +115,17 @@ def test_a_step_of_transfers_alone_is_analysed(tmp_path: Path) -> None:
     out = analyze.analyze_files([path])
     assert not out.dead_letters
     assert any(r.type == "graph_snapshot" for r in out.audit), sorted({r.type for r in out.audit})
+
+
+@pytest.mark.parametrize("name", ["training-fabric", "training-slow-link", "training-imbalanced-dp"])
+def test_roles_hold_each_ranks_replicas_and_stages_and_the_groups_present(name: str) -> None:
+    g = build(op_columns(SCENARIOS[name](3, 16, 12), 9), Codebook(), Codebook(), {})
+    roles = Roles.of(g)
+    ranks = np.unique(g.rank[g.rank >= 0]).tolist()
+    assert len(ranks) == 16
+    for r in ranks:
+        assert roles.replicas_of.at(r) == set(g.dp[g.rank == r].tolist())
+        assert roles.stages_of.at(r) == set(g.pp[g.rank == r].tolist())
+    stages, links = roles.present
+    assert stages == sorted(set(g.pp[np.isin(g.kind, PROGRAM_KINDS)].tolist())) and len(stages) > 1
+    assert links == sorted(set(roles.link[(g.kind == SEND) & (roles.link >= 0)].tolist()))
