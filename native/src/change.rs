@@ -14,7 +14,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::dag::items;
+use crate::dag::{items, overlap, span};
 
 /// numpy's `maximum`: NaN if either is NaN, else the larger (the second when equal: 0.0 and -0.0 give -0.0).
 fn maximum(a: f64, b: f64) -> f64 {
@@ -420,23 +420,6 @@ pub fn change_append(
         }
     }
     Ok((relearns, tests))
-}
-
-/// A buffer's bytes, as [start, end) addresses.
-fn span<T: pyo3::buffer::Element>(buf: &PyBuffer<T>) -> (usize, usize) {
-    let start = buf.buf_ptr() as usize;
-    (start, start + buf.len_bytes())
-}
-
-/// Whether any of the first `writable` spans shares a byte with another span (empty spans share none).
-fn overlap(spans: &[(usize, usize)], writable: usize) -> bool {
-    (0..writable).any(|i| {
-        let (a, b) = spans[i];
-        spans
-            .iter()
-            .enumerate()
-            .any(|(j, &(c, d))| j != i && a < b && c < d && a < d && c < b)
-    })
 }
 
 /// Whether a row (each in `0..series`) is given twice: `ChangePoint.update` takes each series once.

@@ -16,6 +16,23 @@ pub(crate) fn items<'a, T: Element>(buf: &'a PyBuffer<T>, name: &str) -> PyResul
     Ok(unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const T, buf.item_count()) })
 }
 
+/// A buffer's bytes, as [start, end) addresses.
+pub(crate) fn span<T: pyo3::buffer::Element>(buf: &PyBuffer<T>) -> (usize, usize) {
+    let start = buf.buf_ptr() as usize;
+    (start, start + buf.len_bytes())
+}
+
+/// Whether any of the first `writable` spans shares a byte with another span (empty spans share none).
+pub(crate) fn overlap(spans: &[(usize, usize)], writable: usize) -> bool {
+    (0..writable).any(|i| {
+        let (a, b) = spans[i];
+        spans
+            .iter()
+            .enumerate()
+            .any(|(j, &(c, d))| j != i && a < b && c < d && a < d && c < b)
+    })
+}
+
 /// numpy's `maximum`: the first if it is at least the second or NaN, else the second.
 fn maximum(a: f64, b: f64) -> f64 {
     if a >= b || a.is_nan() {

@@ -9,7 +9,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::dag::items;
+use crate::dag::{items, overlap, span};
 use crate::draft::numpy_order;
 
 /// One kept identity column: int32 (a layout's, when its values fit) or int64.
@@ -160,7 +160,7 @@ fn sort_into(mut sorted: Vec<u32>, keys: &[&[i64]], time: &[f64], out: &mut [i64
             }
         }
         _ => {
-            sorted.sort_by(|&a, &b| order(a as usize, b as usize, &keys));
+            sorted.sort_by(|&a, &b| order(a as usize, b as usize, keys));
             for (o, &r) in out.iter_mut().zip(&sorted) {
                 *o = i64::from(r);
             }
@@ -182,16 +182,25 @@ fn exactly<T: pyo3::buffer::Element>(buf: &PyBuffer<T>, n: usize) -> PyResult<Op
 }
 
 /// A fresh output of `n` items, written in place.
-fn written<T: pyo3::buffer::Element>(buf: &PyBuffer<T>, n: usize) -> PyResult<&mut [T]> {
+fn written<T: pyo3::buffer::Element>(buf: &mut PyBuffer<T>, n: usize) -> PyResult<&mut [T]> {
     if buf.readonly() || !buf.is_c_contiguous() || buf.item_count() != n {
         return Err(PyValueError::new_err(
             "step_rows: every output must be a writable array of one value per row",
         ));
     }
-    // SAFETY: a writable C-contiguous buffer of `n` items of T held by `buf` for this call; the caller
-    // passes fresh arrays, none of the inputs and no two the same.
+    // SAFETY: a writable C-contiguous buffer of `n` items of T held by `buf` for this call, sharing no byte
+    // with another argument (`overlap`, checked first).
     Ok(unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr() as *mut T, n) })
 }
+
+/// `step_rows`' outputs: direction, blocks, role, per-group number and order.
+type Outputs = (
+    PyBuffer<i8>,
+    PyBuffer<u8>,
+    PyBuffer<i64>,
+    PyBuffer<i64>,
+    PyBuffer<i64>,
+);
 
 /// A step's rows in node order and what decides it (streams/engine/noderows.py, `definition`), in one pass:
 /// per row its transfer direction, whether it blocks, its role and its collective sequence number counted
@@ -209,15 +218,24 @@ pub fn step_rows(
     inferred: PyBuffer<i64>,
     declared: Option<PyBuffer<i64>>,
     flag: Option<PyBuffer<u8>>,
-    out: (
-        PyBuffer<i8>,
-        PyBuffer<u8>,
-        PyBuffer<i64>,
-        PyBuffer<i64>,
-        PyBuffer<i64>,
-    ),
+    mut out: Outputs,
 ) -> PyResult<Option<usize>> {
     let n = start.item_count();
+    let mut spans = vec![
+        span(&out.0),
+        span(&out.1),
+        span(&out.2),
+        span(&out.3),
+        span(&out.4),
+    ];
+    spans.extend([span(&start), span(&end), span(&inferred)]);
+    spans.extend(ints.iter().map(span));
+    spans.extend(declared.iter().map(span).chain(flag.iter().map(span)));
+    if overlap(&spans, 5) {
+        return Err(PyValueError::new_err(
+            "step_rows: an output shares memory with another argument",
+        ));
+    }
     let Some(start) = exactly(&start, n)? else {
         return Ok(None);
     };
@@ -264,11 +282,11 @@ pub fn step_rows(
         return Ok(None);
     }
     let (direction, blocks, role, per_group, order) = (
-        written(&out.0, n)?,
-        written(&out.1, n)?,
-        written(&out.2, n)?,
-        written(&out.3, n)?,
-        written(&out.4, n)?,
+        written(&mut out.0, n)?,
+        written(&mut out.1, n)?,
+        written(&mut out.2, n)?,
+        written(&mut out.3, n)?,
+        written(&mut out.4, n)?,
     );
     let mut program = Vec::with_capacity(n);
     let mut transfers = Vec::new();
@@ -304,7 +322,10 @@ pub fn step_rows(
     let midpoint: Vec<f64> = start.iter().zip(end).map(|(s, e)| s + e).collect();
     let (chain, rest) = order.split_at_mut(n_chain);
     sort_into(program, &[rank], &midpoint, chain);
-    let from: Vec<i64> = direction.iter().map(|&d| i64::from(i64::from(d) == FROM)).collect();
+    let from: Vec<i64> = direction
+        .iter()
+        .map(|&d| i64::from(i64::from(d) == FROM))
+        .collect();
     sort_into(transfers, &[rank, &from, mb, peer], start, rest);
     Ok(Some(n_chain))
 }

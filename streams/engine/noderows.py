@@ -10,6 +10,7 @@ Each step's columns come through here before its kept layout is looked up, so it
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -44,7 +45,7 @@ def rows(
     """A step's :class:`Rows` from its times (relative), ``ints`` (rank, microbatch, peer, seq, op code, group
     code and op class: 1 comm, 2 sync, 3 compute, 0 other), the direction per op code and the declared
     directions and blocking flags (:mod:`transfers`)."""
-    if native_rows:
+    if native_rows and _aligned(start, end, inferred, declared, flag, *ints):
         assert native.core is not None
         n = len(start)
         out = (np.empty(n, "int8"), np.empty(n, bool), np.empty(n, np.int64), np.empty(n, np.int64))
@@ -56,6 +57,12 @@ def rows(
         if n_chain is not None:
             return Rows(*out, order, int(n_chain))
     return definition(start, end, ints, inferred, declared, flag)
+
+
+def _aligned(*columns: npt.NDArray[Any] | None) -> bool:
+    """Whether the native pass can read every column (its buffers refuse misaligned memory, which a column cut
+    from a packed record could be); else the definition answers."""
+    return all(c is None or c.flags.aligned for c in columns)
 
 
 def definition(

@@ -33,13 +33,6 @@ DECLARED = {"send": TO, "recv": FROM, "sendrecv": BOTH}
 Mask = npt.NDArray[np.bool_]
 
 
-def directions(c: Mapping[str, npt.NDArray[Any]], op: Ints, ops: Codebook, comm: Mask, eligible: Mask) -> Ints:
-    """Per span: TO, FROM, BOTH, or NONE for a span that is not a transfer (``comm``: of op class comm;
-    ``eligible``: may be a transfer)."""
-    peer = np.asarray(c["peer"], np.int64)
-    return directed(op, inferred(ops), declared(c), comm, eligible & (peer >= 0))
-
-
 def inferred(ops: Codebook) -> Ints:
     """Per op code: the direction its name implies for a span of class comm (a lookup, not a search per span)."""
     out = np.full(len(ops.names), NONE, np.int64)
@@ -64,22 +57,18 @@ def declared(c: Mapping[str, npt.NDArray[Any]]) -> Ints | None:
 
 
 def directed(op: Ints, inferred: Ints, declared: Ints | None, comm: Mask, eligible: Mask) -> Ints:
-    """:func:`directions` from the op codes, the direction per op code (:func:`inferred`), the declared ones
-    (:func:`declared`) and which spans may be transfers (``eligible``: with a peer)."""
+    """Per span: TO, FROM, BOTH, or NONE for a span that is not a transfer; from the op codes, the direction
+    per op code (:func:`inferred`), the declared ones (:func:`declared`) and which spans may be transfers
+    (``eligible``: with a peer)."""
     out = np.where(comm, inferred[op], NONE)
     if declared is not None:
         out = np.where(declared != INFER, declared, out)
     return np.where(eligible, out, NONE).astype(np.int64)
 
 
-def blocking(c: Mapping[str, npt.NDArray[Any]], direction: Ints) -> Mask:
-    """Per span: a transfer during which its rank waits (declared ``blocking``, or a ``sendrecv``)."""
-    flag = c.get("blocking")
-    return blocked(direction, None if flag is None else np.asarray(flag, bool))
-
-
 def blocked(direction: npt.NDArray[np.integer[Any]], flag: Mask | None) -> Mask:
-    """:func:`blocking` from the declared flags (None: none declared)."""
+    """Per span: a transfer during which its rank waits (its declared ``blocking`` flag, or a ``sendrecv``;
+    ``flag`` None: none declared)."""
     flag = np.zeros(len(direction), bool) if flag is None else flag
     out: Mask = (direction >= 0) & (flag | (direction == BOTH))
     return out

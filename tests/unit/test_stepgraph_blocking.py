@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.engine.stepgraph import BLOCKING, MEMBER, RECV, SEND, Codebook, StepGraph, build
-from streams.engine.transfers import BOTH, FROM, NONE, TO, directions, partners
+from streams.engine.transfers import BOTH, FROM, NONE, TO, declared, directed, inferred, partners
 from streams.formats.timestamps import as_exported
 
 FIELDS = ("rank", "pp", "op", "op_class", "start", "duration", "microbatch", "peer", "p2p", "blocking")
@@ -130,7 +130,7 @@ def test_the_direction_is_declared_or_inferred_from_the_op_for_old_producers() -
     )
     ops = Codebook()
     op = ops.encode(c["op"])
-    assert directions(c, op, ops, c["op_class"] == "comm", np.ones(6, bool)).tolist() == [
+    assert directed(op, inferred(ops), declared(c), c["op_class"] == "comm", c["peer"] >= 0).tolist() == [
         TO,
         FROM,
         NONE,
@@ -139,7 +139,7 @@ def test_the_direction_is_declared_or_inferred_from_the_op_for_old_producers() -
         NONE,
     ]
     old = {k: v for k, v in c.items() if k not in ("p2p", "blocking")}
-    assert directions(old, op, ops, c["op_class"] == "comm", np.ones(6, bool)).tolist() == [
+    assert directed(op, inferred(ops), declared(old), c["op_class"] == "comm", c["peer"] >= 0).tolist() == [
         TO,
         FROM,
         NONE,

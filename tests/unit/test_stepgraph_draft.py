@@ -175,6 +175,12 @@ def test_the_native_step_rows_are_the_definitions(declared: bool, monkeypatch: p
             assert core.step_rows(start, end, strided, inferred, given, flags, out) is None
         unknown_op = [*ints[:4], ints[4] + 5, *ints[5:]]
         assert core.step_rows(start, end, unknown_op, inferred, given, flags, out) is None
+        with pytest.raises(ValueError, match="shares memory"):  # (an output written over an input)
+            core.step_rows(start, end, list(ints), inferred, given, flags, (*out[:4], ints[0]))
+        misaligned = np.ndarray(n, np.int64, np.zeros(8 * n + 1, np.uint8).data, 1)  # (a packed record's)
+        misaligned[:] = ints[3]
+        moved = noderows.rows(start, end, (*ints[:3], misaligned, *ints[3 + 1 :]), inferred, given, flag)
+        assert moved.order.tolist() == expected.order.tolist() and moved.n_chain == expected.n_chain
 
 
 def test_a_malformed_plan_raises_when_it_is_made() -> None:
