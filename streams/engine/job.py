@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from streams.engine import elements
 from streams.engine import series as named_series
@@ -92,10 +91,7 @@ class JobState:
 
     def shared_power(self, rows: Iterable[tuple[str, float, float]]) -> None:
         """``power_w`` samples of no job, (entity, time, watts): counted when the job's graph holds the entity."""
-        mine = [(e, t, w) for e, t, w in rows if self.graph.graph.has_node(e)]
-        if mine:
-            entity, time, watts = zip(*mine, strict=True)
-            self._power_samples(np.array(entity, object), np.array(time, np.float64), np.array(watts, np.float64))
+        self._power_samples([(e, t, w) for e, t, w in rows if self.graph.graph.has_node(e)])
 
     def decision(self, decision: dict[str, Any], out: EngineOutput) -> None:
         """Every decision: kept for naming causes; one for this job (or touching its operator graph) is
@@ -178,7 +174,8 @@ class JobState:
         out.findings.extend(findings)
         out.attributions.extend(attributions)
         power = np.flatnonzero(name == "power_w")
-        self._power_samples(entity[power], time[power], value[power])
+        self._power_samples(list(zip(entity[power].tolist(), time[power].tolist(), value[power].tolist(),
+                                     strict=True)))  # fmt: skip
         self._series(named_series.of_metrics(entity, name, value, time), out)
 
     def close(self, out: EngineOutput) -> None:
@@ -211,38 +208,20 @@ class JobState:
 
     # -- internals -----------------------------------------------------------------------------------
 
-    def _power_samples(self, entity: npt.NDArray[np.object_], t: npt.NDArray[np.float64],
-                       watts: npt.NDArray[np.float64]) -> None:  # fmt: skip
-        """``power_w`` samples of the job (rows in input order): its energy (a reading holds until the entity's
-        next one), and the power of racks and nodes (not single devices) for the energy-feedback-loop check.
-        Over the batch's columns (each device reports every batch: a Python step per row was most of a large
-        job's metrics)."""
-        if not len(entity):
-            return
-        names = entity.tolist()
-        code_of = {e: i for i, e in enumerate(dict.fromkeys(names))}  # each entity once, as they first appear
-        codes = np.fromiter(map(code_of.__getitem__, names), np.int64, len(names))
+    def _power_samples(self, rows: list[tuple[str, float, float]]) -> None:
+        """``power_w`` (entity, time, watts) of the job: its energy (a reading holds until the entity's
+        next one), and the power of racks and nodes (not single devices) for the energy-feedback-loop check."""
         device = elements.prefix("device")  # (is_kind, without two calls a row)
-        if not all(e.startswith(device) for e in code_of):
-            for e, at, w in zip(names, t.tolist(), watts.tolist(), strict=True):
-                if not e.startswith(device):
-                    self.coherence.power(e, at, w)
-        # each row's previous reading of its entity: the row before it in the batch, else the one last seen
-        last = [self._power.get(e, (math.nan, math.nan)) for e in code_of]
-        last_t, last_w = (np.array(c, np.float64) for c in zip(*last, strict=True))
-        order = np.argsort(codes, kind="stable")
-        by_entity = codes[order]
-        prev_t, prev_w = last_t[by_entity], last_w[by_entity]
-        repeat = np.flatnonzero(by_entity[1:] == by_entity[:-1])
-        prev_t[repeat + 1], prev_w[repeat + 1] = t[order[repeat]], watts[order[repeat]]
-        before_t, before_w = np.empty(len(names)), np.empty(len(names))
-        before_t[order], before_w[order] = prev_t, prev_w
-        gap = t - before_t
-        held = np.flatnonzero((gap > 0) & (gap <= MAX_POWER_GAP_S))  # (none after a NaN: never seen)
-        self._power.update(zip(names, zip(t.tolist(), watts.tolist(), strict=True), strict=True))
-        if held.size:
-            self.window.add_energy(list(zip(before_t[held].tolist(), t[held].tolist(), before_w[held].tolist(),
-                                            strict=True)))  # fmt: skip
+        held = []
+        for entity, t, watts in rows:
+            if not entity.startswith(device):
+                self.coherence.power(entity, t, watts)
+            last = self._power.get(entity)
+            self._power[entity] = (t, watts)
+            if last is not None and 0 < t - last[0] <= MAX_POWER_GAP_S:
+                held.append((last[0], t, last[1]))
+        if held:
+            self.window.add_energy(held)
 
     def _place(self, relations: list[Relation]) -> None:
         """Remember where ranks run (rank → device → node), to name the node of a straggler."""
