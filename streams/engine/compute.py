@@ -5,7 +5,6 @@ compute most exceeds the median of its position's peers (same pipeline stage and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -32,22 +31,16 @@ class RankCompute:
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         sums = np.bincount(inverse.ravel(), c["duration"][mask])
         idx = np.flatnonzero(mask)[first]
-        step_of, rank_of = c["step"][idx].tolist(), c["rank"][idx].tolist()
-        # the keys ascend by step: one dict step per step of the batch, not a Python step per (step, rank)
-        edges = [0, *(np.flatnonzero(np.diff(c["step"][idx])) + 1).tolist(), len(idx)]
-        for lo, hi in pairwise(edges):
-            step = step_of[lo]
+        for step, rank, pp, tp, total in zip(c["step"][idx].tolist(), c["rank"][idx].tolist(),
+                                             c["pp"][idx].tolist(), c["tp"][idx].tolist(), sums.tolist(),
+                                             strict=True):  # fmt: skip
             per_rank = self._per_step.get(step)
-            totals = zip(rank_of[lo:hi], sums[lo:hi].tolist(), strict=True)
             if per_rank is None:
-                per_rank = self._per_step[step] = dict(totals)  # (bincount's sums: never -0.0, so as 0.0 + each)
+                per_rank = self._per_step[step] = {}
                 for old in sorted(self._per_step)[:-KEEP_STEPS]:  # the newest steps seen, however far apart
                     del self._per_step[old]
-            else:
-                for rank, total in totals:
-                    per_rank[rank] = per_rank.get(rank, 0.0) + total
-        positions = zip(c["pp"][idx].tolist(), c["tp"][idx].tolist(), strict=True)
-        self._position.update(zip(rank_of, positions, strict=True))
+            per_rank[rank] = per_rank.get(rank, 0.0) + total
+            self._position[rank] = (pp, tp)
 
     def root(self, step: int) -> int | None:
         """The rank whose compute in ``step`` most exceeds the median of its position's peers (> 5%)."""
