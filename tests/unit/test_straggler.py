@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from streams.engine.detectors.straggler import _waited
 from streams.sim.scenarios import training_fabric
 from streams.testing import run_messages
 
@@ -67,3 +69,14 @@ def test_a_flush_judges_what_is_open_and_the_histories_go_only_on_release() -> N
     assert kept._late
     kept.release()
     assert not kept._late and not kept._episodes
+
+
+@pytest.mark.parametrize("members", range(2, 13))
+def test_the_peers_wait_has_the_bits_of_numpys_sum(members: int) -> None:
+    """A collective's wait for its last arrival, in Python numbers for a few members: numpy's sum of the gaps,
+    bit for bit (arrivals of full-precision gaps, where the order of the additions shows)."""
+    rng = np.random.default_rng(members)
+    for _ in range(2000):
+        arrivals = (rng.uniform(0.0, 1.0, members) * 10.0 ** rng.integers(-4, 3, members)).tolist()
+        last = max(arrivals)
+        assert _waited(arrivals, last) == float((last - np.asarray(arrivals)).sum())

@@ -159,15 +159,16 @@ class CollectiveLateness(Detector):
         gap = arrivals[last] - arrivals[second]
         late_rank = c.ranks[last] if gap > self.min_gap_s else None
         findings = []
+        histories, quiet_of, window = self._late, self._quiet, self.window  # (most members are quiet: a few lookups)
         for rank in c.ranks:
-            history = self._late.get(rank)
+            history = histories.get(rank)
             if history is None:
-                history = self._late[rank] = deque(maxlen=self.window)
+                history = histories[rank] = deque(maxlen=window)
             is_late = rank == late_rank
             history.append(is_late)
             if not is_late:
-                quiet = self._quiet[rank] = self._quiet.get(rank, 0) + 1
-                if quiet >= self.window:
+                quiet = quiet_of[rank] = quiet_of.get(rank, 0) + 1
+                if quiet == window:  # counted up by one from 0 (a late arrival): the episode ends once
                     self._episodes.pop(rank, None)
                     self._alarmed.discard(rank)
                 continue
@@ -176,8 +177,7 @@ class CollectiveLateness(Detector):
                 episode = self._episodes[rank] = _Episode(arrivals[last])
             episode.gaps.append(gap)
             episode.late += 1
-            # the peers' wait for the last arrival (numpy's pairwise sum: the cost's bits as they were)
-            episode.waited_s += float((arrivals[last] - np.asarray(arrivals)).sum())
+            episode.waited_s += _waited(arrivals, arrivals[last])
             self._quiet[rank] = 0
             if rank not in self._alarmed and sum(history) >= self.persistence:
                 self._alarmed.add(rank)
@@ -205,3 +205,18 @@ class CollectiveLateness(Detector):
             },
             cost={"accel_s": round(episode.waited_s, 6)},
         )
+
+
+PAIRWISE_BLOCK = 8  # numpy sums fewer values than this one after another (its pairwise sum's block)
+
+
+def _waited(arrivals: list[float], last: float) -> float:
+    """The peers' wait for the ``last`` arrival: numpy's pairwise sum (the cost's bits as they were), which
+    for a collective of a few members is the sum in order, in Python numbers (numpy's per-call cost was most
+    of a late collective's judging)."""
+    if len(arrivals) >= PAIRWISE_BLOCK:
+        return float((last - np.asarray(arrivals)).sum())
+    waited = 0.0
+    for at in arrivals:
+        waited += last - at
+    return waited
