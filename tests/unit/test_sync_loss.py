@@ -7,9 +7,8 @@ from __future__ import annotations
 from itertools import accumulate
 
 import numpy as np
-import pytest
 
-from streams.engine.detectors.sync_loss import KEEP_OBSERVED, SyncLoss
+from streams.engine.detectors.sync_loss import SyncLoss
 
 RANKS = np.arange(8)
 REPLICAS = RANKS // 4  # two replicas of four ranks
@@ -40,26 +39,3 @@ def test_a_replica_falling_behind_in_observed_steps_is_found_on_sampled_steps() 
     traced = [i * 500 for i in range(60)]
     behind = [0] * 20 + [1 + i // 4 for i in range(40)]  # from the 20th traced step on, further and further
     assert feed(traced, behind) == ["dp:j/1"]
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_a_batch_keeps_the_state_of_ufunc_at_and_union(seed: int) -> None:
-    """Each rank's newest step and the observed steps, taken a step of the batch at a time and merged when the
-    batch follows them: the state ``np.maximum.at`` and ``np.union1d`` leave, whatever the batch's order."""
-    rng = np.random.default_rng(seed)
-    loss = SyncLoss("j")
-    latest, observed = np.full(12, -1, np.int64), np.zeros(0, np.int64)
-    newest = 0
-    for _ in range(80):
-        n = int(rng.integers(1, 60))
-        newest += int(rng.integers(0, 3))
-        spread = int(rng.choice([1, 3, 40]))  # one step, a few, more than a batch's few (ufunc.at)
-        steps = newest - rng.integers(0, spread, n)
-        if rng.random() < 0.7:
-            steps = np.sort(steps)  # the usual batch ascends
-        ranks = rng.integers(0, 12, n)
-        loss.update(ranks, steps, ranks // 4, float(newest))
-        np.maximum.at(latest, ranks, steps)
-        observed = np.union1d(observed, steps)[-KEEP_OBSERVED:]
-        assert np.array_equal(loss._latest, latest[: len(loss._latest)]) and (latest[len(loss._latest) :] == -1).all()
-        assert np.array_equal(loss._observed, observed) and loss._observed.dtype == observed.dtype

@@ -24,7 +24,6 @@ from streams.engine.findings import Finding
 
 Ints = npt.NDArray[np.int64]
 KEEP_OBSERVED = 256  # the newest observed steps kept: lags are counted up to this many
-FEW_STEPS = 16  # steps of a batch raised a step at a time (more: ufunc.at)
 
 
 @dataclass
@@ -49,10 +48,9 @@ class SyncLoss(Detector):
         if top > len(self._latest):
             self._latest = np.concatenate([self._latest, np.full(top - len(self._latest), -1, np.int64)])
             self._replica = np.concatenate([self._replica, np.full(top - len(self._replica), -1, np.int64)])
-        distinct = _distinct(steps)
-        _raise_to(self._latest, ranks, steps, distinct)
+        np.maximum.at(self._latest, ranks, steps)
         self._replica[ranks] = replicas
-        self._observed = _merged(self._observed, distinct)[-KEEP_OBSERVED:]
+        self._observed = np.union1d(self._observed, _distinct(steps))[-KEEP_OBSERVED:]
         newest = int(steps.max())
         if newest <= self._newest:
             return None
@@ -98,30 +96,11 @@ class SyncLoss(Detector):
 
 
 def _distinct(steps: Ints) -> Ints:
-    """A batch's steps, each once, ascending (the usual batch ascends: without sorting every span)."""
+    """A batch's steps, each once where they ascend (the usual batch: without sorting every span), else all
+    of them (``union1d`` sorts them)."""
     if (steps[1:] >= steps[:-1]).all():
         return steps[np.r_[True, steps[1:] != steps[:-1]]]
-    return np.unique(steps)
-
-
-def _raise_to(latest: Ints, ranks: Ints, steps: Ints, distinct: Ints) -> None:
-    """``np.maximum.at(latest, ranks, steps)``, the same values: a batch holds a few steps, and a masked
-    assignment per step (a rank listed twice gets the same value twice) costs a fraction of ``ufunc.at``'s
-    step per row."""
-    if len(distinct) > FEW_STEPS:
-        np.maximum.at(latest, ranks, steps)
-        return
-    for step in distinct.tolist():
-        at = ranks[steps == step]
-        latest[at] = np.maximum(latest[at], step)
-
-
-def _merged(observed: Ints, distinct: Ints) -> Ints:
-    """``np.union1d(observed, distinct)`` of two ascending arrays of distinct steps: a concatenation when the
-    new steps follow the observed ones (the usual batch), else the union."""
-    if len(observed) and len(distinct) and distinct[0] >= observed[-1]:
-        return np.concatenate([observed, distinct[distinct > observed[-1]]])
-    return np.union1d(observed, distinct)
+    return steps
 
 
 @dataclass
