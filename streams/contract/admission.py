@@ -88,6 +88,11 @@ class Admission:
         masks, newest = [], state.max_time
         for batch in batches:
             times = batch.columns[EVENT_TIME[batch.kind]]
+            if len(times) and times.min() >= cutoff and (high := times.max()) <= horizon:
+                none = np.zeros(len(times), np.bool_)  # the usual batch: told by its ends (NaN: looked at)
+                masks.append((none, none.copy()))
+                newest = max(newest, float(high))
+                continue
             future = times > horizon
             late = (times < cutoff) & ~future
             masks.append((late, future))
