@@ -90,7 +90,6 @@ def canonical_order(
 def codes_of(
     values: list[object] | Buffer, codes: dict[str, int], missing: int, out: Buffer
 ) -> bool | None: ...  # values: a list or a contiguous object array (None: an array not all str)
-def objects_at(table: list[str], codes: Buffer, out: object) -> None: ...  # out: a fresh object array
 
 class DagLayout: ...
 

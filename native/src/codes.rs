@@ -160,33 +160,3 @@ pub fn same_str(parts: &Bound<'_, PyList>, value: &Bound<'_, PyAny>) -> PyResult
     }
     Ok(Some(true))
 }
-
-/// objects_at(table, codes, out): `out[i] = table[codes[i]]`, a reference to the table's object per row:
-/// the decoder's string columns (codes into one list of a message's distinct strings) as the object arrays
-/// the engine reads. `out`: a fresh one-dimensional contiguous object array of one row per code. A code
-/// past the table's end is refused before anything is written. (numpy's gather first casts the uint32 codes
-/// to indices, and its object gather was most of a message's Python time.)
-#[pyfunction]
-pub fn objects_at(
-    table: &Bound<'_, PyList>,
-    codes: PyBuffer<u32>,
-    out: &Bound<'_, PyAny>,
-) -> PyResult<()> {
-    if !codes.is_c_contiguous() {
-        return Err(PyValueError::new_err("codes: not contiguous"));
-    }
-    // SAFETY: a C-contiguous buffer of `item_count` u32 (its format checked by PyBuffer::get), held by
-    // `codes` for this call
-    let codes =
-        unsafe { std::slice::from_raw_parts(codes.buf_ptr() as *const u32, codes.item_count()) };
-    let items = table.iter().collect::<Vec<_>>(); // (held while the rows are written)
-    if let Some(&code) = codes.iter().find(|&&c| c as usize >= items.len()) {
-        return Err(PyValueError::new_err(format!(
-            "code {code} past a table of {} strings",
-            items.len()
-        )));
-    }
-    let pointers = items.iter().map(|item| item.as_ptr()).collect::<Vec<_>>();
-    // SAFETY: the table's objects are live, held by `items` until this returns; the GIL is held
-    unsafe { objects::fill(out, codes.iter().map(|&code| pointers[code as usize])) }
-}

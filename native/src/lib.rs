@@ -37,7 +37,6 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sort::canonical_order, m)?)?;
     m.add_function(wrap_pyfunction!(codes::codes_of, m)?)?;
     m.add_function(wrap_pyfunction!(codes::same_str, m)?)?;
-    m.add_function(wrap_pyfunction!(codes::objects_at, m)?)?;
     m.add_class::<dag::DagLayout>()?;
     m.add_function(wrap_pyfunction!(dag::dag_layout, m)?)?;
     m.add_function(wrap_pyfunction!(change::change_tests, m)?)?;

@@ -20,7 +20,6 @@ from streams.contract.fast import MAX_COLUMN_BATCHES, MAX_COLUMN_ROWS, MAX_SEQ
 from streams.contract.schema import SAMPLE_KINDS, TELEMETRY_SCHEMA, FieldRule, sample_rules
 
 available = hasattr(native.core, "TelemetryDecoder")  # (an extension built before it has none)
-_OBJECTS_AT = hasattr(native.core, "objects_at")
 _DTYPES = (np.float64, np.int64, np.bool_, np.uint32)  # the native core's type codes
 _CODES = {"number": 0, "integer": 1, "boolean": 2, "string": 3}  # a field's type -> its code
 Parts = list[tuple[str, int, dict[str, npt.NDArray[Any]]]]
@@ -75,26 +74,13 @@ def decode_native(raw: bytes) -> tuple[str, int | None, Parts, int] | None:
     if got is None:
         return None
     source, seq, total, strings, parts = got
+    texts = np.empty(len(strings), dtype=object)
+    texts[:] = strings
     out: Parts = []
     for kind, start, n, buffers in parts:
         tables: list[npt.NDArray[Any]] = [
             np.frombuffer(data, dtype).reshape(-1, n) for data, dtype in zip(buffers, _DTYPES, strict=True)
         ]
-        tables[3] = _objects(strings, tables[3])
+        tables[3] = texts[tables[3]]
         out.append((kind, start, {name: tables[code][row] for name, code, row in _layout(kind)}))
     return source, seq, out, total
-
-
-def _objects(strings: list[str], codes: npt.NDArray[np.uint32]) -> npt.NDArray[Any]:
-    """The string columns (rows of ``codes``) as object arrays of the message's ``strings``: written by the
-    native core in one pass (numpy's gather first casts the codes to indices: a quarter more time), or
-    gathered by numpy from an extension built before it."""
-    if not _OBJECTS_AT:
-        texts = np.empty(len(strings), dtype=object)
-        texts[:] = strings
-        gathered: npt.NDArray[Any] = texts[codes]
-        return gathered
-    out = np.empty(codes.size, dtype=object)
-    assert native.core is not None
-    native.core.objects_at(strings, codes, out)
-    return out.reshape(codes.shape)

@@ -344,25 +344,3 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
     assert float(done.stdout) < 200, f"{done.stdout} MB more at its peak (made every batch's rows: ~1,300)"
     assert [r.reason for r in decode_telemetry(json.dumps({"schema": "driftlog.telemetry/1", "source": "s",
             "columns": [{"kind": "op", "n": 200_000, "data": {}}] * 2}).encode()).rejects] == ["oversized"]  # fmt: skip
-
-
-def test_string_columns_are_the_table_gathered_by_the_codes() -> None:
-    """The native fill of a message's string columns: per code, the table's very object, one reference to it
-    per row (all given back with the array); a code past the table is refused."""
-    import numpy as np
-
-    if not native_decode._OBJECTS_AT:
-        pytest.fail("driftlog_native has no objects_at: an old build (run make)")
-    table = [f"op-{i}" for i in range(5)] + ["dp-3" * 40]
-    codes = np.array([[5, 0, 0, 3], [1, 1, 5, 2]], np.uint32)
-    before = [sys.getrefcount(s) for s in table]
-    got = native_decode._objects(table, codes)
-    assert got.shape == codes.shape
-    assert all(a is table[c] for a, c in zip(got.ravel().tolist(), codes.ravel().tolist(), strict=True))
-    counts = np.bincount(codes.ravel(), minlength=len(table)).tolist()
-    after = [sys.getrefcount(s) for s in table]  # (not in a zip: its tuples hold references too)
-    assert [a - b for a, b in zip(after, before, strict=True)] == counts
-    del got
-    assert [sys.getrefcount(s) for s in table] == before
-    with pytest.raises(ValueError, match="past a table"):
-        native_decode._objects(table, np.array([[6]], np.uint32))
