@@ -22,6 +22,7 @@ instance owns the task) stops the worker. Started while the broker is away, the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import os
@@ -120,12 +121,11 @@ class OpsService(Service):
         except AssertionError:  # aiokafka: "Partition is not assigned"
             return None
 
-    def observe(self, topic: str, partition: int, offset: int) -> None:
-        """Record progress and refresh the lag gauge (highwater minus the next offset to process)."""
+    def observe(self, topic: str, partition: int, offset: int, highwater: int | None) -> None:
+        """Record progress and refresh the lag gauge (``highwater`` minus the next offset to process)."""
         self.processed[(topic, partition)] = offset
-        highwater = self.highwater(topic, partition)
         if highwater is not None:
-            ops.CONSUMER_LAG.labels(topic, str(partition)).set(max(0, highwater - offset - 1))
+            labelled(ops.CONSUMER_LAG, topic, partition).set(max(0, highwater - offset - 1))
 
 
 def _crash_in_one_line(record: logging.LogRecord) -> bool:
@@ -151,15 +151,22 @@ def _tp(topic: str, partition: int) -> Any:
     return TP(topic, partition)
 
 
+@functools.cache
+def labelled(metric: Any, *labels: object) -> Any:
+    """``metric.labels(*labels)``, looked up once: prometheus_client checks and locks in every call, which adds
+    up at a few calls per message (a child, once made, lives as long as its metric)."""
+    return metric.labels(*labels)
+
+
 def publish_metrics(out: Output) -> None:
     for dl in out.dead_letters:
         for reason, n in dl.counts().items():
-            ops.DEAD_LETTERS.labels(reason).inc(n)
+            labelled(ops.DEAD_LETTERS, reason).inc(n)
     for kind, n in out.samples_by_kind.items():
-        ops.SAMPLES.labels(kind).inc(n)
+        labelled(ops.SAMPLES, kind).inc(n)
     for record in out.audit:
         if record.type == "finding":
-            ops.FINDINGS.labels(record.body["kind"]).inc()
+            labelled(ops.FINDINGS, record.body["kind"]).inc()
 
 
 def faust_app(settings: Settings) -> faust.App:
@@ -202,8 +209,8 @@ async def handle_event(
     out = state.process(kind, value, position, encoding, now)
     state.acks.append((stream, event))
     publish_metrics(out)
-    ops.MESSAGES.labels(msg.topic).inc()
-    ops_service.observe(msg.topic, msg.partition, msg.offset)
+    labelled(ops.MESSAGES, msg.topic).inc()
+    ops_service.observe(msg.topic, msg.partition, msg.offset, state.highs.get((msg.topic, msg.partition)))
     # records of a task that keeps up go at once (a finding waits for no timer); a backlog is committed every
     # interval (or COMMIT_EVERY_MESSAGES), so that snapshots do not take its time, and at once when it ends
     # (its offsets too: the group's lag is 0 when the input is processed, not up to two timers later)

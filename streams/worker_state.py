@@ -135,6 +135,9 @@ class WorkerState:
     # the channels caught up as of the message just handled, for the driver's commit decision to take
     # (caught_up() asks for every channel's high watermark: once a message, not three times)
     caught: list[str] | None = None
+    named: dict[tuple[str, int], tuple[str, bool, TopicPartition]] = field(default_factory=dict)  # (_channel)
+    # the high watermark of each channel as caught_up() last read it (asked once per message, not three times)
+    highs: dict[tuple[str, int], int | None] = field(default_factory=dict)
     stopped: bool = False  # (a handler that waited on the lock while the task was stopped defers nothing)
 
     async def start(self, bootstrap: str, state_topic: str, inputs: dict[str, str]) -> None:
@@ -168,7 +171,7 @@ class WorkerState:
         to its processor; which part of the output is its to write (decision records by ``decision_share``,
         the control plane's findings by the task of the lowest telemetry partition). Returns the channels
         its own reader reads (decisions and shared)."""
-        self.kinds = dict(inputs)
+        self.kinds, self.named = dict(inputs), {}
         shared = [t for t, p in everything if inputs.get(t) == "shared" and p == self.partition]
         if "shared" in inputs.values() and not shared:
             topic = next(t for t, k in inputs.items() if k == "shared")
@@ -273,15 +276,27 @@ class WorkerState:
         """The input channels read to their end; a shared one only once its newest mark says that the task
         forwarding to it is caught up too (:mod:`streams.shared`)."""
         out = []
-        for (topic, partition), processed in self.offsets.items():
-            next_offset = max(processed, self.read_to.get((topic, partition), 0))
-            high = self._highwater(topic, partition)
-            name = channel_of(topic, partition)
-            if self.kinds.get(topic) == "shared" and not self.processor.marks.get(name, False):
+        marks, read_to, reader = self.processor.marks, self.read_to, self.decisions
+        for tp, processed in self.offsets.items():
+            name, shared, topic_partition = self._channel(tp)
+            if shared and not marks.get(name, False):
                 continue
-            if high is not None and next_offset >= high:
+            if reader is not None and tp in self.reads:
+                high = reader.last_stable_offset(topic_partition)
+            else:
+                high = self.highwater(*tp)
+            self.highs[tp] = high
+            if high is not None and max(processed, read_to.get(tp, 0)) >= high:
                 out.append(name)
         return out
+
+    def _channel(self, tp: tuple[str, int]) -> tuple[str, bool, TopicPartition]:
+        """A channel's name, whether it is a shared one, its ``TopicPartition``: made once, not for every
+        channel on every message (:meth:`caught_up`)."""
+        known = self.named.get(tp)
+        if known is None:
+            known = self.named[tp] = (channel_of(*tp), self.kinds.get(tp[0]) == "shared", TopicPartition(*tp))
+        return known
 
     def backlog_ended(self, caught_up: Iterable[str] | None = None) -> bool:
         """Whether the task has just caught up with its own input after a backlog (:data:`BACKLOG_MESSAGES`
@@ -295,8 +310,9 @@ class WorkerState:
         return lasted >= BACKLOG_S
 
     def _behind(self, tp: tuple[str, int], offset: int) -> int:
-        """Messages after ``offset`` in partition ``tp`` as of the last fetch (0: not known)."""
-        high = self._highwater(*tp)
+        """Messages after ``offset`` in partition ``tp`` as of the last fetch (0: not known), by the high
+        watermark :meth:`caught_up` has just read."""
+        high = self.highs.get(tp)
         return 0 if high is None else high - offset - 1
 
     def own_caught_up(self, caught_up: Iterable[str] | None = None) -> bool:
@@ -328,9 +344,9 @@ class WorkerState:
         self.caught = None  # (until asked below: a message that fails before has the driver ask again)
         tp = (position.topic, position.partition)
         self.offsets[tp] = position.offset + 1
+        caught_up = self.caught = self.caught_up()  # (its high watermarks answer _behind and the lag gauge too)
         if self.behind_since is None and kind in OWN_INPUT and self._behind(tp, position.offset) >= BACKLOG_MESSAGES:
             self.behind_since = time.monotonic()
-        caught_up = self.caught = self.caught_up()
         if kind == "metrics":
             out = self.processor.otlp(value, position, encoding, caught_up)
         elif kind == "telemetry":
