@@ -136,7 +136,8 @@ class WorkerState:
     # (caught_up() asks for every channel's high watermark: once a message, not three times)
     caught: list[str] | None = None
     named: dict[tuple[str, int], tuple[str, bool, TopicPartition]] = field(default_factory=dict)  # (_channel)
-    # the high watermark of each channel as caught_up() last read it (asked once per message, not three times)
+    # the high watermark of each channel as caught_up() last read it (asked once per message, not three times);
+    # a shared channel whose mark is down is not read, so its entry may be old: only own input is looked up here
     highs: dict[tuple[str, int], int | None] = field(default_factory=dict)
     stopped: bool = False  # (a handler that waited on the lock while the task was stopped defers nothing)
 

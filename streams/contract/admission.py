@@ -88,8 +88,9 @@ class Admission:
         masks, newest = [], state.max_time
         for batch in batches:
             times = batch.columns[EVENT_TIME[batch.kind]]
-            if len(times) and times.min() >= cutoff and (high := times.max()) <= horizon:
-                none = np.zeros(len(times), np.bool_)  # the usual batch: told by its ends (NaN: looked at)
+            if len(times) and times.dtype.kind in "fiu" and times.min() >= cutoff and (high := times.max()) <= horizon:
+                none = np.zeros(len(times), np.bool_)  # the usual batch: told by its ends (NaN: looked at; an
+                # object column's min/max would pass a NaN by)
                 masks.append((none, none.copy()))
                 newest = max(newest, float(high))
                 continue

@@ -4,6 +4,7 @@ behind, while a replica that really falls further behind is still found."""
 
 from __future__ import annotations
 
+import pickle
 from itertools import accumulate
 
 import numpy as np
@@ -39,3 +40,15 @@ def test_a_replica_falling_behind_in_observed_steps_is_found_on_sampled_steps() 
     traced = [i * 500 for i in range(60)]
     behind = [0] * 20 + [1 + i // 4 for i in range(40)]  # from the 20th traced step on, further and further
     assert feed(traced, behind) == ["dp:j/1"]
+
+
+def test_a_restored_detector_keeps_numpys_own_dtype_and_its_state() -> None:
+    """A detector restored from a snapshot holds its per-rank steps in numpy's own int64 (a copied dtype, as
+    unpickling makes, sends ``np.maximum.at`` down its slow loop) and goes on as the one never pickled."""
+    kept = SyncLoss("j")
+    kept.update(RANKS, np.arange(8), REPLICAS, 0.0)
+    restored = pickle.loads(pickle.dumps(kept))
+    assert restored._latest.dtype is np.dtype(np.int64)
+    for detector in (kept, restored):
+        detector.update(RANKS[:4], np.full(4, 9), REPLICAS[:4], 1.0)
+    assert restored._latest.tolist() == kept._latest.tolist() == [9, 9, 9, 9, 4, 5, 6, 7]

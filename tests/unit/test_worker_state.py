@@ -376,7 +376,9 @@ def test_records_of_a_task_that_keeps_up_are_committed_at_once_a_backlogs_with_t
         return out
 
     monkeypatch.setattr(state, "process", process)
-    ops = SimpleNamespace(app=None, status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
+    lags: list[int | None] = []
+    observe = lambda topic, partition, offset, high: lags.append(None if high is None else high - offset - 1)  # noqa: E731
+    ops = SimpleNamespace(app=None, status=SimpleNamespace(committed=lambda: None), observe=observe)
     event = Event(SimpleNamespace(topic="telemetry", partition=0, offset=0, value=b"", timestamp=None))
     asyncio.run(handle_event(state, ops, stream, event, "telemetry", "auto"))  # type: ignore[arg-type]
     assert broker.records == ([] if behind else [finding])
@@ -533,8 +535,9 @@ def test_a_backlog_lasts_across_the_commits_made_while_it_is_drained(monkeypatch
 
 
 def test_a_message_asks_each_channels_high_watermark_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """During a backlog, the channels caught up after a message are asked once (for its processor) and that
-    answer decides the commit too: each ``caught_up()`` asks the consumer for every channel's high watermark."""
+    """Each message asks every channel's high watermark once, the first one too: that one answer says which
+    channels are caught up (for its processor), whether the task is behind (a backlog) and the lag gauge's
+    value (the message's partition's high watermark minus the next offset)."""
     from collections import Counter
     from types import SimpleNamespace
 
@@ -552,7 +555,9 @@ def test_a_message_asks_each_channels_high_watermark_once(monkeypatch: pytest.Mo
     inputs = {"telemetry": "telemetry", "decisions": "decisions"}
     state.configure(inputs, [("telemetry", 0)] + [("decisions", p) for p in range(4)])
     monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())
-    ops = SimpleNamespace(app=None, status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
+    lags: list[int | None] = []
+    observe = lambda topic, partition, offset, high: lags.append(None if high is None else high - offset - 1)  # noqa: E731
+    ops = SimpleNamespace(app=None, status=SimpleNamespace(committed=lambda: None), observe=observe)
 
     async def drain(offsets: range) -> None:
         for offset in offsets:
@@ -561,6 +566,7 @@ def test_a_message_asks_each_channels_high_watermark_once(monkeypatch: pytest.Mo
 
     asyncio.run(drain(range(1)))  # (the first message also asks whether the task is behind: the backlog starts)
     assert state.behind_since is not None
-    asked.clear()
+    assert asked == dict.fromkeys([("telemetry", 0)] + [("decisions", p) for p in range(4)], 1)
     asyncio.run(drain(range(1, 4)))
-    assert asked == dict.fromkeys([("telemetry", 0)] + [("decisions", p) for p in range(4)], 3)
+    assert asked == dict.fromkeys([("telemetry", 0)] + [("decisions", p) for p in range(4)], 4)
+    assert lags == [10 * BACKLOG_MESSAGES - offset - 1 for offset in range(4)]

@@ -39,6 +39,11 @@ class SyncLoss(Detector):
     _onset: float | None = None
     _alarmed: bool = False
 
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        # (an unpickled array's dtype is a copy of numpy's, and ufunc.at on it skips its fast loop: ~30x slower)
+        self._latest = np.asarray(self._latest, np.int64)
+
     def update(self, ranks: Ints, steps: Ints, replicas: Ints, time: float) -> Finding | None:
         """Spans' ranks, steps and data-parallel replicas (one batch, in arrival order); ``time``: the
         batch's newest event time."""
