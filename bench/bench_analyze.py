@@ -59,6 +59,9 @@ def run(path: Path, columnar: bool) -> tuple[float, float]:
         analyze.samples_only = original  # type: ignore[assignment]
 
 
+HERE = Path(__file__).resolve().parents[1]  # this tree
+
+
 def run_elsewhere(root: Path, path: Path) -> tuple[float, float]:
     """(wall s, CPU s) of one analyze by columns with ``streams`` from another tree (a process of its own),
     after one untimed (as this process's runs are timed warm: imports, schema rules and caches made)."""
@@ -83,7 +86,7 @@ def main() -> None:
     n, ops = write_samples(args.ranks, args.steps, path)
     runs: dict[str, list[tuple[float, float]]] = {"by columns": [], "row by row": []}
     for _ in range(args.repeats):  # interleaved
-        runs["by columns"].append(run(path, True))
+        runs["by columns"].append(run_elsewhere(HERE, path))  # (as the other trees: a process of its own)
         runs["row by row"].append(run(path, False))
         for root in args.root:
             runs.setdefault(f"{root} by columns", []).append(run_elsewhere(root, path))
