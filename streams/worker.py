@@ -194,20 +194,35 @@ def faust_app(settings: Settings) -> faust.App:
 async def handle_event(
     state: WorkerState, ops_service: OpsService, stream: Any, event: Any, kind: str, encoding: str
 ) -> None:
-    """One input message: skipped if the restored state covers it, else processed; acknowledged after the
-    transaction that covers it (:meth:`WorkerState.commit`)."""
-    msg = event.message
+    """One fetch of a partition (a :class:`~streams.kafka.batching.Batch`), message by message; acknowledged
+    after the transaction that covers its last message (:meth:`WorkerState.commit`)."""
+    messages = event.message.messages
+    for message in messages[:-1]:
+        if state.stopped:  # moved away meanwhile (a commit awaited): its next owner resumes from the snapshot
+            return
+        await handle_message(state, ops_service, message, None, kind, encoding)
+    if not state.stopped:
+        await handle_message(state, ops_service, messages[-1], (stream, event), kind, encoding)
+
+
+async def handle_message(
+    state: WorkerState, ops_service: OpsService, msg: Any, ack: tuple[Any, Any] | None, kind: str, encoding: str
+) -> None:
+    """One input message: skipped if the restored state covers it, else processed. ``ack``: its batch's last
+    message carries the batch, acknowledged with (or after) the transaction covering this message."""
     if state.covered(msg.topic, msg.partition, msg.offset):  # a re-delivery (after a restart or a rebalance)
-        if state.durable(msg.topic, msg.partition, msg.offset):
-            await stream.ack(event)
-        else:
-            state.acks.append((stream, event))  # acknowledged with the snapshot that will cover it
+        if ack is not None and state.durable(msg.topic, msg.partition, msg.offset):
+            await ack[0].ack(ack[1])
+        elif ack is not None:
+            state.acks.append(ack)  # acknowledged with the snapshot that will cover it
         return
     position = SourcePosition(msg.topic, msg.partition, msg.offset)
     value = msg.value if isinstance(msg.value, bytes) else b""
     now = float(msg.timestamp) if msg.timestamp else None  # Faust gives the record timestamp in seconds
     out = state.process(kind, value, position, encoding, now)
-    state.acks.append((stream, event))
+    state.pending += 1
+    if ack is not None:
+        state.acks.append(ack)
     publish_metrics(out)
     labelled(ops.MESSAGES, msg.topic).inc()
     ops_service.observe(msg.topic, msg.partition, msg.offset, state.highs.get((msg.topic, msg.partition)))
@@ -216,7 +231,7 @@ async def handle_event(
     # (its offsets too: the group's lag is 0 when the input is processed, not up to two timers later)
     caught, state.caught = state.caught, None  # (as the processor was told; None: asked again)
     ended = state.backlog_ended(caught)
-    due = ended or len(state.acks) >= COMMIT_EVERY_MESSAGES or (out.audit and state.live(caught))
+    due = ended or state.pending >= COMMIT_EVERY_MESSAGES or (out.audit and state.live(caught))
     if not due or state.unresolved is not None:  # (a failed transaction: the timer retries)
         return
     if await commit_task(ops_service.app, ops_service, state) and ended:

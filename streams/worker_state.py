@@ -108,6 +108,7 @@ class WorkerState:
     offsets: Offsets = field(default_factory=dict)
     outputs: list[Output] = field(default_factory=list)
     acks: list[tuple[Any, Any]] = field(default_factory=list)  # (stream, event) to ack after the commit
+    pending: int = 0  # messages processed since the last commit (a batch is one entry of acks)
     dirty: bool = False
     # (monotonic) since when its own input is BACKLOG_MESSAGES behind, commits in a backlog included
     behind_since: float | None = None
@@ -425,6 +426,7 @@ class WorkerState:
             started = time.monotonic()
             state = snapshot.pickled()  # before any await: nothing may change the state while it is copied
             outputs, acks, self.outputs, self.acks, self.dirty = self.outputs, self.acks, [], [], False
+            self.pending = 0
             self.committed_at = time.monotonic()
             self.encode_s = self.committed_at - started  # what the event loop spent (input waited meanwhile)
             try:

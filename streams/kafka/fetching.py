@@ -22,6 +22,8 @@ import faust
 from faust.transport.drivers import aiokafka as driver
 from faust.types import TransportT
 
+from streams.kafka.batching import BatchingConsumer
+
 FETCH_MAX_WAIT_MS = 100  # the broker answers a fetch of idle partitions after at most this long
 ISOLATION_LEVEL = "read_committed"
 
@@ -34,7 +36,7 @@ class _ConsumerThread(driver.AIOKafkaConsumerThread):
         return consumer
 
 
-class _Consumer(driver.Consumer):
+class _Consumer(BatchingConsumer, driver.Consumer):
     def _new_consumer_thread(self) -> driver.AIOKafkaConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
