@@ -95,6 +95,14 @@ class Stream:
         self.acked.append(event.message.offset)
 
 
+def fetched(*offsets: int) -> Event:
+    """A partition's messages of one fetch, as Faust gives them to the agent (:class:`streams.kafka.batching.Batch`)."""
+    from types import SimpleNamespace
+
+    messages = [SimpleNamespace(topic="telemetry", partition=0, offset=o, value=b"", timestamp=None) for o in offsets]
+    return Event(SimpleNamespace(topic="telemetry", partition=0, offset=offsets[-1], messages=messages))
+
+
 def task(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> WorkerState:
     monkeypatch.setattr("streams.worker_state.Snapshot", Snap)
     monkeypatch.setattr("streams.worker_state.compressed", lambda seq, state: [state])
@@ -379,7 +387,7 @@ def test_records_of_a_task_that_keeps_up_are_committed_at_once_a_backlogs_with_t
     lags: list[int | None] = []
     observe = lambda topic, partition, offset, high: lags.append(None if high is None else high - offset - 1)  # noqa: E731
     ops = SimpleNamespace(app=None, status=SimpleNamespace(committed=lambda: None), observe=observe)
-    event = Event(SimpleNamespace(topic="telemetry", partition=0, offset=0, value=b"", timestamp=None))
+    event = fetched(0)
     asyncio.run(handle_event(state, ops, stream, event, "telemetry", "auto"))  # type: ignore[arg-type]
     assert broker.records == ([] if behind else [finding])
     assert stream.acked == ([] if behind else [0])
@@ -418,7 +426,7 @@ def test_a_task_commits_and_acknowledges_at_once_when_a_backlog_ends(
     async def drain() -> list[int]:
         seqs = []
         for offset in range(backlog):
-            event = Event(SimpleNamespace(topic="telemetry", partition=0, offset=offset, value=b"", timestamp=None))
+            event = fetched(offset)
             await handle_event(state, ops, stream, event, "telemetry", "auto")  # type: ignore[arg-type]
             seqs.append(state.seq)
         return seqs
@@ -475,7 +483,7 @@ def test_a_task_keeping_up_with_large_fetches_leaves_its_commits_to_the_timer(
         for _ in range(10):
             end[0] += fetch
             while offset < end[0]:
-                event = Event(SimpleNamespace(topic="telemetry", partition=0, offset=offset, value=b"", timestamp=None))
+                event = fetched(offset)
                 await handle_event(state, ops, stream, event, "telemetry", "auto")  # type: ignore[arg-type]
                 offset += 1
                 clock[0] += 1e-5
@@ -561,7 +569,7 @@ def test_a_message_asks_each_channels_high_watermark_once(monkeypatch: pytest.Mo
 
     async def drain(offsets: range) -> None:
         for offset in offsets:
-            event = Event(SimpleNamespace(topic="telemetry", partition=0, offset=offset, value=b"", timestamp=None))
+            event = fetched(offset)
             await handle_event(state, ops, stream, event, "telemetry", "auto")  # type: ignore[arg-type]
 
     asyncio.run(drain(range(1)))  # (the first message also asks whether the task is behind: the backlog starts)
@@ -570,3 +578,38 @@ def test_a_message_asks_each_channels_high_watermark_once(monkeypatch: pytest.Mo
     asyncio.run(drain(range(1, 4)))
     assert asked == dict.fromkeys([("telemetry", 0)] + [("decisions", p) for p in range(4)], 4)
     assert lags == [10 * BACKLOG_MESSAGES - offset - 1 for offset in range(4)]
+
+
+def test_a_fetch_is_acknowledged_after_the_transaction_covering_its_last_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A commit made in the middle of a fetch's messages (a finding of a task that keeps up) covers only those
+    before it: the fetch, one event for Faust, is acknowledged by the next commit, which covers its last."""
+    from types import SimpleNamespace
+
+    from audit.records import AuditRecord, SourcePosition
+    from streams.worker import handle_event
+
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+    state.highwater = lambda t, p: state.offsets.get((t, p), 0)  # each message the last one yet: keeping up
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    finding = AuditRecord("finding", "f1", SourcePosition("telemetry", 0, 1), {"kind": "k"}, key="k")
+
+    def process(kind: str, value: bytes, position: SourcePosition, *_: Any) -> Output:
+        state.offsets[("telemetry", 0)] = position.offset + 1
+        state.dirty = True
+        state.outputs.append(out := Output(audit=[finding] if position.offset == 1 else []))
+        return out
+
+    monkeypatch.setattr(state, "process", process)
+    ops = SimpleNamespace(app=None, status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
+
+    async def run() -> tuple[list[int], list[int]]:
+        await handle_event(state, ops, stream, fetched(0, 1, 2), "telemetry", "auto")  # type: ignore[arg-type]
+        before = list(stream.acked)
+        await state.commit(force=True)
+        return before, stream.acked
+
+    assert asyncio.run(run()) == ([], [2])
+    assert broker.records == [finding] and state.seq == 2
