@@ -50,6 +50,10 @@ log = logging.getLogger("driftlog.worker")
 COMMIT_EVERY_MESSAGES = 2000  # a transaction at least this often (besides every DRIFTLOG_STATE_INTERVAL_S)
 SHUTDOWN_BUDGET_S = 7.5  # SIGTERM → exit, whatever the broker does
 OFFSETS_COMMIT_INTERVAL_S = 1.0  # Faust commits the acknowledged input offsets this often
+# events an agent's stream buffers (Faust pauses the fetching of its partitions at 80% of it): an event is a
+# partition's fetch (streams/kafka/batching.py), up to consumer_max_fetch_size (1 MB), not one message; Faust's
+# 4,096 would let a backlog fill gigabytes
+STREAM_BUFFER_FETCHES = 128
 
 
 def broker_urls(bootstrap: str) -> list[str]:
@@ -184,6 +188,7 @@ def faust_app(settings: Settings) -> faust.App:
         producer_acks=-1,
         broker_commit_every=1000,
         broker_commit_interval=OFFSETS_COMMIT_INTERVAL_S,
+        stream_buffer_maxsize=STREAM_BUFFER_FETCHES,
         # a restarted worker rejoins once the dead member's session expired: keep that short (the broker's
         # group.min.session.timeout.ms is 6 s by default)
         broker_session_timeout=6.0,
