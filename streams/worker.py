@@ -202,12 +202,13 @@ async def handle_event(
     """One fetch of a partition (a :class:`~streams.kafka.batching.Batch`), message by message; acknowledged
     after the transaction that covers its last message (:meth:`WorkerState.commit`)."""
     messages = event.message.messages
-    for message in messages[:-1]:
-        if state.stopped:  # moved away meanwhile (a commit awaited): its next owner resumes from the snapshot
+    for n, message in enumerate(messages):
+        if n:  # a loop turn per message, as Faust's stream gives: timers, /health, SIGTERM wait no fetch's end
+            await asyncio.sleep(0)
+        if state.stopped:  # moved away meanwhile: its next owner resumes from the snapshot
             return
-        await handle_message(state, ops_service, message, None, kind, encoding)
-    if not state.stopped:
-        await handle_message(state, ops_service, messages[-1], (stream, event), kind, encoding)
+        await handle_message(state, ops_service, message, (stream, event) if n == len(messages) - 1 else None,
+                             kind, encoding)  # fmt: skip
 
 
 async def handle_message(
