@@ -71,6 +71,12 @@ class BatchingConsumer:
                         await this._add_gap(tp, last + 1, message.offset)
                     batches.setdefault(tp, []).append(message)
                 for tp, messages in batches.items():
+                    # as Faust's getmany per message: nothing more of the fetch once the flow is stopped or the
+                    # generation (getmany's, which each message carries) is not the group's: a rebalance seeks
+                    # its partitions back to the committed offsets, and sets their read offsets, which
+                    # batches not delivered must not move
+                    if not this.flow_active or this.app.consumer_generation_id != messages[0].generation_id:
+                        break
                     if this._commit_every is not None and this._n_acked >= this._commit_every:
                         this._n_acked = 0
                         await this.commit()

@@ -5,11 +5,16 @@ moves past the batch as it did when each message was an event of its own."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
+from types import SimpleNamespace
+from typing import Any
 
+import pytest
+from faust.transport.consumer import Consumer as FaustConsumer
 from faust.types import TP, ConsumerMessage
 
 from streams.config import Settings
-from streams.kafka.batching import Batch
+from streams.kafka.batching import Batch, BatchingConsumer
 from streams.worker import build_app
 
 
@@ -39,3 +44,94 @@ def test_a_batch_is_its_last_message_for_faust() -> None:
     batch = Batch(tp, [_message(tp, o) for o in (10, 11, 12)])
     assert (batch.tp, batch.offset, batch.acked, batch.refcount) == (tp, 12, False, 0)
     assert [m.offset for m in batch.messages] == [10, 11, 12]
+
+
+class Fetches:
+    """Stands in for Faust's ``getmany``: each call yields one fetch's ``(tp, offset)``s as Faust's does (a
+    message carries the generation of the group at the time), after ``before`` (the consumer) ran; once the
+    fetches are spent, the fetcher stops (the drain loop ends)."""
+
+    def __init__(self, consumer: Any, fetches: list[tuple[Callable[[Any], None], list[tuple[TP, int]]]]) -> None:
+        self.consumer, self.fetches = consumer, list(fetches)
+        self.fetcher = SimpleNamespace(_stopped=asyncio.Event())
+
+    async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, ConsumerMessage]]:
+        before, fetch = self.fetches.pop(0)
+        before(self.consumer)
+        for tp, offset in fetch:
+            message = _message(tp, offset)
+            message.generation_id = self.consumer.app.consumer_generation_id
+            yield tp, message
+        if not self.fetches:
+            self.fetcher._stopped.set()
+
+
+def _nothing(*_: Any) -> None:
+    return None
+
+
+def _drained(
+    tmp_path: object,
+    fetches: list[tuple[Callable[[Any], None], list[tuple[TP, int]]]],
+    delivered: Callable[[Any, Any], None] = _nothing,
+    faust_own: bool = False,
+) -> tuple[Any, list[list[int]], list[int]]:
+    """Run the worker's consumer's drain loop (or ``faust_own``: Faust's, a callback per message) over
+    ``fetches``; ``delivered(consumer, event)`` runs as the conductor takes each event. Returns the consumer,
+    the offsets of each event delivered and, per commit of the acknowledged offsets, the events delivered
+    before it."""
+    events: list[list[int]] = []
+    commits: list[int] = []
+
+    async def drain() -> Any:
+        settings = Settings(kafka_bootstrap_servers="127.0.0.1:1", home=tmp_path)  # (nothing connects)
+        consumer = build_app(settings)[0].consumer  # (in the running loop: its waits are scheduled there)
+        consumer.app.topics._acking_topics.add(settings.telemetry_topic)  # (gaps are kept for acked topics)
+
+        async def callback(event: ConsumerMessage) -> None:
+            events.append([m.offset for m in event.messages] if isinstance(event, Batch) else [event.offset])
+            delivered(consumer, event)
+
+        async def commit() -> bool:
+            commits.append(len(events))
+            return True
+
+        script = Fetches(consumer, fetches)
+        consumer.getmany, consumer.callback, consumer.commit = script.getmany, callback, commit
+        loop = FaustConsumer._drain_messages if faust_own else BatchingConsumer._drain_messages
+        await loop(consumer, script.fetcher)
+        return consumer
+
+    return asyncio.run(drain()), events, commits
+
+
+TP0, TP1 = TP("telemetry", 0), TP("telemetry", 1)
+ONE_FETCH = [(TP0, 5), (TP1, 3), (TP0, 6)]  # (Faust's getmany goes round the partitions)
+
+
+def _stop_flow(consumer: Any, event: Any) -> None:
+    consumer.stop_flow()  # (a rebalance begins: Faust's on_partitions_revoked)
+
+
+def _new_generation(consumer: Any, event: Any = None) -> None:
+    consumer.app.consumer_generation_id += 1  # (the group rebalanced)
+
+
+@pytest.mark.parametrize("rebalance", [_stop_flow, _new_generation], ids=["flow-stopped", "new-generation"])
+def test_a_fetch_is_delivered_no_further_once_a_rebalance_begins(
+    rebalance: Callable[[Any, Any], None], tmp_path: object
+) -> None:
+    """As Faust's getmany stops at a stopped flow or a new generation, so does the delivery of a fetch's
+    partitions; the read offset of a partition not delivered stays (a rebalance seeks it to the committed
+    offset: the batch is fetched again)."""
+    consumer, events, _ = _drained(tmp_path, [(_nothing, ONE_FETCH)], rebalance)
+    assert events == [[5, 6]]
+    assert (consumer._read_offset[TP0], consumer._read_offset[TP1]) == (6, None)
+
+
+def test_a_fetch_made_after_a_rebalance_is_delivered(tmp_path: object) -> None:
+    """getmany takes the generation once it has its records (it waits for a stopped flow to resume, after the
+    rebalance's seek): a fetch made then, in the new generation, is delivered; dropped, its records would be
+    skipped, since the consumer's position is past them."""
+    _, events, _ = _drained(tmp_path, [(_new_generation, ONE_FETCH)])
+    assert events == [[5, 6], [3]]
