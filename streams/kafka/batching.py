@@ -47,8 +47,9 @@ class Batch(ConsumerMessage):
 class BatchingConsumer:
     """Mixin for Faust's consumer (before it in the bases): :meth:`_drain_messages` delivers :class:`Batch`es."""
 
-    async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover (runs in the worker: integration)
-        # Faust's loop (faust/transport/consumer.py) with the callback once per partition of a fetch
+    async def _drain_messages(self, fetcher: Any) -> None:
+        # Faust's loop (faust/transport/consumer.py, 0.15.3: tests/unit/test_batching.py compares them) with
+        # the callback once per partition of a fetch
         this: Any = self
         callback = this.callback
         consumer_should_stop = this._stopped.is_set
