@@ -41,6 +41,7 @@ from streams.config import Settings
 from streams.health import Health, probe, until_broker
 from streams.kafka import fetching
 from streams.kafka.admin import ensure_topics
+from streams.kafka.batching import forget
 from streams.logs import config_dict
 from streams.pipeline import Output
 from streams.tasks import Tasks, on_rebalance
@@ -206,9 +207,21 @@ async def handle_event(
         if n:  # a loop turn per message, as Faust's stream gives: timers, /health, SIGTERM wait no fetch's end
             await asyncio.sleep(0)
         if state.stopped:  # moved away meanwhile: its next owner resumes from the snapshot
+            await let_go(state, ops_service, stream, event)
             return
         await handle_message(state, ops_service, message, (stream, event) if n == len(messages) - 1 else None,
                              kind, encoding)  # fmt: skip
+
+
+async def let_go(state: WorkerState, ops_service: OpsService, stream: Any, event: Any) -> None:
+    """A fetch whose task stopped before its last message: acknowledged if a committed snapshot covers that
+    message (all of it then), else left unacknowledged, and Faust told not to wait for it (a rebalance or a
+    stop would wait for it in vain)."""
+    last = event.message
+    if state.durable(last.topic, last.partition, last.offset):
+        await stream.ack(event)
+    else:
+        forget(ops_service.app.consumer, last)
 
 
 async def handle_message(

@@ -44,6 +44,13 @@ class Batch(ConsumerMessage):
         return True
 
 
+def forget(consumer: Any, batch: Batch) -> None:
+    """Faust waits (``wait_empty``: at a rebalance, at a stop) until every event it delivered is acknowledged:
+    a batch that will not be (its task stopped) is taken out of those it waits for, its messages left
+    unacknowledged, so that Faust's committed offsets do not pass them."""
+    consumer._unacked_messages.discard(batch)
+
+
 class BatchingConsumer:
     """Mixin for Faust's consumer (before it in the bases): :meth:`_drain_messages` delivers :class:`Batch`es."""
 

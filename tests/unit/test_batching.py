@@ -15,7 +15,7 @@ from faust.transport.consumer import Consumer as FaustConsumer
 from faust.types import TP, ConsumerMessage
 
 from streams.config import Settings
-from streams.kafka.batching import Batch, BatchingConsumer
+from streams.kafka.batching import Batch, BatchingConsumer, forget
 from streams.worker import build_app
 
 
@@ -38,6 +38,19 @@ def test_acknowledging_a_batch_acknowledges_each_of_its_messages(tmp_path: objec
         return done, [m.acked for m in batch.messages], consumer._new_offset(tp), len(consumer._unacked_messages)
 
     assert asyncio.run(ack()) == (True, [True] * 4, 7, 0)
+
+
+def test_a_batch_forgotten_is_waited_for_no_longer_and_acknowledges_nothing(tmp_path: object) -> None:
+    settings = Settings(kafka_bootstrap_servers="127.0.0.1:1", home=tmp_path)  # (nothing connects)
+    app, _ = build_app(settings)
+    tp = TP(settings.telemetry_topic, 0)
+    consumer = app.consumer
+    app.topics._acking_topics.add(tp.topic)
+    batch = Batch(tp, [_message(tp, o) for o in (3, 4)])
+    consumer._unacked_messages.add(batch)
+    forget(consumer, batch)
+    assert (len(consumer._unacked_messages), consumer._new_offset(tp)) == (0, None)
+    assert [m.acked for m in [batch, *batch.messages]] == [False] * 3
 
 
 def test_a_batch_is_its_last_message_for_faust() -> None:

@@ -613,3 +613,35 @@ def test_a_fetch_is_acknowledged_after_the_transaction_covering_its_last_message
 
     assert asyncio.run(run()) == ([], [2])
     assert broker.records == [finding] and state.seq == 2
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["not-covered", "covered-by-a-snapshot"])
+def test_a_fetch_whose_task_stops_is_acknowledged_only_if_a_snapshot_covers_it(
+    durable: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task stopped (its partition moved away) in the middle of a fetch processes none of the rest; the
+    fetch is acknowledged if a committed snapshot covers its last message, else Faust is told to wait for it
+    no longer (its offsets stay uncommitted: the next owner resumes from the snapshot)."""
+    from types import SimpleNamespace
+
+    from audit.records import SourcePosition
+    from streams.worker import handle_event
+
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    state.committed_offsets = {("telemetry", 0): 3 if durable else 0}
+    processed: list[int] = []
+
+    def process(kind: str, value: bytes, position: SourcePosition, *_: Any) -> Output:
+        processed.append(position.offset)
+        state.stopped = True  # (the rebalance stops the task while this message is handled)
+        return Output()
+
+    monkeypatch.setattr(state, "process", process)
+    forgotten: list[int] = []
+    consumer = SimpleNamespace(_unacked_messages=SimpleNamespace(discard=lambda m: forgotten.append(m.offset)))
+    ops = SimpleNamespace(app=SimpleNamespace(consumer=consumer), observe=lambda *_: None)
+    asyncio.run(handle_event(state, ops, stream, fetched(0, 1, 2), "telemetry", "auto"))  # type: ignore[arg-type]
+    assert processed == [0]
+    assert (stream.acked, forgotten) == (([2], []) if durable else ([], [2]))
