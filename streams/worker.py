@@ -209,8 +209,24 @@ async def handle_event(
         if state.stopped:  # moved away meanwhile: its next owner resumes from the snapshot
             await let_go(state, ops_service, stream, event)
             return
-        await handle_message(state, ops_service, message, (stream, event) if n == len(messages) - 1 else None,
-                             kind, encoding)  # fmt: skip
+        try:
+            await handle_message(state, ops_service, message, (stream, event) if n == len(messages) - 1 else None,
+                                 kind, encoding)  # fmt: skip
+        except Exception as exc:  # (a bug: the processor dead-letters what it cannot process)
+            await fail_task(state, ops_service, stream, event, exc)
+            return
+
+
+async def fail_task(state: WorkerState, ops_service: OpsService, stream: Any, event: Any, exc: Exception) -> None:
+    """A message of a fetch could not be handled (not even dead-lettered): going on would commit snapshots past
+    it, so its task commits nothing more and the worker stops (a restart resumes from the last snapshot).
+    Faust would have skipped the rest of the fetch instead (the agent restarted, with the next one)."""
+    state.stopped = True
+    await let_go(state, ops_service, stream, event)
+    ops_service.status.fail(exc)
+    log.exception("a message could not be handled; stopping (a restart loses nothing)",
+                  extra={"partition": state.partition})  # fmt: skip
+    await ops_service.app.crash(exc)
 
 
 async def let_go(state: WorkerState, ops_service: OpsService, stream: Any, event: Any) -> None:
@@ -242,6 +258,14 @@ async def handle_message(
     state.pending += 1
     if ack is not None:
         state.acks.append(ack)
+    try:
+        await after_message(state, ops_service, msg, out)
+    except Exception:  # (the message is in the state, its acknowledgement kept: only metrics or a commit's timing)
+        log.exception("after a message was processed; going on", extra=position.as_dict())
+
+
+async def after_message(state: WorkerState, ops_service: OpsService, msg: Any, out: Output) -> None:
+    """A message processed: its metrics, and a commit if one is due."""
     publish_metrics(out)
     labelled(ops.MESSAGES, msg.topic).inc()
     ops_service.observe(msg.topic, msg.partition, msg.offset, state.highs.get((msg.topic, msg.partition)))

@@ -645,3 +645,92 @@ def test_a_fetch_whose_task_stops_is_acknowledged_only_if_a_snapshot_covers_it(
     asyncio.run(handle_event(state, ops, stream, fetched(0, 1, 2), "telemetry", "auto"))  # type: ignore[arg-type]
     assert processed == [0]
     assert (stream.acked, forgotten) == (([2], []) if durable else ([], [2]))
+
+
+def test_a_failure_after_a_message_is_processed_leaves_the_rest_of_its_fetch_processed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What follows a message's processing (metrics, the commit decision) failing on one message of a fetch
+    costs nothing of the fetch: every message is processed, and the fetch acknowledged with the transaction
+    covering its last."""
+    from types import SimpleNamespace
+
+    from audit.records import SourcePosition
+    from streams.worker import handle_event
+
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    processed: list[int] = []
+
+    def process(kind: str, value: bytes, position: SourcePosition, *_: Any) -> Output:
+        processed.append(position.offset)
+        state.offsets[("telemetry", 0)] = position.offset + 1
+        state.dirty = True
+        return Output()
+
+    def observe(topic: str, partition: int, offset: int, high: int | None) -> None:
+        if offset == 1:
+            raise RuntimeError("a bug in the metrics")
+
+    monkeypatch.setattr(state, "process", process)
+    ops = SimpleNamespace(app=None, status=SimpleNamespace(committed=lambda: None), observe=observe)
+
+    async def run() -> list[int]:
+        await handle_event(state, ops, stream, fetched(0, 1, 2), "telemetry", "auto")  # type: ignore[arg-type]
+        before = list(stream.acked)
+        await state.commit(force=True)
+        return before
+
+    assert asyncio.run(run()) == []
+    assert processed == [0, 1, 2] and stream.acked == [2] and not state.stopped
+
+
+def test_a_message_that_cannot_be_handled_stops_the_worker_and_its_task_commits_nothing_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A failure before a message is processed (a bug outside the processor, which dead-letters): the rest
+    of its fetch is not skipped silently, as an agent that raised would have it; its task commits no
+    snapshot past the message (it stops), its fetch is not acknowledged, and the worker stops (a restart
+    resumes from the last snapshot)."""
+    from types import SimpleNamespace
+
+    from audit.records import SourcePosition
+    from streams.worker import handle_event
+
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    processed: list[int] = []
+
+    def process(kind: str, value: bytes, position: SourcePosition, *_: Any) -> Output:
+        processed.append(position.offset)
+        state.offsets[("telemetry", 0)] = position.offset + 1
+        state.dirty = True
+        return Output()
+
+    def covered(topic: str, partition: int, offset: int) -> bool:
+        if offset == 1:
+            raise RuntimeError("a bug before processing")
+        return False
+
+    monkeypatch.setattr(state, "process", process)
+    monkeypatch.setattr(state, "covered", covered)
+    crashed: list[str] = []
+    failed: list[str] = []
+    forgotten: list[int] = []
+
+    async def crash(exc: BaseException) -> None:
+        crashed.append(str(exc))
+
+    consumer = SimpleNamespace(_unacked_messages=SimpleNamespace(discard=lambda m: forgotten.append(m.offset)))
+    status = SimpleNamespace(committed=lambda: None, fail=lambda exc: failed.append(str(exc)))
+    ops = SimpleNamespace(app=SimpleNamespace(consumer=consumer, crash=crash), status=status, observe=lambda *_: None)
+
+    async def run() -> int:
+        await handle_event(state, ops, stream, fetched(0, 1, 2), "telemetry", "auto")  # type: ignore[arg-type]
+        return await state.commit(force=True)
+
+    assert asyncio.run(run()) == 0 and broker.seq is None
+    assert processed == [0] and stream.acked == [] and forgotten == [2]
+    assert crashed == failed == ["a bug before processing"]
