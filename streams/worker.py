@@ -259,21 +259,22 @@ async def handle_message(
     if ack is not None:
         state.acks.append(ack)
     try:
-        await after_message(state, ops_service, msg, out)
+        await after_message(state, ops_service, msg, out, ack is not None)
     except Exception:  # (the message is in the state, its acknowledgement kept: only metrics or a commit's timing)
         log.exception("after a message was processed; going on", extra=position.as_dict())
 
 
-async def after_message(state: WorkerState, ops_service: OpsService, msg: Any, out: Output) -> None:
-    """A message processed: its metrics, and a commit if one is due."""
+async def after_message(state: WorkerState, ops_service: OpsService, msg: Any, out: Output, last: bool) -> None:
+    """A message processed (``last``: of its fetch): its metrics, and a commit if one is due."""
     publish_metrics(out)
     labelled(ops.MESSAGES, msg.topic).inc()
     ops_service.observe(msg.topic, msg.partition, msg.offset, state.highs.get((msg.topic, msg.partition)))
     # records of a task that keeps up go at once (a finding waits for no timer); a backlog is committed every
     # interval (or COMMIT_EVERY_MESSAGES), so that snapshots do not take its time, and at once when it ends
-    # (its offsets too: the group's lag is 0 when the input is processed, not up to two timers later)
+    # (its offsets too: the group's lag is 0 when the input is processed, not up to two timers later); that
+    # is asked at a fetch's last message, whose acknowledgement (the fetch's) that commit carries
     caught, state.caught = state.caught, None  # (as the processor was told; None: asked again)
-    ended = state.backlog_ended(caught)
+    ended = last and state.backlog_ended(caught)
     due = ended or state.pending >= COMMIT_EVERY_MESSAGES or (out.audit and state.live(caught))
     if not due or state.unresolved is not None:  # (a failed transaction: the timer retries)
         return

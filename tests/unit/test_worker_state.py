@@ -734,3 +734,31 @@ def test_a_message_that_cannot_be_handled_stops_the_worker_and_its_task_commits_
     assert asyncio.run(run()) == 0 and broker.seq is None
     assert processed == [0] and stream.acked == [] and forgotten == [2]
     assert crashed == failed == ["a bug before processing"]
+
+
+def test_a_backlog_that_ends_in_the_middle_of_a_fetch_is_committed_with_the_fetchs_acknowledgement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A backlog's end is committed, and the input offsets with it (the group's lag 0 at once), once the
+    fetch's last message is in: a commit at an earlier message could not acknowledge the fetch, and the
+    offsets committed then would stay behind until the next timer."""
+    import time
+    from types import SimpleNamespace
+
+    from streams.worker import handle_event
+
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+    state.highwater = lambda t, p: state.offsets.get((t, p), 0)  # each message the last one yet: caught up
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())
+    state.behind_since = time.monotonic() - 2 * BACKLOG_S  # (a backlog was being drained)
+    offsets_commits: list[list[int]] = []
+
+    async def commit() -> None:
+        offsets_commits.append(list(stream.acked))
+
+    app = SimpleNamespace(consumer=SimpleNamespace(commit=commit))
+    ops = SimpleNamespace(app=app, status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
+    asyncio.run(handle_event(state, ops, stream, fetched(0, 1, 2), "telemetry", "auto"))  # type: ignore[arg-type]
+    assert (state.seq, stream.acked, offsets_commits) == (1, [2], [[2]])
