@@ -655,25 +655,16 @@ def test_a_failure_after_a_message_is_processed_leaves_the_rest_of_its_fetch_pro
     covering its last."""
     from types import SimpleNamespace
 
-    from audit.records import SourcePosition
     from streams.worker import handle_event
 
     broker, stream = Broker(), Stream()
     state = task(broker, monkeypatch)
-    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
-    processed: list[int] = []
-
-    def process(kind: str, value: bytes, position: SourcePosition, *_: Any) -> Output:
-        processed.append(position.offset)
-        state.offsets[("telemetry", 0)] = position.offset + 1
-        state.dirty = True
-        return Output()
+    processed = processing(state, monkeypatch)
 
     def observe(topic: str, partition: int, offset: int, high: int | None) -> None:
         if offset == 1:
             raise RuntimeError("a bug in the metrics")
 
-    monkeypatch.setattr(state, "process", process)
     ops = SimpleNamespace(app=None, status=SimpleNamespace(committed=lambda: None), observe=observe)
 
     async def run() -> list[int]:
@@ -695,26 +686,17 @@ def test_a_message_that_cannot_be_handled_stops_the_worker_and_its_task_commits_
     resumes from the last snapshot)."""
     from types import SimpleNamespace
 
-    from audit.records import SourcePosition
     from streams.worker import handle_event
 
     broker, stream = Broker(), Stream()
     state = task(broker, monkeypatch)
-    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
-    processed: list[int] = []
-
-    def process(kind: str, value: bytes, position: SourcePosition, *_: Any) -> Output:
-        processed.append(position.offset)
-        state.offsets[("telemetry", 0)] = position.offset + 1
-        state.dirty = True
-        return Output()
+    processed = processing(state, monkeypatch)
 
     def covered(topic: str, partition: int, offset: int) -> bool:
         if offset == 1:
             raise RuntimeError("a bug before processing")
         return False
 
-    monkeypatch.setattr(state, "process", process)
     monkeypatch.setattr(state, "covered", covered)
     crashed: list[str] = []
     failed: list[str] = []
@@ -762,3 +744,21 @@ def test_a_backlog_that_ends_in_the_middle_of_a_fetch_is_committed_with_the_fetc
     ops = SimpleNamespace(app=app, status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
     asyncio.run(handle_event(state, ops, stream, fetched(0, 1, 2), "telemetry", "auto"))  # type: ignore[arg-type]
     assert (state.seq, stream.acked, offsets_commits) == (1, [2], [[2]])
+
+
+def processing(state: WorkerState, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The task reads its telemetry partition; its processor only moves past each message, whose offset goes
+    to the list returned."""
+    from audit.records import SourcePosition
+
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    processed: list[int] = []
+
+    def process(kind: str, value: bytes, position: SourcePosition, *_: Any) -> Output:
+        processed.append(position.offset)
+        state.offsets[("telemetry", 0)] = position.offset + 1
+        state.dirty = True
+        return Output()
+
+    monkeypatch.setattr(state, "process", process)
+    return processed
