@@ -22,6 +22,7 @@ instance owns the task) stops the worker. Started while the broker is away, the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import logging
@@ -222,10 +223,11 @@ async def fail_task(state: WorkerState, ops_service: OpsService, stream: Any, ev
     it, so its task commits nothing more and the worker stops (a restart resumes from the last snapshot).
     Faust would have skipped the rest of the fetch instead (the agent restarted, with the next one)."""
     state.stopped = True
-    await let_go(state, ops_service, stream, event)
     ops_service.status.fail(exc)
     log.exception("a message could not be handled; stopping (a restart loses nothing)",
                   extra={"partition": state.partition})  # fmt: skip
+    with contextlib.suppress(Exception):  # (what failed may have been acknowledging it)
+        await let_go(state, ops_service, stream, event)
     await ops_service.app.crash(exc)
 
 

@@ -762,3 +762,28 @@ def processing(state: WorkerState, monkeypatch: pytest.MonkeyPatch) -> list[int]
 
     monkeypatch.setattr(state, "process", process)
     return processed
+
+
+def test_a_fetch_whose_acknowledgement_fails_stops_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A re-delivered fetch that a snapshot covers is acknowledged at once: if that fails (a bug), the worker
+    stops all the same (the acknowledgement is not tried again in a way that would hide why)."""
+    from types import SimpleNamespace
+
+    from streams.worker import handle_event
+
+    class Failing(Stream):
+        async def ack(self, event: Event) -> None:
+            raise RuntimeError("a bug in acknowledging")
+
+    state = task(Broker(), monkeypatch)
+    processed = processing(state, monkeypatch)
+    state.offsets[("telemetry", 0)] = state.committed_offsets[("telemetry", 0)] = 1  # (offset 0 covered, durable)
+    crashed: list[str] = []
+
+    async def crash(exc: BaseException) -> None:
+        crashed.append(str(exc))
+
+    status = SimpleNamespace(fail=lambda exc: None)
+    ops = SimpleNamespace(app=SimpleNamespace(crash=crash), status=status)
+    asyncio.run(handle_event(state, ops, Failing(), fetched(0), "telemetry", "auto"))  # type: ignore[arg-type]
+    assert processed == [] and crashed == ["a bug in acknowledging"] and state.stopped
