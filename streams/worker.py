@@ -22,6 +22,7 @@ instance owns the task) stops the worker. Started while the broker is away, the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import logging
@@ -41,6 +42,7 @@ from streams.config import Settings
 from streams.health import Health, probe, until_broker
 from streams.kafka import fetching
 from streams.kafka.admin import ensure_topics
+from streams.kafka.batching import forget
 from streams.logs import config_dict
 from streams.pipeline import Output
 from streams.tasks import Tasks, on_rebalance
@@ -206,9 +208,38 @@ async def handle_event(
         if n:  # a loop turn per message, as Faust's stream gives: timers, /health, SIGTERM wait no fetch's end
             await asyncio.sleep(0)
         if state.stopped:  # moved away meanwhile: its next owner resumes from the snapshot
+            await let_go(state, ops_service, stream, event)
             return
-        await handle_message(state, ops_service, message, (stream, event) if n == len(messages) - 1 else None,
-                             kind, encoding)  # fmt: skip
+        try:
+            await handle_message(state, ops_service, message, (stream, event) if n == len(messages) - 1 else None,
+                                 kind, encoding)  # fmt: skip
+        except Exception as exc:  # (a bug: the processor dead-letters what it cannot process)
+            await fail_task(state, ops_service, stream, event, exc)
+            return
+
+
+async def fail_task(state: WorkerState, ops_service: OpsService, stream: Any, event: Any, exc: Exception) -> None:
+    """A message of a fetch could not be handled (not even dead-lettered): going on would commit snapshots past
+    it, so its task commits nothing more and the worker stops (a restart resumes from the last snapshot).
+    Faust would have skipped the rest of the fetch instead (the agent restarted, with the next one)."""
+    state.stopped = True
+    ops_service.status.fail(exc)
+    log.exception("a message could not be handled; stopping (a restart loses nothing)",
+                  extra={"partition": state.partition})  # fmt: skip
+    with contextlib.suppress(Exception):  # (what failed may have been acknowledging it)
+        await let_go(state, ops_service, stream, event)
+    await ops_service.app.crash(exc)
+
+
+async def let_go(state: WorkerState, ops_service: OpsService, stream: Any, event: Any) -> None:
+    """A fetch whose task stopped before its last message: acknowledged if a committed snapshot covers that
+    message (all of it then), else left unacknowledged, and Faust told not to wait for it (a rebalance or a
+    stop would wait for it in vain)."""
+    last = event.message
+    if state.durable(last.topic, last.partition, last.offset):
+        await stream.ack(event)
+    else:
+        forget(ops_service.app.consumer, last)
 
 
 async def handle_message(
@@ -229,14 +260,23 @@ async def handle_message(
     state.pending += 1
     if ack is not None:
         state.acks.append(ack)
+    try:
+        await after_message(state, ops_service, msg, out, ack is not None)
+    except Exception:  # (the message is in the state, its acknowledgement kept: only metrics or a commit's timing)
+        log.exception("after a message was processed; going on", extra=position.as_dict())
+
+
+async def after_message(state: WorkerState, ops_service: OpsService, msg: Any, out: Output, last: bool) -> None:
+    """A message processed (``last``: of its fetch): its metrics, and a commit if one is due."""
     publish_metrics(out)
     labelled(ops.MESSAGES, msg.topic).inc()
     ops_service.observe(msg.topic, msg.partition, msg.offset, state.highs.get((msg.topic, msg.partition)))
     # records of a task that keeps up go at once (a finding waits for no timer); a backlog is committed every
     # interval (or COMMIT_EVERY_MESSAGES), so that snapshots do not take its time, and at once when it ends
-    # (its offsets too: the group's lag is 0 when the input is processed, not up to two timers later)
+    # (its offsets too: the group's lag is 0 when the input is processed, not up to two timers later); that
+    # is asked at a fetch's last message, whose acknowledgement (the fetch's) that commit carries
     caught, state.caught = state.caught, None  # (as the processor was told; None: asked again)
-    ended = state.backlog_ended(caught)
+    ended = last and state.backlog_ended(caught)
     due = ended or state.pending >= COMMIT_EVERY_MESSAGES or (out.audit and state.live(caught))
     if not due or state.unresolved is not None:  # (a failed transaction: the timer retries)
         return

@@ -44,11 +44,19 @@ class Batch(ConsumerMessage):
         return True
 
 
+def forget(consumer: Any, batch: Batch) -> None:
+    """Faust waits (``wait_empty``: at a rebalance, at a stop) until every event it delivered is acknowledged:
+    a batch that will not be (its task stopped) is taken out of those it waits for, its messages left
+    unacknowledged, so that Faust's committed offsets do not pass them."""
+    consumer._unacked_messages.discard(batch)
+
+
 class BatchingConsumer:
     """Mixin for Faust's consumer (before it in the bases): :meth:`_drain_messages` delivers :class:`Batch`es."""
 
-    async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover (runs in the worker: integration)
-        # Faust's loop (faust/transport/consumer.py) with the callback once per partition of a fetch
+    async def _drain_messages(self, fetcher: Any) -> None:
+        # Faust's loop (faust/transport/consumer.py, 0.15.3: tests/unit/test_batching.py compares them) with
+        # the callback once per partition of a fetch
         this: Any = self
         callback = this.callback
         consumer_should_stop = this._stopped.is_set
@@ -71,6 +79,12 @@ class BatchingConsumer:
                         await this._add_gap(tp, last + 1, message.offset)
                     batches.setdefault(tp, []).append(message)
                 for tp, messages in batches.items():
+                    # as Faust's getmany per message: nothing more of the fetch once the flow is stopped or the
+                    # generation (getmany's, which each message carries) is not the group's: a rebalance seeks
+                    # its partitions back to the committed offsets, and sets their read offsets, which
+                    # batches not delivered must not move
+                    if not this.flow_active or this.app.consumer_generation_id != messages[0].generation_id:
+                        break
                     if this._commit_every is not None and this._n_acked >= this._commit_every:
                         this._n_acked = 0
                         await this.commit()

@@ -613,3 +613,177 @@ def test_a_fetch_is_acknowledged_after_the_transaction_covering_its_last_message
 
     assert asyncio.run(run()) == ([], [2])
     assert broker.records == [finding] and state.seq == 2
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["not-covered", "covered-by-a-snapshot"])
+def test_a_fetch_whose_task_stops_is_acknowledged_only_if_a_snapshot_covers_it(
+    durable: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task stopped (its partition moved away) in the middle of a fetch processes none of the rest; the
+    fetch is acknowledged if a committed snapshot covers its last message, else Faust is told to wait for it
+    no longer (its offsets stay uncommitted: the next owner resumes from the snapshot)."""
+    from types import SimpleNamespace
+
+    from audit.records import SourcePosition
+    from streams.worker import handle_event
+
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    state.committed_offsets = {("telemetry", 0): 3 if durable else 0}
+    processed: list[int] = []
+
+    def process(kind: str, value: bytes, position: SourcePosition, *_: Any) -> Output:
+        processed.append(position.offset)
+        state.stopped = True  # (the rebalance stops the task while this message is handled)
+        return Output()
+
+    monkeypatch.setattr(state, "process", process)
+    forgotten: list[int] = []
+    consumer = SimpleNamespace(_unacked_messages=SimpleNamespace(discard=lambda m: forgotten.append(m.offset)))
+    ops = SimpleNamespace(app=SimpleNamespace(consumer=consumer), observe=lambda *_: None)
+    asyncio.run(handle_event(state, ops, stream, fetched(0, 1, 2), "telemetry", "auto"))  # type: ignore[arg-type]
+    assert processed == [0]
+    assert (stream.acked, forgotten) == (([2], []) if durable else ([], [2]))
+
+
+def test_a_failure_after_a_message_is_processed_leaves_the_rest_of_its_fetch_processed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What follows a message's processing (metrics, the commit decision) failing on one message of a fetch
+    costs nothing of the fetch: every message is processed, and the fetch acknowledged with the transaction
+    covering its last."""
+    from types import SimpleNamespace
+
+    from streams.worker import handle_event
+
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+    processed = processing(state, monkeypatch)
+
+    def observe(topic: str, partition: int, offset: int, high: int | None) -> None:
+        if offset == 1:
+            raise RuntimeError("a bug in the metrics")
+
+    ops = SimpleNamespace(app=None, status=SimpleNamespace(committed=lambda: None), observe=observe)
+
+    async def run() -> list[int]:
+        await handle_event(state, ops, stream, fetched(0, 1, 2), "telemetry", "auto")  # type: ignore[arg-type]
+        before = list(stream.acked)
+        await state.commit(force=True)
+        return before
+
+    assert asyncio.run(run()) == []
+    assert processed == [0, 1, 2] and stream.acked == [2] and not state.stopped
+
+
+def test_a_message_that_cannot_be_handled_stops_the_worker_and_its_task_commits_nothing_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A failure before a message is processed (a bug outside the processor, which dead-letters): the rest
+    of its fetch is not skipped silently, as an agent that raised would have it; its task commits no
+    snapshot past the message (it stops), its fetch is not acknowledged, and the worker stops (a restart
+    resumes from the last snapshot)."""
+    from types import SimpleNamespace
+
+    from streams.worker import handle_event
+
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+    processed = processing(state, monkeypatch)
+
+    def covered(topic: str, partition: int, offset: int) -> bool:
+        if offset == 1:
+            raise RuntimeError("a bug before processing")
+        return False
+
+    monkeypatch.setattr(state, "covered", covered)
+    crashed: list[str] = []
+    failed: list[str] = []
+    forgotten: list[int] = []
+
+    async def crash(exc: BaseException) -> None:
+        crashed.append(str(exc))
+
+    consumer = SimpleNamespace(_unacked_messages=SimpleNamespace(discard=lambda m: forgotten.append(m.offset)))
+    status = SimpleNamespace(committed=lambda: None, fail=lambda exc: failed.append(str(exc)))
+    ops = SimpleNamespace(app=SimpleNamespace(consumer=consumer, crash=crash), status=status, observe=lambda *_: None)
+
+    async def run() -> int:
+        await handle_event(state, ops, stream, fetched(0, 1, 2), "telemetry", "auto")  # type: ignore[arg-type]
+        return await state.commit(force=True)
+
+    assert asyncio.run(run()) == 0 and broker.seq is None
+    assert processed == [0] and stream.acked == [] and forgotten == [2]
+    assert crashed == failed == ["a bug before processing"]
+
+
+def test_a_backlog_that_ends_in_the_middle_of_a_fetch_is_committed_with_the_fetchs_acknowledgement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A backlog's end is committed, and the input offsets with it (the group's lag 0 at once), once the
+    fetch's last message is in: a commit at an earlier message could not acknowledge the fetch, and the
+    offsets committed then would stay behind until the next timer."""
+    import time
+    from types import SimpleNamespace
+
+    from streams.worker import handle_event
+
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+    state.highwater = lambda t, p: state.offsets.get((t, p), 0)  # each message the last one yet: caught up
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())
+    state.behind_since = time.monotonic() - 2 * BACKLOG_S  # (a backlog was being drained)
+    offsets_commits: list[list[int]] = []
+
+    async def commit() -> None:
+        offsets_commits.append(list(stream.acked))
+
+    app = SimpleNamespace(consumer=SimpleNamespace(commit=commit))
+    ops = SimpleNamespace(app=app, status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
+    asyncio.run(handle_event(state, ops, stream, fetched(0, 1, 2), "telemetry", "auto"))  # type: ignore[arg-type]
+    assert (state.seq, stream.acked, offsets_commits) == (1, [2], [[2]])
+
+
+def processing(state: WorkerState, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The task reads its telemetry partition; its processor only moves past each message, whose offset goes
+    to the list returned."""
+    from audit.records import SourcePosition
+
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    processed: list[int] = []
+
+    def process(kind: str, value: bytes, position: SourcePosition, *_: Any) -> Output:
+        processed.append(position.offset)
+        state.offsets[("telemetry", 0)] = position.offset + 1
+        state.dirty = True
+        return Output()
+
+    monkeypatch.setattr(state, "process", process)
+    return processed
+
+
+def test_a_fetch_whose_acknowledgement_fails_stops_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A re-delivered fetch that a snapshot covers is acknowledged at once: if that fails (a bug), the worker
+    stops all the same (the acknowledgement is not tried again in a way that would hide why)."""
+    from types import SimpleNamespace
+
+    from streams.worker import handle_event
+
+    class Failing(Stream):
+        async def ack(self, event: Event) -> None:
+            raise RuntimeError("a bug in acknowledging")
+
+    state = task(Broker(), monkeypatch)
+    processed = processing(state, monkeypatch)
+    state.offsets[("telemetry", 0)] = state.committed_offsets[("telemetry", 0)] = 1  # (offset 0 covered, durable)
+    crashed: list[str] = []
+
+    async def crash(exc: BaseException) -> None:
+        crashed.append(str(exc))
+
+    status = SimpleNamespace(fail=lambda exc: None)
+    ops = SimpleNamespace(app=SimpleNamespace(crash=crash), status=status)
+    asyncio.run(handle_event(state, ops, Failing(), fetched(0), "telemetry", "auto"))  # type: ignore[arg-type]
+    assert processed == [] and crashed == ["a bug in acknowledging"] and state.stopped
