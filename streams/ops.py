@@ -39,6 +39,11 @@ DEAD_LETTERS = Counter(
     "driftlog_dead_letters_total", "Rejected messages or samples, by reason", ["reason"], registry=WORKER_METRICS
 )
 FINDINGS = Counter("driftlog_findings_total", "Findings emitted, by kind", ["kind"], registry=WORKER_METRICS)
+AFTER_FAILURES = Counter(
+    "driftlog_after_message_failures_total",
+    "Failures after a message was processed (its metrics, a commit's timing; the message is kept)",
+    registry=WORKER_METRICS,
+)
 CONSUMER_LAG = Gauge(
     "driftlog_consumer_lag", "Records not yet processed, per partition", ["topic", "partition"], registry=WORKER_METRICS
 )

@@ -11,7 +11,8 @@ so Faust's committed offsets trail the snapshots. A task is committed when Kafka
 loaded (fencing the previous owner) where it is assigned next, after a SIGKILL too: the sink
 (``read_committed``) sees every record once, whatever the number of workers. Nothing in the agent may raise
 on bad input (Faust would ack and skip the message): the processor turns every input problem into a dead
-letter.
+letter; a failure around it stops the worker before anything past the message is committed (:func:`fail_task`;
+a restart resumes from the last snapshot), or, once the message is in the state, is counted and passed over.
 
 Operations: a broker outage is ridden out — a transaction that fails is kept and resolved once the broker
 answers (:mod:`worker_state`), ``/health`` says 503 with the reason meanwhile; a fenced producer (another
@@ -263,7 +264,10 @@ async def handle_message(
     try:
         await after_message(state, ops_service, msg, out, ack is not None)
     except Exception:  # (the message is in the state, its acknowledgement kept: only metrics or a commit's timing)
-        log.exception("after a message was processed; going on", extra=position.as_dict())
+        state.after_failures += 1
+        if state.after_failures == 1:  # (a lasting bug would log a traceback per message: the count says the rest)
+            log.exception("after a message was processed; going on", extra=position.as_dict())
+        ops.AFTER_FAILURES.inc()
 
 
 async def after_message(state: WorkerState, ops_service: OpsService, msg: Any, out: Output, last: bool) -> None:

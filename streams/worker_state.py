@@ -120,6 +120,7 @@ class WorkerState:
     committed_offsets: Offsets = field(default_factory=dict)  # what the newest committed snapshot covers
     unresolved: _Unresolved | None = None  # a failed transaction, until the broker says what became of it
     error: str = ""  # why the last commit or recovery failed
+    after_failures: int = 0  # failures after a message was processed (its metrics, a commit's timing)
     reader_error: str = ""  # why the decision reader last failed (cleared when it reads again)
 
     kinds: dict[str, str] = field(default_factory=dict)  # input topic -> telemetry|metrics|decisions|shared
