@@ -336,9 +336,15 @@ pub fn rank_last_ends(
     ends: PyBuffer<f64>,
     out: PyBuffer<f64>,
 ) -> PyResult<()> {
-    let (r, s, e) = (items(&rank, "rank")?, items(&span_ids, "span")?, items(&ends, "ends")?);
+    let (r, s, e) = (
+        items(&rank, "rank")?,
+        items(&span_ids, "span")?,
+        items(&ends, "ends")?,
+    );
     if r.len() != s.len() || r.len() != e.len() {
-        return Err(PyValueError::new_err("rank, span, ends: one value per node"));
+        return Err(PyValueError::new_err(
+            "rank, span, ends: one value per node",
+        ));
     }
     let spans = [span(&out), span(&rank), span(&span_ids), span(&ends)];
     if out.readonly() || !out.is_c_contiguous() || overlap(&spans, 1) {
@@ -348,10 +354,15 @@ pub fn rank_last_ends(
     }
     // SAFETY: a writable C-contiguous buffer of `item_count` f64 held by `out` for this call, sharing no
     // byte with the inputs (checked above).
-    let best = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, out.item_count()) };
+    let best =
+        unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, out.item_count()) };
     let n = best.len() as i64;
     for i in (0..s.len()).filter(|&i| s[i] >= 0) {
-        let at = if r[i] < 0 { n + i64::from(r[i]) } else { i64::from(r[i]) };
+        let at = if r[i] < 0 {
+            n + i64::from(r[i])
+        } else {
+            i64::from(r[i])
+        };
         if !(0..n).contains(&at) {
             return Err(PyValueError::new_err(format!("rank {} out of range", r[i])));
         }
