@@ -219,6 +219,18 @@ def test_integer_columns_agree_on_the_edges_of_integers(token: str) -> None:
         assert answered == (valid and -1 <= int(token) <= 2**53), raw
 
 
+def test_a_number_written_again_reads_as_the_first() -> None:
+    """A float column's value written as the one before it is taken from it, only when it ends there too:
+    longer, with an exponent, a second point, spaces or a cut after it, it is read (or deferred) as any."""
+    answered = ("[1.5,1.5]", "[1.5 , 1.5 ]", "[1.5,\n1.5]", "[1.5,1.55]", "[1.5,1.5e2]", "[15,1]", "[-0.5,-0.5]",
+                "[0.1000000000000000055511151231257827021181583404541015625,0.1]")  # fmt: skip
+    for tokens in answered:
+        raw = numeric_column("metric", "value", tokens)
+        assert check(raw), tokens
+    for tokens in ("[1.5,1.5.]", "[1.5,1.5x]", "[1.5,1.5", "[1.5,1.5e]", "[1.5,1.5,]", "[1.5,1.5-]", "[1e400,1e400]"):
+        assert not check(numeric_column("metric", "value", tokens)), tokens
+
+
 def test_number_columns_not_arrays_of_numbers_are_deferred() -> None:
     for tokens in ('[1, "2"]', "[1, null]", "[1, [2]]", "[1]", "[1, 2, 3]", "[]", "null", "true", '"1"', "{}"):
         assert not check(numeric_column("metric", "value", tokens)), tokens
