@@ -237,6 +237,9 @@ impl<'de> Reader<'de> {
             self.at += out.read_numbers(rule, n, &self.text[self.at..], strings)?;
             return Some(());
         }
+        if matches!(rule.ty, Type::Text) {
+            return self.texts(rule, n, out, strings);
+        }
         let (mut valid, mut last) = (Vec::new(), None);
         let count = self.array(|r, i| {
             if i >= n {
@@ -250,6 +253,57 @@ impl<'de> Reader<'de> {
             Some(())
         })?;
         (count == n).then_some(())
+    }
+
+    /// A string column's array of `n` values into its rows of `out`. A value whose bytes are those of the
+    /// one before it (most are: a column repeats a few values) takes its code at once: it reads as that
+    /// one did (a plain string: no quote, escape or control character inside) and `Rule::check` would give
+    /// that code again, without the scan, the comparison and the cells passed between them. Any other value
+    /// is read and checked as every column's are.
+    fn texts(
+        &mut self,
+        rule: &Rule,
+        n: usize,
+        out: &mut Joined,
+        strings: &mut Strings<'de>,
+    ) -> Option<()> {
+        let codes = &mut out.codes[rule.row * n..(rule.row + 1) * n];
+        let (mut valid, mut last) = (Vec::new(), None::<(u32, &'de str)>);
+        let count = self.array(|r, i| {
+            if i >= n {
+                return None;
+            }
+            if let Some((code, text)) = last {
+                if r.again(text) {
+                    codes[i] = code;
+                    return Some(());
+                }
+            }
+            let text = r.string()?;
+            let value = Scalar::Text(Cow::Borrowed(text));
+            let Cell::Code(code) = rule.check(value, last.map(|(c, _)| c), strings, &mut valid)?
+            else {
+                return None;
+            };
+            last = Some((code, text));
+            codes[i] = code;
+            Some(())
+        })?;
+        (count == n).then_some(())
+    }
+
+    /// Whether the next value is the string `text` (one `string` read before), then past it.
+    fn again(&mut self, text: &str) -> bool {
+        let at = self.space();
+        let (rest, len) = (&self.bytes()[at..], text.len());
+        let same = rest.len() > len + 1
+            && rest[0] == b'"'
+            && rest[len + 1] == b'"'
+            && &rest[1..=len] == text.as_bytes();
+        if same {
+            self.at = at + len + 2;
+        }
+        same
     }
 
     /// One value of the JSON type `rule` takes (anything else: serde_json decides).

@@ -325,6 +325,55 @@ pub fn dag_ends(
     Ok(())
 }
 
+/// Per rank, the latest end of its spans (streams/engine/carry.py, `last_end_per_rank`): `out[rank[i]]`
+/// raised to `ends[i]` for every node with `span[i] >= 0`, in node order with numpy's `maximum`, as
+/// `np.maximum.at` does (a tie of zeros keeps the earlier one, a NaN the first NaN). A negative rank counts
+/// from the end, as a numpy index does; one out of range is an error (numpy's IndexError).
+#[pyfunction]
+pub fn rank_last_ends(
+    rank: PyBuffer<i32>,
+    span_ids: PyBuffer<i32>,
+    ends: PyBuffer<f64>,
+    out: PyBuffer<f64>,
+) -> PyResult<()> {
+    let (r, s, e) = (
+        items(&rank, "rank")?,
+        items(&span_ids, "span")?,
+        items(&ends, "ends")?,
+    );
+    if r.len() != s.len() || r.len() != e.len() {
+        return Err(PyValueError::new_err(
+            "rank, span, ends: one value per node",
+        ));
+    }
+    let spans = [span(&out), span(&rank), span(&span_ids), span(&ends)];
+    if out.readonly() || !out.is_c_contiguous() || overlap(&spans, 1) {
+        return Err(PyValueError::new_err(
+            "out: must be a writable contiguous array of its own",
+        ));
+    }
+    // SAFETY: a writable C-contiguous buffer of `item_count` f64 held by `out` for this call, sharing no
+    // byte with the inputs (checked above).
+    let best =
+        unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, out.item_count()) };
+    let n = best.len() as i64;
+    for i in (0..s.len()).filter(|&i| s[i] >= 0) {
+        let at = if r[i] < 0 {
+            n + i64::from(r[i])
+        } else {
+            i64::from(r[i])
+        };
+        if !(0..n).contains(&at) {
+            return Err(PyValueError::new_err(format!("rank {} out of range", r[i])));
+        }
+        let slot = &mut best[at as usize];
+        if !(*slot > e[i] || slot.is_nan()) {
+            *slot = e[i];
+        }
+    }
+    Ok(())
+}
+
 /// The step end (the latest node end) of each row of a decomposition, without holding any row: row `k` has
 /// every node at `base`, except the nodes `masks[mask_ptr[k]..mask_ptr[k + 1]]`, at `alt`. Rows are
 /// evaluated a block at a time over a scratch of the graph's live ends (`Walk::step_ends`: memory bounded

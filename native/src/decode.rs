@@ -1169,13 +1169,13 @@ impl Joined {
         match rule.ty {
             Type::Number => {
                 let out = &mut self.floats[rows];
-                numbers::each_number(text, n, numbers::float, |i, v| {
+                numbers::each_number(text, n, true, numbers::float, |i, v| {
                     rule.float(v, strings).map(|v| out[i] = v).is_some()
                 })
             }
             Type::Integer => {
                 let out = &mut self.ints[rows];
-                numbers::each_number(text, n, numbers::int, |i, v| {
+                numbers::each_number(text, n, false, numbers::int, |i, v| {
                     rule.int(v).map(|v| out[i] = v).is_some()
                 })
             }

@@ -34,6 +34,7 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(median::grouped_medians, m)?)?;
     m.add_function(wrap_pyfunction!(median::medians_excluding_each_row, m)?)?;
     m.add_function(wrap_pyfunction!(dag::dag_critical_path, m)?)?;
+    m.add_function(wrap_pyfunction!(dag::rank_last_ends, m)?)?;
     m.add_function(wrap_pyfunction!(sort::canonical_order, m)?)?;
     m.add_function(wrap_pyfunction!(codes::codes_of, m)?)?;
     m.add_function(wrap_pyfunction!(codes::same_str, m)?)?;

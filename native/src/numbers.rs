@@ -19,10 +19,12 @@ pub fn skip_space(text: &[u8], mut at: usize) -> usize {
 /// Read the `n` numbers of the JSON array `text` starts with, in order, each by `read` (from its first
 /// byte on: its value and its length, or None), handing each value to `each` with its position: the
 /// array's length; None (at once) when it is not an array of exactly `n` numbers, or `read` or `each` says
-/// no.
-pub fn each_number<T>(
+/// no. `repeats`: a value written as the one before it is that one's, not read again (`again`: worth it
+/// for floats, whose reading costs more than the comparison; a small integer's costs less).
+pub fn each_number<T: Copy>(
     text: &[u8],
     n: usize,
+    repeats: bool,
     read: impl Fn(&[u8]) -> Option<(T, usize)>,
     mut each: impl FnMut(usize, T) -> bool,
 ) -> Option<usize> {
@@ -33,8 +35,13 @@ pub fn each_number<T>(
     if text.get(at) == Some(&b']') {
         return (n == 0).then_some(at + 1);
     }
+    let mut last: Option<(usize, usize, T)> = None; // the value before, its text's start and length
     for i in 0..n {
-        let (value, len) = read(&text[at..])?;
+        let (value, len) = match last {
+            Some((from, len, value)) if repeats && again(text, at, from, len) => (value, len),
+            _ => read(&text[at..])?,
+        };
+        last = Some((at, len, value));
         if !each(i, value) {
             return None;
         }
@@ -46,6 +53,18 @@ pub fn each_number<T>(
         }
     }
     None // n == 0 and the array is not empty
+}
+
+/// Whether the text at `at` is the number read before (`len` bytes from `from`) and ends where it did: the
+/// same bytes, then one no number goes on with (a comma, a bracket, a space), so `read` would give the
+/// same value and length again (a column may repeat the value before: a start time over a step's
+/// tensor-parallel ranks), without reading it.
+#[inline]
+fn again(text: &[u8], at: usize, from: usize, len: usize) -> bool {
+    matches!(
+        text.get(at + len),
+        Some(b',' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+    ) && text[at..at + len] == text[from..from + len]
 }
 
 /// How many digits `text` starts with.
@@ -107,7 +126,7 @@ mod tests {
 
     fn read(text: &str, n: usize) -> Option<Vec<f64>> {
         let mut out = Vec::new();
-        let read = each_number(text.as_bytes(), n, float, |i, value| {
+        let read = each_number(text.as_bytes(), n, true, float, |i, value| {
             assert_eq!(i, out.len());
             out.push(value);
             true
@@ -129,6 +148,17 @@ mod tests {
         assert!(read("[1,[2]]", 2).is_none());
         assert!(read("[1,null]", 2).is_none());
         assert!(read("1", 1).is_none());
+    }
+
+    #[test]
+    fn a_number_again_only_where_it_ends_as_before() {
+        assert_eq!(read("[1.5,1.5, 1.5 ]", 3).unwrap(), [1.5, 1.5, 1.5]);
+        assert_eq!(read("[1.5,1.55,1.5e2]", 3).unwrap(), [1.5, 1.55, 150.0]);
+        assert_eq!(read("[15,1,1]", 3).unwrap(), [15.0, 1.0, 1.0]);
+        assert!(read("[1.5,1.5.]", 2).is_none());
+        assert!(read("[1.5,1.5e]", 2).is_none());
+        assert!(read("[1.5,1.5", 2).is_none());
+        assert!(read("[1.5,1.5,]", 2).is_none());
     }
 
     #[test]

@@ -31,6 +31,7 @@ decompositions stop with its finding.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,7 @@ MAX_OPS = 4
 CHUNK = 64  # rows per evaluation without the native core: bounds the memory of a very large job's decomposition
 
 Mask = npt.NDArray[np.bool_]
+_NONE = np.zeros(0, np.int64)
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,10 @@ class Candidates:
     own: Mask  # the nodes that are not transfers over a candidate link
 
     def add(self, element: str, mask: Mask, contains: tuple[str, ...] = ()) -> None:
-        self.nodes[element] = np.flatnonzero(mask)
+        self.add_nodes(element, np.flatnonzero(mask), contains)
+
+    def add_nodes(self, element: str, nodes: Ints, contains: tuple[str, ...] = ()) -> None:
+        self.nodes[element] = nodes
         if contains:
             self.contains[element] = contains
 
@@ -238,14 +243,13 @@ def candidates(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats
     for r in ranks:
         out.add(elements.rank(job, r), (g.rank == r) & own)
     for column, build in ((g.dp, elements.dp), (g.pp, elements.stage)):
+        stage = build is elements.stage  # a stage's spans hold the transfers over its links
+        nodes = _by_key(column, spans if stage else spans & own)  # (one sort, not a mask per replica)
         for i in _most(column[spans], excess[spans], MAX_ALL):
             inside = tuple(elements.rank(job, r) for r in ranks if column[first_node[r]] == i)
-            nodes = spans & (column == i)
-            if build is elements.stage:  # a stage's spans hold the transfers over its links
+            if stage:
                 inside += tuple(elements.stage_link(job, lk) for lk in links if lk in (i - 1, i))
-            else:
-                nodes &= own
-            out.add(build(job, i), nodes, inside)
+            out.add_nodes(build(job, i), nodes.get(i, _NONE), inside)
     for lk in links:
         out.add(elements.stage_link(job, lk), link == lk)
     for o in _most(g.op[spans], excess[spans], MAX_OPS, positive=True):
@@ -264,6 +268,18 @@ def plan(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typi
         out.contains[elements.spread(job, "dp")] = located
         out.spread = (typical_replica, np.maximum(0.0, ideal + d0 - typical_replica))
     return out
+
+
+def _by_key(column: Ints, where: Mask) -> dict[int, Ints]:
+    """Per value of ``column`` at the nodes ``where``: those nodes' indices, ascending (a stable sort keeps
+    them in node order: ``np.flatnonzero(where & (column == value))`` for every value at once)."""
+    at = np.flatnonzero(where)
+    if not len(at):
+        return {}
+    order = np.argsort(column[at], kind="stable")
+    at, keys = at[order], column[at][order]
+    edges = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1], True]).tolist()
+    return {int(keys[s]): at[s:e] for s, e in pairwise(edges)}
 
 
 def _most(keys: Ints, weights: Floats, cap: int, positive: bool = False) -> list[int]:

@@ -219,6 +219,18 @@ def test_integer_columns_agree_on_the_edges_of_integers(token: str) -> None:
         assert answered == (valid and -1 <= int(token) <= 2**53), raw
 
 
+def test_a_number_written_again_reads_as_the_first() -> None:
+    """A float column's value written as the one before it is taken from it, only when it ends there too:
+    longer, with an exponent, a second point, spaces or a cut after it, it is read (or deferred) as any."""
+    answered = ("[1.5,1.5]", "[1.5 , 1.5 ]", "[1.5,\n1.5]", "[1.5,1.55]", "[1.5,1.5e2]", "[15,1]", "[-0.5,-0.5]",
+                "[0.1000000000000000055511151231257827021181583404541015625,0.1]")  # fmt: skip
+    for tokens in answered:
+        raw = numeric_column("metric", "value", tokens)
+        assert check(raw), tokens
+    for tokens in ("[1.5,1.5.]", "[1.5,1.5x]", "[1.5,1.5", "[1.5,1.5e]", "[1.5,1.5,]", "[1.5,1.5-]", "[1e400,1e400]"):
+        assert not check(numeric_column("metric", "value", tokens)), tokens
+
+
 def test_number_columns_not_arrays_of_numbers_are_deferred() -> None:
     for tokens in ('[1, "2"]', "[1, null]", "[1, [2]]", "[1]", "[1, 2, 3]", "[]", "null", "true", '"1"', "{}"):
         assert not check(numeric_column("metric", "value", tokens)), tokens
@@ -278,6 +290,15 @@ LAYOUTS = {  # the columnar layout, changed: (what is replaced, by what), each a
     "null in a column": ('["dp-0","dp-0"]', '["dp-0",null]'),
     "n 0, columns not empty": ('"n":2,"data":{', '"n":0,"data":{"rank":[],'),
     "two batches": ("}}]}", '}},{"kind":"metric","n":1,"data":{"entity":["e"],"name":"n","value":1,"time":0}}]}'),
+    # a string column's value like the one before it (read by its bytes when the same)
+    "string again, spaced": ('["dp-0","dp-0"]', '[ "dp-0" ,\n"dp-0" ]'),
+    "string again, longer": ('["dp-0","dp-0"]', '["dp-0","dp-01"]'),
+    "string again, shorter": ('["dp-0","dp-0"]', '["dp-0","dp-"]'),
+    "string again, empty": ('["dp-0","dp-0"]', '["","dp-0"]'),
+    "string again, escaped": ('["dp-0","dp-0"]', '["dp-0","dp-0\\n"]'),
+    "string again, control": ('["dp-0","dp-0"]', '["dp-0","dp-0\t"]'),
+    "string again, cut": ('"dp-0"],"seq":[17,18],"blocking":[true,false]}}]}', '"dp-0'),
+    "string again, unclosed": ('["dp-0","dp-0"]', '["dp-0","dp-0]'),
 }  # fmt: skip
 
 
@@ -289,7 +310,8 @@ def test_the_columnar_reader_answers_as_serde_json_does(layout: str) -> None:
     raw = OP_BATCH.replace(old, new) if old else OP_BATCH
     assert raw != OP_BATCH or layout == "as is"
     answered = check(raw.encode())
-    if layout in ("as is", "spaces", "colon spaces", "seq null", "trailing space", "leading space", "two batches"):
+    answers = ("as is", "spaces", "colon spaces", "seq null", "trailing space", "leading space", "two batches")
+    if layout in (*answers, "string again, spaced", "string again, longer", "string again, shorter"):
         assert answered, layout
 
 
