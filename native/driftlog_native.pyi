@@ -76,6 +76,13 @@ def peer_medians_excluding(
     keys: Buffer,
     out: Buffer,
 ) -> bool: ...
+def typical_without(
+    values: Buffer,
+    keys: Buffer,
+    kept: tuple[Buffer, Buffer, Buffer, Buffer],
+    every: tuple[Buffer, Buffer, Buffer, Buffer],
+    out: Buffer,
+) -> bool: ...
 
 GROUPED_MEDIANS_READ_INT32: bool
 

@@ -13,9 +13,9 @@ use pyo3::prelude::*;
 use crate::dag::items;
 
 /// The lower median (the middle value, or the lower of the two middle values), NaN last.
-const LOWER: u8 = 0;
+pub(crate) const LOWER: u8 = 0;
 /// The mean of the two middle values (`(a + b) / 2`, the middle value twice for an odd count), NaN last.
-const MIDDLE: u8 = 1;
+pub(crate) const MIDDLE: u8 = 1;
 /// `np.median`: NaN when the group holds a NaN; else the middle value, or the mean of the two middle ones.
 const NUMPY: u8 = 2;
 

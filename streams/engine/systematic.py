@@ -54,6 +54,7 @@ WINDOW = 10  # analysed steps of evidence (the structural_slowdown detector's wi
 NONE = np.zeros(0, np.int64)
 Slow = tuple[Ints, Ints]  # a job's systematically slow ranks and links
 _DEVIATIONS = hasattr(native.core, "unit_deviations")  # (native/src/whatif.rs; without it, the definition)
+_WITHOUT = hasattr(native.core, "typical_without")  # (the same)
 
 
 class Grouped:
@@ -90,6 +91,10 @@ class Grouped:
             per = low if self.how == LOWER else (low + ranked[self.starts + self.counts // 2]) / 2
         out[self.members[self.order]] = np.repeat(per, self.counts)
         return out
+
+    def grouping(self) -> tuple[Ints, Ints, Ints, Ints]:
+        """What the native core reads of the groups (native/src/whatif.rs ``Grouping``)."""
+        return self.order, self.members, self.starts, self.counts
 
     def sizes(self) -> Ints:
         """Per position: how many members its group has (0: not grouped)."""
@@ -143,6 +148,11 @@ class Unsystematic:
         if without is None:
             return self.middle.typical(values) if middle is None else middle
         excluded, groups = without
+        if _WITHOUT and native.core is not None:  # (the same values, in one call)
+            out = np.empty(len(values))
+            f64 = np.ascontiguousarray(values, np.float64)
+            if native.core.typical_without(f64, self.keys, groups.grouping(), self.lower.grouping(), out):
+                return out
         kept = groups.typical(values)
         per_key = np.full(int(self.keys.max()) + 1, np.nan)
         held = (self.keys >= 0) & ~excluded

@@ -7,7 +7,8 @@
   what-if with and without it.
 - The candidates' order by excess (numpy's stable sort, ``sorted``'s with NaN).
 - The systematic evidence's sums per unit in one pass (``unit_deviations``).
-- Each node's median over the other groups of its cell's medians in one call (``peer_medians_excluding``)."""
+- Each node's median over the other groups of its cell's medians in one call (``peer_medians_excluding``).
+- A peer group's middle without the systematically slow units in one call (``typical_without``)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 
 from streams.engine import dag, systematic, whatif
 from streams.engine.decompose import Rows
+from streams.engine.ideal import Peers
 from streams.engine.stepgraph import Codebook, Floats, Ints, StepGraph, build
 from streams.engine.systematic import Unsystematic
 from streams.sim.scenarios import SCENARIOS
@@ -212,3 +214,61 @@ def test_peer_medians_excluding_of_other_widths_are_the_definitions() -> None:
         assert np.array_equal(got.view(np.int64), expected.view(np.int64))
     narrow = whatif._peer_medians_excluding(roles.by_stage, g.intrinsic.astype(np.float32), g.pp)
     assert np.isnan(narrow).sum() == np.isnan(expected).sum()
+
+
+@pytest.mark.skipif(not systematic._WITHOUT, reason="native core without typical_without")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
+@pytest.mark.parametrize("positions", [1, 7, 500])
+def test_the_typical_without_slow_units_in_one_call_is_the_definitions(
+    positions: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each grouped position at its group's middle without the slow units' positions, its lower median where
+    that is NaN (every member slow, a NaN among the middle values), bit for bit: with NaN, infinities, ties,
+    keys int32 and int64, groups of one; with -0.0 the call may leave it to the definition, never answer
+    otherwise."""
+    rng = np.random.default_rng(positions)
+    special = np.array([np.nan, np.inf, -np.inf, 1.0, 2.0])
+    spy = _Answers(systematic.native.core.typical_without)  # type: ignore[union-attr]
+    monkeypatch.setattr(systematic.native.core, "typical_without", spy)
+    for trial in range(30):
+        keys = np.where(
+            rng.random(positions) < 0.1, -1, rng.integers(0, max(1, positions // (trial % 5 + 1)), positions)
+        )
+        unit = rng.integers(-1, 2 + trial % 9, positions)
+        values = rng.lognormal(0.0, 0.5, positions)
+        if trial % 2:
+            odd = rng.random(positions) < 0.15
+            values[odd] = rng.choice(special, int(odd.sum()))
+        if trial % 10 == 9:
+            values[rng.integers(0, positions, 2)] = -0.0
+        u = Unsystematic(keys, unit)
+        if trial % 3 == 1:
+            u.keys = u.keys.astype(np.int64)
+        for slow in (np.array([0]), np.unique(rng.integers(0, 2 + trial % 9, 3)), np.arange(10)):
+            spy.clear()
+            native = u.typical(values, slow)
+            with monkeypatch.context() as m:
+                m.setattr(systematic, "_WITHOUT", False)
+                definition = u.typical(values, slow)
+            assert np.array_equal(native.view(np.int64), definition.view(np.int64)), (trial, slow)
+            if trial % 10 != 9:
+                assert spy in ([], [True])  # (none: no paired position on a slow unit)
+
+
+@pytest.mark.skipif(not systematic._WITHOUT, reason="native core without typical_without")
+@pytest.mark.parametrize(("name", "ranks"), CASES)
+def test_the_ideal_without_slow_ranks_and_links_is_the_definitions(
+    name: str, ranks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step's ideal from peers other than some ranks and links (:meth:`CrossStage.typical`), bit for bit."""
+    g = _step(name, ranks)
+    peers = Peers.of(g)
+    rng = np.random.default_rng(ranks)
+    links = int(max(0, peers.ideal.within.transfers.unit.max()))
+    for slow in [(np.array([2]), np.zeros(0, np.int64)), (np.array([0, 1, 2, 5]), np.arange(links + 1))]:
+        values = g.intrinsic * rng.uniform(0.5, 1.5, g.nodes)
+        native = peers.ideal.typical(values, slow)
+        with monkeypatch.context() as m:
+            m.setattr(systematic, "_WITHOUT", False)
+            definition = peers.ideal.typical(values, slow)
+        assert np.array_equal(native.view(np.int64), definition.view(np.int64))
