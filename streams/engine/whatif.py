@@ -362,12 +362,14 @@ def _healed_step_ends(g: StepGraph, d0: Floats, healing: list[Healing]) -> Float
     in one evaluation; with the native core, all of them in one call that finds their nodes in their key
     columns, without a mask each)."""
     if dag.keyed_available:
-        alts = list({id(h.alt): h.alt for h in healing}.values())
-        keys = list({id(h.key): h.key for h in healing if h.key is not None}.values())
-        alt_of = [next(i for i, a in enumerate(alts) if a is h.alt) for h in healing]
-        key_of = [-1 if h.key is None else next(i for i, k in enumerate(keys) if k is h.key) for h in healing]
+        alts = {id(h.alt): h.alt for h in healing}  # (each array once, in the order first healed to)
+        keys = {id(h.key): h.key for h in healing if h.key is not None}
+        alt_at, key_at = {a: i for i, a in enumerate(alts)}, {k: i for i, k in enumerate(keys)}
+        alt_of = [alt_at[id(h.alt)] for h in healing]
+        key_of = [-1 if h.key is None else key_at[id(h.key)] for h in healing]
         value_of = [h.value for h in healing]
-        return dag.keyed_step_ends(g.schedule, g.indptr, g.indices, g.floor, d0, alts, keys, alt_of, key_of, value_of)
+        columns = g.schedule, g.indptr, g.indices, g.floor, d0
+        return dag.keyed_step_ends(*columns, list(alts.values()), list(keys.values()), alt_of, key_of, value_of)
     out = np.zeros(len(healing))
     i = 0
     while i < len(healing):
