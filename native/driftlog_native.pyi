@@ -83,6 +83,13 @@ def typical_without(
     every: tuple[Buffer, Buffer, Buffer, Buffer],
     out: Buffer,
 ) -> bool: ...
+def peer_ideal(
+    values: Buffer,
+    work: tuple[tuple[Buffer, Buffer, Buffer, Buffer], Buffer, Buffer, Buffer, Buffer],
+    transfers: tuple[tuple[Buffer, Buffer, Buffer, Buffer], Buffer, Buffer, Buffer, Buffer],
+    cross: tuple[Buffer, Buffer, tuple[Buffer, Buffer, Buffer, Buffer]],
+    out: Buffer,
+) -> bool: ...
 
 GROUPED_MEDIANS_READ_INT32: bool
 

@@ -289,14 +289,27 @@ pub fn unit_deviations(
         items(&middle, "middle")?,
         items(&paired, "paired")?,
     );
+    unit_sums(py, v, m, p, unit, &total, &squares)
+}
+
+/// `unit_deviations` of values and middles already read.
+fn unit_sums(
+    py: Python<'_>,
+    v: &[f64],
+    m: &[f64],
+    p: &[u8],
+    unit: &Bound<'_, PyAny>,
+    total: &PyBuffer<f64>,
+    squares: &PyBuffer<f64>,
+) -> PyResult<()> {
     if let Ok(u) = PyBuffer::<i16>::get(unit) {
-        return deviations(py, v, m, p, items(&u, "unit")?, &total, &squares);
+        return deviations(py, v, m, p, items(&u, "unit")?, total, squares);
     }
     if let Ok(u) = PyBuffer::<i32>::get(unit) {
-        return deviations(py, v, m, p, items(&u, "unit")?, &total, &squares);
+        return deviations(py, v, m, p, items(&u, "unit")?, total, squares);
     }
     let u = PyBuffer::<i64>::get(unit)?;
-    deviations(py, v, m, p, items(&u, "unit")?, &total, &squares)
+    deviations(py, v, m, p, items(&u, "unit")?, total, squares)
 }
 
 fn deviations<I: Copy + Into<i64> + Sync>(
@@ -552,5 +565,114 @@ pub fn typical_without(
             dest[i] = m;
         }
     }
+    Ok(true)
+}
+
+/// What `peer_ideal` reads of an `Unsystematic`: its groups (`middle`), which positions are paired (a byte
+/// each) and their units (int16, int32 or int64), and where its sums per unit go (`total`, `squares`).
+type Unit<'py> = (
+    Grouping<'py>,
+    PyBuffer<u8>,
+    Bound<'py, PyAny>,
+    PyBuffer<f64>,
+    PyBuffer<f64>,
+);
+
+/// `values` with each position of a group at its group's middle (`Grouped.typical`, MIDDLE); None where
+/// `medians_of` refuses.
+fn middles(py: Python<'_>, v: &[f64], grouping: &Grouping<'_>) -> PyResult<Option<Vec<f64>>> {
+    let Some(per) = statistics(py, v, grouping, None, MIDDLE)? else {
+        return Ok(None);
+    };
+    let mut out = v.to_vec();
+    for (group, m) in group_positions(grouping, v.len())?.iter().zip(per) {
+        for &i in group {
+            out[i] = m;
+        }
+    }
+    Ok(Some(out))
+}
+
+/// numpy's `minimum` of two values: `a` when it is NaN, else `b` when it is NaN, else `a` when below `b`,
+/// else `b` (of 0.0 and -0.0: the second).
+fn minimum(a: f64, b: f64) -> f64 {
+    if a.is_nan() || (!b.is_nan() && a < b) {
+        a
+    } else {
+        b
+    }
+}
+
+/// `ideal.Peers.at_ideal`'s values bit for bit, in one call: each position at its ideal from every peer
+/// (written into `out`, one per position) and the evidence per rank and per link (written into each
+/// `Unit`'s sums, zeroed). The work and transfer middles are found once (`middles`); the ideal is the work
+/// middle, the transfer middle at the transfer groups' positions, and at the positions `crossed` the
+/// `minimum` of that and the lower median, over the groups of `stages`, of those values at the position
+/// `rep[i]` stands for. False (`out` and the sums untouched) where `grouped_medians` is: the caller
+/// computes the definition.
+#[pyfunction]
+pub fn peer_ideal(
+    py: Python<'_>,
+    values: PyBuffer<f64>,
+    work: Unit<'_>,
+    transfers: Unit<'_>,
+    cross: (Bound<'_, PyAny>, Bound<'_, PyAny>, Grouping<'_>),
+    out: PyBuffer<f64>,
+) -> PyResult<bool> {
+    let v = items(&values, "values")?;
+    if out.readonly() || !out.is_c_contiguous() || out.item_count() != v.len() {
+        return Err(PyValueError::new_err(
+            "out: writable, one value per position",
+        ));
+    }
+    let (rep, crossed, stages) = (Key::of(&cross.0)?, Key::of(&cross.1)?, &cross.2);
+    let (rep, crossed) = (rep.slice()?, crossed.slice()?);
+    if rep.len() != v.len() {
+        return Err(PyValueError::new_err("rep: one per position"));
+    }
+    let (Some(w), Some(t)) = (middles(py, v, &work.0)?, middles(py, v, &transfers.0)?) else {
+        return Ok(false);
+    };
+    let mut ideal = w.clone();
+    for group in group_positions(&transfers.0, v.len())? {
+        for i in group {
+            ideal[i] = t[i];
+        }
+    }
+    let mut lowered = Vec::with_capacity(crossed.len());
+    if crossed.len() > 0 {
+        let Some(per) = statistics(py, &ideal, stages, None, LOWER)? else {
+            return Ok(false);
+        };
+        let mut stage = ideal.clone();
+        for (group, m) in group_positions(stages, v.len())?.iter().zip(per) {
+            for &i in group {
+                stage[i] = m;
+            }
+        }
+        let bad = || PyValueError::new_err("crossed, rep: out of range");
+        for j in 0..crossed.len() {
+            let i = crossed.index(j, v.len()).ok_or_else(bad)?;
+            let r = rep.index(i, v.len()).ok_or_else(bad)?;
+            lowered.push((i, minimum(ideal[i], stage[r])));
+        }
+    }
+    for (i, m) in lowered {
+        ideal[i] = m;
+    }
+    for ((_, paired, unit, total, squares), middle) in [(&work, &w), (&transfers, &t)] {
+        unit_sums(
+            py,
+            v,
+            middle,
+            items(paired, "paired")?,
+            unit,
+            total,
+            squares,
+        )?;
+    }
+    // SAFETY: a writable C-contiguous buffer of one f64 per position (checked above) held by `out` for this call.
+    let dest = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, v.len()) };
+    dest.copy_from_slice(&ideal);
     Ok(true)
 }

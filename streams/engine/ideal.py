@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from audit import native
 from streams.engine.codes import compact
 from streams.engine.stepgraph import BARRIER, CHAIN, MEMBER, TRANSFER_KINDS, Floats, Ints, StepGraph, dense
 from streams.engine.systematic import NONE, Grouped, Slow, Unsystematic
@@ -54,6 +55,7 @@ from streams.engine.systematic import NONE, Grouped, Slow, Unsystematic
 LowMedian = Grouped  # the lower median per group (the default statistic)
 Middles = tuple[Floats, Floats]  # each node at its work peers' middle, and at its transfer peers' middle
 Evidence = tuple[tuple[Floats, Floats], tuple[Floats, Floats]]  # per rank and per link (:mod:`systematic`)
+_FUSED = hasattr(native.core, "peer_ideal")  # (native/src/whatif.rs; without it, the definition)
 
 
 class CrossStage:
@@ -122,6 +124,9 @@ class Peers:
     def at_ideal(self, values: Floats) -> tuple[Floats, Evidence]:
         """``values`` at their ideal from every peer (:meth:`CrossStage.typical`) and their evidence
         (:meth:`deviations`): each peer group's middle found once for both."""
+        fused = _at_ideal(self, values) if _FUSED and native.core is not None else None
+        if fused is not None:  # (the same values, in one call)
+            return fused
         middles = self.ideal.within.middles(values)
         evidence = self.deviations(values, middles)  # (before the ideal takes the middles over)
         return self.ideal.typical(values, middles=middles), evidence
@@ -143,6 +148,20 @@ class Peers:
         link = np.where(p2p & (peer_pp >= 0) & (peer_pp != g.pp), np.minimum(g.pp, peer_pp), -1)
         return cls(CrossStage(ideal_key, across, PeerTypical(ideal_key, chain, g.rank, link)),
                    PeerTypical(replica_key, chain, g.rank, link))  # fmt: skip
+
+
+def _at_ideal(peers: Peers, values: Floats) -> tuple[Floats, Evidence] | None:
+    """:meth:`Peers.at_ideal` in one native call (None: left to the definition, as ``grouped`` leaves it)."""
+    assert native.core is not None
+    cross = peers.ideal
+    units = cross.within.work, cross.within.transfers
+    sums = [(np.zeros(int(u.unit.max(initial=-1)) + 1), np.zeros(int(u.unit.max(initial=-1)) + 1)) for u in units]
+    read = [(u.middle.grouping(), u.paired.view(np.uint8), u.unit, *s) for u, s in zip(units, sums, strict=True)]
+    out = np.empty(len(values))
+    f64 = np.ascontiguousarray(values, np.float64)
+    if native.core.peer_ideal(f64, *read, (cross.rep, cross.crossed, cross.stages.grouping()), out):
+        return out, (sums[0], sums[1])
+    return None
 
 
 def _every_stage(g: StepGraph, work: npt.NDArray[np.bool_], key: Ints) -> Ints:

@@ -8,7 +8,8 @@
 - The candidates' order by excess (numpy's stable sort, ``sorted``'s with NaN).
 - The systematic evidence's sums per unit in one pass (``unit_deviations``).
 - Each node's median over the other groups of its cell's medians in one call (``peer_medians_excluding``).
-- A peer group's middle without the systematically slow units in one call (``typical_without``)."""
+- A peer group's middle without the systematically slow units in one call (``typical_without``).
+- A step's ideal from peers and its evidence of systematic slowness in one call (``peer_ideal``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from streams.engine import dag, systematic, whatif
+from streams.engine import dag, ideal, systematic, whatif
 from streams.engine.decompose import Rows
 from streams.engine.ideal import Peers
 from streams.engine.stepgraph import Codebook, Floats, Ints, StepGraph, build
@@ -156,6 +157,17 @@ def test_deviations_in_one_pass_equal_the_definitions_sums(positions: int, monke
                 assert np.array_equal(a.view(np.int64), b.view(np.int64))  # (bits: -0.0 apart from 0.0)
 
 
+def _trial_values(g: StepGraph, rng: np.random.Generator, trial: int) -> Floats:
+    """A step's durations, varied: odd trials with NaN, infinities and ties; trial 5 with -0.0 too."""
+    values = g.intrinsic * rng.uniform(0.5, 1.5, g.nodes)
+    if trial % 2:
+        odd = rng.random(g.nodes) < 0.2
+        values[odd] = rng.choice(np.array([np.nan, np.inf, 0.0, 1.0, 2.0]), int(odd.sum()))
+    if trial == 5:
+        values[rng.integers(0, g.nodes, 3)] = -0.0
+    return values
+
+
 class _Answers(list[bool]):
     """A native call that keeps what it answered (True: the values; False: left to the definition)."""
 
@@ -178,7 +190,6 @@ def test_peer_medians_excluding_in_one_call_equal_the_definitions(
     g = _step(name, ranks)
     roles = whatif.Roles.of(g)
     rng = np.random.default_rng(ranks)
-    special = np.array([np.nan, np.inf, 0.0, 1.0, 2.0])
     lone = np.where(g.pp == 0, 0, 1)  # (two groups: one cell's other group may hold nothing)
     only = 40 * ((lone == 0) & (g.op % 3 == 0))  # (keys group 0 only has: NaN)
     uneven = whatif.PeerCells.of(lone, np.where(rng.random(g.nodes) < 0.5, g.op, g.op + 1) + only, g.span >= 0)
@@ -186,12 +197,7 @@ def test_peer_medians_excluding_in_one_call_equal_the_definitions(
     spy = _Answers(whatif.native.core.peer_medians_excluding)  # type: ignore[union-attr]
     monkeypatch.setattr(whatif.native.core, "peer_medians_excluding", spy)
     for trial in range(6):
-        values = g.intrinsic * rng.uniform(0.5, 1.5, g.nodes)
-        if trial % 2:
-            odd = rng.random(g.nodes) < 0.2
-            values[odd] = rng.choice(special, int(odd.sum()))
-        if trial == 5:
-            values[rng.integers(0, g.nodes, 3)] = -0.0
+        values = _trial_values(g, rng, trial)
         for at, groups in cases:
             spy.clear()
             native = whatif._peer_medians_excluding(at, values, groups)
@@ -272,3 +278,47 @@ def test_the_ideal_without_slow_ranks_and_links_is_the_definitions(
             m.setattr(systematic, "_WITHOUT", False)
             definition = peers.ideal.typical(values, slow)
         assert np.array_equal(native.view(np.int64), definition.view(np.int64))
+
+
+@pytest.mark.skipif(not ideal._FUSED, reason="native core without peer_ideal")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
+@pytest.mark.parametrize(("name", "ranks"), CASES)
+def test_the_ideal_and_its_evidence_in_one_call_are_the_definitions(
+    name: str, ranks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """:meth:`Peers.at_ideal`'s ideal and sums per rank and link, bit for bit: as stepped, with NaN,
+    infinities and ties among the values, with -0.0 or NaNs of two payloads (the call may leave either to the
+    definition), on steps whose stages run the same work (its cross-stage minimum)."""
+    g = _step(name, ranks)
+    peers = Peers.of(g)
+    rng = np.random.default_rng(ranks)
+    spy = _Answers(ideal.native.core.peer_ideal)  # type: ignore[union-attr]
+    monkeypatch.setattr(ideal.native.core, "peer_ideal", spy)
+    payloads = np.array([0x7FF8000000000001, 0x7FF8000000000002], np.uint64).view(np.float64)
+    crossed = 0
+    for trial in range(12):
+        values = _trial_values(g, rng, trial)
+        if trial > 5:  # (NaNs of two payloads in a stage's groups: left to the definition, or its bits)
+            values[g.pp == trial % 2] = np.where(rng.random(g.nodes) < 0.5, *payloads)[g.pp == trial % 2]
+        spy.clear()
+        native, evidence = peers.at_ideal(values)
+        with monkeypatch.context() as m:
+            m.setattr(ideal, "_FUSED", False)
+            definition, expected = peers.at_ideal(values)
+        assert np.array_equal(native.view(np.int64), definition.view(np.int64))
+        for a, b in zip((*evidence[0], *evidence[1]), (*expected[0], *expected[1]), strict=True):
+            assert a.dtype == b.dtype and np.array_equal(a.view(np.int64), b.view(np.int64))
+        if trial < 5:
+            assert spy == [True]
+        crossed += int(np.count_nonzero(native[peers.ideal.crossed] < values[peers.ideal.crossed]))
+    assert crossed or not len(peers.ideal.crossed)
+
+
+def test_numpys_minimum_is_the_native_ideals() -> None:
+    """The order ``peer_ideal`` takes of numpy's ``minimum`` (native/src/whatif.rs ``minimum``): the first of
+    two NaN, a NaN against a number, the second of 0.0 and -0.0."""
+    nan1, nan2 = (np.array([bits], np.uint64).view(np.float64)[0] for bits in (0x7FF8000000000001, 0x7FF8000000000002))
+    a = np.array([0.0, -0.0, nan1, 1.0, nan1, 1.0, 2.0] * 5)
+    b = np.array([-0.0, 0.0, 1.0, nan2, nan2, 2.0, 1.0] * 5)
+    expected = [b[0], b[1], nan1, nan2, nan1, 1.0, 1.0] * 5
+    assert np.array_equal(np.minimum(a, b).view(np.int64), np.array(expected).view(np.int64))
