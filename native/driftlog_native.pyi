@@ -90,6 +90,7 @@ def peer_ideal(
     cross: tuple[Buffer, Buffer, tuple[Buffer, Buffer, Buffer, Buffer]],
     out: Buffer,
 ) -> bool: ...
+def window_z(steps_s: list[Buffer], steps_q: list[Buffer], z: Buffer) -> int: ...
 
 GROUPED_MEDIANS_READ_INT32: bool
 

@@ -676,3 +676,51 @@ pub fn peer_ideal(
     dest.copy_from_slice(&ideal);
     Ok(true)
 }
+
+/// Each step's values.
+fn step_values(steps: &[PyBuffer<f64>]) -> PyResult<Vec<&[f64]>> {
+    steps.iter().map(|b| items(b, "steps")).collect()
+}
+
+/// `systematic.Persistence.update`'s statistic, bit for bit: per unit its sums `S` and `Q` over a window's
+/// steps (`steps_s`, `steps_q`: one array per step, oldest first, all of one length), added in order from the
+/// first step's value (numpy's `add.accumulate`), and `z` (written, one per unit) `S / √Q` where `Q > 0`,
+/// else 0.0. Returns how many units have `Q > 0`.
+#[pyfunction]
+pub fn window_z(
+    py: Python<'_>,
+    steps_s: Vec<PyBuffer<f64>>,
+    steps_q: Vec<PyBuffer<f64>>,
+    z: PyBuffer<f64>,
+) -> PyResult<usize> {
+    let units = z.item_count();
+    let (s, q) = (step_values(&steps_s)?, step_values(&steps_q)?);
+    if s.is_empty() || s.len() != q.len() || s.iter().chain(&q).any(|a| a.len() != units) {
+        return Err(PyValueError::new_err(
+            "steps_s, steps_q: as many steps, one value per unit each",
+        ));
+    }
+    if z.readonly() || !z.is_c_contiguous() {
+        return Err(PyValueError::new_err("z: writable"));
+    }
+    let sum = |steps: &[&[f64]], u: usize| steps[1..].iter().fold(steps[0][u], |t, a| t + a[u]);
+    let (z_of, tested) = py.detach(|| {
+        let mut tested = 0;
+        let z_of: Vec<f64> = (0..units)
+            .map(|u| {
+                let (total_s, total_q) = (sum(&s, u), sum(&q, u));
+                if total_q > 0.0 {
+                    tested += 1;
+                    total_s / total_q.sqrt()
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        (z_of, tested)
+    });
+    // SAFETY: a writable C-contiguous buffer of `units` f64 (checked above) held by `z` for this call.
+    let dest = unsafe { std::slice::from_raw_parts_mut(z.buf_ptr() as *mut f64, units) };
+    dest.copy_from_slice(&z_of);
+    Ok(tested)
+}

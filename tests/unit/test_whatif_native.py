@@ -9,7 +9,8 @@
 - The systematic evidence's sums per unit in one pass (``unit_deviations``).
 - Each node's median over the other groups of its cell's medians in one call (``peer_medians_excluding``).
 - A peer group's middle without the systematically slow units in one call (``typical_without``).
-- A step's ideal from peers and its evidence of systematic slowness in one call (``peer_ideal``)."""
+- A step's ideal from peers and its evidence of systematic slowness in one call (``peer_ideal``).
+- The systematic test's statistic over a window of steps in one call (``window_z``)."""
 
 from __future__ import annotations
 
@@ -322,3 +323,33 @@ def test_numpys_minimum_is_the_native_ideals() -> None:
     b = np.array([-0.0, 0.0, 1.0, nan2, nan2, 2.0, 1.0] * 5)
     expected = [b[0], b[1], nan1, nan2, nan1, 1.0, 1.0] * 5
     assert np.array_equal(np.minimum(a, b).view(np.int64), np.array(expected).view(np.int64))
+
+
+@pytest.mark.skipif(not systematic._WINDOW, reason="native core without window_z")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
+@pytest.mark.parametrize("units", [0, 1, 16, 1000])
+def test_the_windows_statistic_in_one_call_is_the_definitions(units: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per unit ``S / sqrt(Q)`` of the window's sums and the count of tested units, bit for bit: windows of 1 to
+    ``WINDOW`` steps, sums that round differently in another order, zeros of both signs, NaN and infinities;
+    a step of another length or dtype left to the definition."""
+    rng = np.random.default_rng(units)
+    spy = _Answers(systematic.native.core.window_z)  # type: ignore[union-attr]
+    monkeypatch.setattr(systematic.native.core, "window_z", spy)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0])
+    for trial in range(20):
+        steps = []
+        for _ in range(1 + trial % systematic.WINDOW):
+            s = rng.normal(size=units) * rng.choice([1e-3, 1.0, 1e16], units)
+            q = np.where(rng.random(units) < 0.2, 0.0, s * s)
+            odd = rng.random(units) < (0.1 if trial % 2 else 0.0)
+            s[odd], q[odd[::-1]] = rng.choice(special, int(odd.sum())), rng.choice(special, int(odd.sum()))
+            steps.append((s, q))
+        if trial == 19 and units:
+            steps[0] = (steps[0][0][:-1], steps[0][1][:-1])  # (a unit the first step has not)
+        spy.clear()
+        z, tested = systematic._window(steps)
+        with monkeypatch.context() as m:
+            m.setattr(systematic, "_WINDOW", False)
+            expected, count = systematic._window(steps)
+        assert tested == count and np.array_equal(z.view(np.int64), expected.view(np.int64)), trial
+        assert len(spy) == (0 if trial == 19 and units else 1)  # (the call answers its count of units tested)
