@@ -91,6 +91,13 @@ def peer_ideal(
     out: Buffer,
 ) -> bool: ...
 def window_z(steps_s: list[Buffer], steps_q: list[Buffer], z: Buffer) -> int: ...
+def ideal_without(
+    values: Buffer,
+    work: tuple[tuple[Buffer, Buffer, Buffer, Buffer], Buffer, tuple[Buffer, Buffer, Buffer, Buffer] | None],
+    transfers: tuple[tuple[Buffer, Buffer, Buffer, Buffer], Buffer, tuple[Buffer, Buffer, Buffer, Buffer] | None],
+    cross: tuple[Buffer, Buffer, tuple[Buffer, Buffer, Buffer, Buffer]],
+    out: Buffer,
+) -> bool: ...
 
 GROUPED_MEDIANS_READ_INT32: bool
 

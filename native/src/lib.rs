@@ -53,6 +53,7 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(whatif::typical_without, m)?)?;
     m.add_function(wrap_pyfunction!(whatif::peer_ideal, m)?)?;
     m.add_function(wrap_pyfunction!(whatif::window_z, m)?)?;
+    m.add_function(wrap_pyfunction!(whatif::ideal_without, m)?)?;
     m.add("GROUPED_MEDIANS_READ_INT32", true)?; // (grouped_medians: int32 orders too)
     Ok(())
 }

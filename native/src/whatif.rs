@@ -523,16 +523,33 @@ pub fn typical_without(
             "keys, out: one per position, out writable",
         ));
     }
+    let Some(typical) = kept_typical(py, v, keys, &kept, &every)? else {
+        return Ok(false);
+    };
+    // SAFETY: a writable C-contiguous buffer of one f64 per position (checked above) held by `out` for this call.
+    let dest = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, v.len()) };
+    dest.copy_from_slice(&typical);
+    Ok(true)
+}
+
+/// `typical_without`'s values (None: left to the definition).
+fn kept_typical(
+    py: Python<'_>,
+    v: &[f64],
+    keys: Slice<'_>,
+    kept: &Grouping<'_>,
+    every: &Grouping<'_>,
+) -> PyResult<Option<Vec<f64>>> {
     let (kept_at, every_at) = (
-        group_positions(&kept, v.len())?,
-        group_positions(&every, v.len())?,
+        group_positions(kept, v.len())?,
+        group_positions(every, v.len())?,
     );
     let key = |group: &[usize]| -> PyResult<usize> {
         let first = group.first().and_then(|&i| keys.index(i, usize::MAX));
         first.ok_or_else(|| PyValueError::new_err("a group without a key"))
     };
-    let Some(middles) = statistics(py, v, &kept, None, MIDDLE)? else {
-        return Ok(false);
+    let Some(middles) = statistics(py, v, kept, None, MIDDLE)? else {
+        return Ok(None);
     };
     let mut per_key: Vec<f64> = Vec::new();
     for (group, m) in kept_at.iter().zip(middles) {
@@ -550,22 +567,20 @@ pub fn typical_without(
         .filter(|&g| typical[g].is_nan())
         .collect();
     if !lowered.is_empty() {
-        let Some(lower) = statistics(py, v, &every, Some(&lowered), LOWER)? else {
-            return Ok(false);
+        let Some(lower) = statistics(py, v, every, Some(&lowered), LOWER)? else {
+            return Ok(None);
         };
         for (&g, m) in lowered.iter().zip(lower) {
             typical[g] = m;
         }
     }
-    // SAFETY: a writable C-contiguous buffer of one f64 per position (checked above) held by `out` for this call.
-    let dest = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, v.len()) };
-    dest.copy_from_slice(v);
+    let mut out = v.to_vec();
     for (group, m) in every_at.iter().zip(typical) {
         for &i in group {
-            dest[i] = m;
+            out[i] = m;
         }
     }
-    Ok(true)
+    Ok(Some(out))
 }
 
 /// What `peer_ideal` reads of an `Unsystematic`: its groups (`middle`), which positions are paired (a byte
@@ -603,63 +618,93 @@ fn minimum(a: f64, b: f64) -> f64 {
     }
 }
 
-/// `ideal.Peers.at_ideal`'s values bit for bit, in one call: each position at its ideal from every peer
-/// (written into `out`, one per position) and the evidence per rank and per link (written into each
-/// `Unit`'s sums, zeroed). The work and transfer middles are found once (`middles`); the ideal is the work
-/// middle, the transfer middle at the transfer groups' positions, and at the positions `crossed` the
-/// `minimum` of that and the lower median, over the groups of `stages`, of those values at the position
-/// `rep[i]` stands for. False (`out` and the sums untouched) where `grouped_medians` is: the caller
-/// computes the definition.
-#[pyfunction]
-pub fn peer_ideal(
-    py: Python<'_>,
-    values: PyBuffer<f64>,
-    work: Unit<'_>,
-    transfers: Unit<'_>,
-    cross: (Bound<'_, PyAny>, Bound<'_, PyAny>, Grouping<'_>),
-    out: PyBuffer<f64>,
-) -> PyResult<bool> {
-    let v = items(&values, "values")?;
-    if out.readonly() || !out.is_c_contiguous() || out.item_count() != v.len() {
-        return Err(PyValueError::new_err(
-            "out: writable, one value per position",
-        ));
-    }
+/// What `peer_ideal` reads of a `CrossStage`: per position the first position of its stage peer group
+/// (`rep`), the positions that have cross-stage peers (`crossed`), and those groups by cross-stage key.
+type Cross<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>, Grouping<'py>);
+
+/// `CrossStage.typical`'s last part on `ideal` (the stage peers' typical): at each position `crossed`, the
+/// `minimum` of its value and the lower median, over the groups of `stages`, of the values at the position
+/// `rep[i]` stands for. False (`ideal` untouched) where `grouped_medians` is.
+fn cross_minimum(py: Python<'_>, ideal: &mut [f64], cross: &Cross<'_>) -> PyResult<bool> {
     let (rep, crossed, stages) = (Key::of(&cross.0)?, Key::of(&cross.1)?, &cross.2);
     let (rep, crossed) = (rep.slice()?, crossed.slice()?);
-    if rep.len() != v.len() {
+    let n = ideal.len();
+    if rep.len() != n {
         return Err(PyValueError::new_err("rep: one per position"));
-    }
-    let (Some(w), Some(t)) = (middles(py, v, &work.0)?, middles(py, v, &transfers.0)?) else {
-        return Ok(false);
-    };
-    let mut ideal = w.clone();
-    for group in group_positions(&transfers.0, v.len())? {
-        for i in group {
-            ideal[i] = t[i];
-        }
     }
     let mut lowered = Vec::with_capacity(crossed.len());
     if crossed.len() > 0 {
-        let Some(per) = statistics(py, &ideal, stages, None, LOWER)? else {
+        let Some(per) = statistics(py, ideal, stages, None, LOWER)? else {
             return Ok(false);
         };
-        let mut stage = ideal.clone();
-        for (group, m) in group_positions(stages, v.len())?.iter().zip(per) {
+        let mut stage = ideal.to_vec();
+        for (group, m) in group_positions(stages, n)?.iter().zip(per) {
             for &i in group {
                 stage[i] = m;
             }
         }
         let bad = || PyValueError::new_err("crossed, rep: out of range");
         for j in 0..crossed.len() {
-            let i = crossed.index(j, v.len()).ok_or_else(bad)?;
-            let r = rep.index(i, v.len()).ok_or_else(bad)?;
+            let i = crossed.index(j, n).ok_or_else(bad)?;
+            let r = rep.index(i, n).ok_or_else(bad)?;
             lowered.push((i, minimum(ideal[i], stage[r])));
         }
     }
     for (i, m) in lowered {
         ideal[i] = m;
     }
+    Ok(true)
+}
+
+/// An error unless `out` is writable, in one block, of `n` values.
+fn writable(out: &PyBuffer<f64>, n: usize) -> PyResult<()> {
+    if out.readonly() || !out.is_c_contiguous() || out.item_count() != n {
+        return Err(PyValueError::new_err(
+            "out: writable, one value per position",
+        ));
+    }
+    Ok(())
+}
+
+/// `PeerTypical.typical`'s and `CrossStage.typical`'s last parts: the work's typical `w` with the transfers'
+/// `t` at the positions of their groups, then `cross_minimum` (None: left to the definition).
+fn overlaid(
+    py: Python<'_>,
+    mut w: Vec<f64>,
+    t: &[f64],
+    transfers: &Grouping<'_>,
+    cross: &Cross<'_>,
+) -> PyResult<Option<Vec<f64>>> {
+    for group in group_positions(transfers, w.len())? {
+        for i in group {
+            w[i] = t[i];
+        }
+    }
+    Ok(cross_minimum(py, &mut w, cross)?.then_some(w))
+}
+
+/// `ideal.Peers.at_ideal`'s values bit for bit, in one call: each position at its ideal from every peer
+/// (written into `out`, one per position) and the evidence per rank and per link (written into each
+/// `Unit`'s sums, zeroed). The work and transfer middles are found once (`middles`); the ideal is the work
+/// middle, the transfer middle at the transfer groups' positions, then `cross_minimum`. False (`out` and
+/// the sums untouched) where `grouped_medians` is: the caller computes the definition.
+#[pyfunction]
+pub fn peer_ideal(
+    py: Python<'_>,
+    values: PyBuffer<f64>,
+    work: Unit<'_>,
+    transfers: Unit<'_>,
+    cross: Cross<'_>,
+    out: PyBuffer<f64>,
+) -> PyResult<bool> {
+    let v = items(&values, "values")?;
+    writable(&out, v.len())?;
+    let (Some(w), Some(t)) = (middles(py, v, &work.0)?, middles(py, v, &transfers.0)?) else {
+        return Ok(false);
+    };
+    let Some(ideal) = overlaid(py, w.clone(), &t, &transfers.0, &cross)? else {
+        return Ok(false);
+    };
     for ((_, paired, unit, total, squares), middle) in [(&work, &w), (&transfers, &t)] {
         unit_sums(
             py,
@@ -723,4 +768,46 @@ pub fn window_z(
     let dest = unsafe { std::slice::from_raw_parts_mut(z.buf_ptr() as *mut f64, units) };
     dest.copy_from_slice(&z_of);
     Ok(tested)
+}
+
+/// What `ideal_without` reads of an `Unsystematic`: its peer groups (`middle`), its keys (int32 or int64), and
+/// its groups without the slow units' positions (None: no position left out).
+type Without<'py> = (Grouping<'py>, Bound<'py, PyAny>, Option<Grouping<'py>>);
+
+/// `ideal.CrossStage.typical(values, slow)`'s values bit for bit, in one call (written into `out`): each
+/// unit's typical (`typical_without` where positions are left out, else the middles), the transfers' at
+/// their groups' positions over the work's, then `cross_minimum`. False (`out` untouched) where
+/// `grouped_medians` is: the caller computes the definition.
+#[pyfunction]
+pub fn ideal_without(
+    py: Python<'_>,
+    values: PyBuffer<f64>,
+    work: Without<'_>,
+    transfers: Without<'_>,
+    cross: Cross<'_>,
+    out: PyBuffer<f64>,
+) -> PyResult<bool> {
+    let v = items(&values, "values")?;
+    writable(&out, v.len())?;
+    let typical = |(every, keys, kept): &Without<'_>| -> PyResult<Option<Vec<f64>>> {
+        let Some(kept) = kept else {
+            return middles(py, v, every);
+        };
+        let keys = Key::of(keys)?;
+        let keys = keys.slice()?;
+        if keys.len() != v.len() {
+            return Err(PyValueError::new_err("keys: one per position"));
+        }
+        kept_typical(py, v, keys, kept, every)
+    };
+    let (Some(w), Some(t)) = (typical(&work)?, typical(&transfers)?) else {
+        return Ok(false);
+    };
+    let Some(ideal) = overlaid(py, w, &t, &transfers.0, &cross)? else {
+        return Ok(false);
+    };
+    // SAFETY: a writable C-contiguous buffer of one f64 per position (checked above) held by `out` for this call.
+    let dest = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, v.len()) };
+    dest.copy_from_slice(&ideal);
+    Ok(true)
 }

@@ -56,6 +56,7 @@ LowMedian = Grouped  # the lower median per group (the default statistic)
 Middles = tuple[Floats, Floats]  # each node at its work peers' middle, and at its transfer peers' middle
 Evidence = tuple[tuple[Floats, Floats], tuple[Floats, Floats]]  # per rank and per link (:mod:`systematic`)
 _FUSED = hasattr(native.core, "peer_ideal")  # (native/src/whatif.rs; without it, the definition)
+_SLOW = hasattr(native.core, "ideal_without")  # (the same)
 
 
 class CrossStage:
@@ -77,6 +78,9 @@ class CrossStage:
     def typical(self, values: Floats, slow: Slow = (NONE, NONE), middles: Middles | None = None) -> Floats:
         """``values`` at their ideal: the stage peers' typical (without the units ``slow``, :mod:`systematic`),
         lowered to the cross-stage typical (``middles``: :meth:`PeerTypical.typical`'s)."""
+        fused = _without(self, values, slow) if middles is None and _SLOW and native.core is not None else None
+        if fused is not None:  # (the same values, in one call)
+            return fused
         out = self.within.typical(values, slow, middles)
         if len(self.crossed):
             across = self.stages.typical(out)[self.rep[self.crossed]]
@@ -162,6 +166,22 @@ def _at_ideal(peers: Peers, values: Floats) -> tuple[Floats, Evidence] | None:
     if native.core.peer_ideal(f64, *read, (cross.rep, cross.crossed, cross.stages.grouping()), out):
         return out, (sums[0], sums[1])
     return None
+
+
+def _without(cross: CrossStage, values: Floats, slow: Slow) -> Floats | None:
+    """:meth:`CrossStage.typical` in one native call (None: left to the definition, as ``grouped`` leaves it)."""
+    assert native.core is not None
+    units = cross.within.work, cross.within.transfers
+    read = [(u.middle.grouping(), u.keys, _grouping(u.kept(s))) for u, s in zip(units, slow, strict=True)]
+    out = np.empty(len(values))
+    f64 = np.ascontiguousarray(values, np.float64)
+    if native.core.ideal_without(f64, *read, (cross.rep, cross.crossed, cross.stages.grouping()), out):
+        return out
+    return None
+
+
+def _grouping(groups: Grouped | None) -> tuple[Ints, Ints, Ints, Ints] | None:
+    return None if groups is None else groups.grouping()
 
 
 def _every_stage(g: StepGraph, work: npt.NDArray[np.bool_], key: Ints) -> Ints:

@@ -10,7 +10,8 @@
 - Each node's median over the other groups of its cell's medians in one call (``peer_medians_excluding``).
 - A peer group's middle without the systematically slow units in one call (``typical_without``).
 - A step's ideal from peers and its evidence of systematic slowness in one call (``peer_ideal``).
-- The systematic test's statistic over a window of steps in one call (``window_z``)."""
+- The systematic test's statistic over a window of steps in one call (``window_z``).
+- A step's ideal from peers other than the slow ranks and links in one call (``ideal_without``)."""
 
 from __future__ import annotations
 
@@ -262,23 +263,37 @@ def test_the_typical_without_slow_units_in_one_call_is_the_definitions(
                 assert spy in ([], [True])  # (none: no paired position on a slow unit)
 
 
-@pytest.mark.skipif(not systematic._WITHOUT, reason="native core without typical_without")
+@pytest.mark.skipif(not ideal._SLOW, reason="native core without ideal_without")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
 @pytest.mark.parametrize(("name", "ranks"), CASES)
 def test_the_ideal_without_slow_ranks_and_links_is_the_definitions(
     name: str, ranks: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A step's ideal from peers other than some ranks and links (:meth:`CrossStage.typical`), bit for bit."""
+    """A step's ideal from peers other than some ranks and links (:meth:`CrossStage.typical`), bit for bit: in
+    one call (``ideal_without``), by the units' calls (``typical_without``) and by the definition; with NaN,
+    infinities, ties and -0.0 among the values (the calls may leave -0.0 to the definition)."""
     g = _step(name, ranks)
     peers = Peers.of(g)
     rng = np.random.default_rng(ranks)
     links = int(max(0, peers.ideal.within.transfers.unit.max()))
-    for slow in [(np.array([2]), np.zeros(0, np.int64)), (np.array([0, 1, 2, 5]), np.arange(links + 1))]:
-        values = g.intrinsic * rng.uniform(0.5, 1.5, g.nodes)
-        native = peers.ideal.typical(values, slow)
-        with monkeypatch.context() as m:
-            m.setattr(systematic, "_WITHOUT", False)
-            definition = peers.ideal.typical(values, slow)
-        assert np.array_equal(native.view(np.int64), definition.view(np.int64))
+    spy = _Answers(ideal.native.core.ideal_without)  # type: ignore[union-attr]
+    monkeypatch.setattr(ideal.native.core, "ideal_without", spy)
+    slows = [(np.array([2]), np.zeros(0, np.int64)), (np.array([0, 1, 2, 5]), np.arange(links + 1))]
+    slows += [(np.zeros(0, np.int64), np.array([0])), (np.zeros(0, np.int64), np.zeros(0, np.int64))]
+    for trial in range(6):
+        values = _trial_values(g, rng, trial)
+        for slow in slows:
+            spy.clear()
+            native = peers.ideal.typical(values, slow)
+            with monkeypatch.context() as m:
+                m.setattr(ideal, "_SLOW", False)
+                units = peers.ideal.typical(values, slow)
+                m.setattr(systematic, "_WITHOUT", False)
+                definition = peers.ideal.typical(values, slow)
+            assert np.array_equal(native.view(np.int64), definition.view(np.int64)), (trial, slow)
+            assert np.array_equal(units.view(np.int64), definition.view(np.int64)), (trial, slow)
+            if trial != 5:
+                assert spy == [True]
 
 
 @pytest.mark.skipif(not ideal._FUSED, reason="native core without peer_ideal")
