@@ -83,21 +83,19 @@ def typical_without(
     every: tuple[Buffer, Buffer, Buffer, Buffer],
     out: Buffer,
 ) -> bool: ...
-def peer_ideal(
-    values: Buffer,
-    work: tuple[tuple[Buffer, Buffer, Buffer, Buffer], Buffer, Buffer, Buffer, Buffer],
-    transfers: tuple[tuple[Buffer, Buffer, Buffer, Buffer], Buffer, Buffer, Buffer, Buffer],
-    cross: tuple[Buffer, Buffer, tuple[Buffer, Buffer, Buffer, Buffer]],
-    out: Buffer,
-) -> bool: ...
 def window_z(steps_s: list[Buffer], steps_q: list[Buffer], z: Buffer) -> int: ...
-def ideal_without(
-    values: Buffer,
-    work: tuple[tuple[Buffer, Buffer, Buffer, Buffer], Buffer, tuple[Buffer, Buffer, Buffer, Buffer] | None],
-    transfers: tuple[tuple[Buffer, Buffer, Buffer, Buffer], Buffer, tuple[Buffer, Buffer, Buffer, Buffer] | None],
+
+class PeerLayout:
+    def units(self) -> tuple[int, int]: ...
+    def at_ideal(self, values: Buffer, out: Buffer, sums_of: tuple[Buffer, Buffer, Buffer, Buffer]) -> bool: ...
+    def without(self, values: Buffer, slow_ranks: Buffer, slow_links: Buffer, out: Buffer) -> bool: ...
+
+def peer_layout(
+    n: int,
+    work: tuple[tuple[Buffer, Buffer, Buffer, Buffer], Buffer, Buffer],
+    transfers: tuple[tuple[Buffer, Buffer, Buffer, Buffer], Buffer, Buffer],
     cross: tuple[Buffer, Buffer, tuple[Buffer, Buffer, Buffer, Buffer]],
-    out: Buffer,
-) -> bool: ...
+) -> PeerLayout: ...
 
 GROUPED_MEDIANS_READ_INT32: bool
 

@@ -20,6 +20,7 @@ mod layouts;
 mod median;
 mod numbers;
 mod objects;
+mod peers;
 mod sort;
 mod whatif;
 
@@ -51,9 +52,9 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(whatif::unit_deviations, m)?)?;
     m.add_function(wrap_pyfunction!(whatif::peer_medians_excluding, m)?)?;
     m.add_function(wrap_pyfunction!(whatif::typical_without, m)?)?;
-    m.add_function(wrap_pyfunction!(whatif::peer_ideal, m)?)?;
     m.add_function(wrap_pyfunction!(whatif::window_z, m)?)?;
-    m.add_function(wrap_pyfunction!(whatif::ideal_without, m)?)?;
+    m.add_class::<peers::PeerLayout>()?;
+    m.add_function(wrap_pyfunction!(peers::peer_layout, m)?)?;
     m.add("GROUPED_MEDIANS_READ_INT32", true)?; // (grouped_medians: int32 orders too)
     Ok(())
 }

@@ -12,20 +12,20 @@ use crate::dag::{healed_step_ends, items, DagLayout, Healed};
 use crate::median::{excluding_each_row, medians_of, LOWER, MIDDLE};
 
 /// A key column as the engine keeps it: int32 (compact) or int64.
-enum Key {
+pub(crate) enum Key {
     Narrow(PyBuffer<i32>),
     Wide(PyBuffer<i64>),
 }
 
 impl Key {
-    fn of(column: &Bound<'_, PyAny>) -> PyResult<Self> {
+    pub(crate) fn of(column: &Bound<'_, PyAny>) -> PyResult<Self> {
         match PyBuffer::<i32>::get(column) {
             Ok(b) => Ok(Key::Narrow(b)),
             Err(_) => Ok(Key::Wide(PyBuffer::<i64>::get(column)?)),
         }
     }
 
-    fn slice(&self) -> PyResult<Slice<'_>> {
+    pub(crate) fn slice(&self) -> PyResult<Slice<'_>> {
         Ok(match self {
             Key::Narrow(b) => Slice::Narrow(items(b, "indices")?),
             Key::Wide(b) => Slice::Wide(items(b, "indices")?),
@@ -42,13 +42,13 @@ impl Key {
 
 /// A key column's values.
 #[derive(Clone, Copy)]
-enum Slice<'a> {
+pub(crate) enum Slice<'a> {
     Narrow(&'a [i32]),
     Wide(&'a [i64]),
 }
 
 impl Slice<'_> {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Slice::Narrow(s) => s.len(),
             Slice::Wide(s) => s.len(),
@@ -56,7 +56,7 @@ impl Slice<'_> {
     }
 
     /// The `i`-th value.
-    fn get(&self, i: usize) -> i64 {
+    pub(crate) fn get(&self, i: usize) -> i64 {
         match self {
             Slice::Narrow(s) => i64::from(s[i]),
             Slice::Wide(s) => s[i],
@@ -64,7 +64,7 @@ impl Slice<'_> {
     }
 
     /// The `i`-th value as an index below `bound` (None: out of range).
-    fn index(&self, i: usize, bound: usize) -> Option<usize> {
+    pub(crate) fn index(&self, i: usize, bound: usize) -> Option<usize> {
         usize::try_from(self.get(i)).ok().filter(|&v| v < bound)
     }
 }
@@ -340,30 +340,40 @@ fn deviations<I: Copy + Into<i64> + Sync>(
     {
         return Err(PyValueError::new_err("unit: out of range"));
     }
-    let (mut t, mut q) = (vec![0.0; units], vec![0.0; units]);
-    py.detach(|| {
-        for i in 0..v.len() {
-            let judged = p[i] != 0 && v[i].is_finite() && m[i].is_finite();
-            let d = v[i] - m[i];
-            let sign = if !judged || d == 0.0 {
-                0.0
-            } else if d > 0.0 {
-                1.0
-            } else {
-                -1.0
-            };
-            let size = if sign != 0.0 { m[i].abs() } else { 0.0 };
-            let u = unit[i].into() as usize;
-            t[u] += size * sign;
-            q[u] += size * size;
-        }
-    });
+    let (t, q) = py.detach(|| sums(v, m, p, unit, units));
     for (buf, sums) in [(total, &t), (squares, &q)] {
         // SAFETY: a writable C-contiguous buffer of `units` f64 (checked above) held by `buf` for this call.
         let dest = unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr() as *mut f64, units) };
         dest.copy_from_slice(sums);
     }
     Ok(())
+}
+
+/// `deviations`' sums per unit (`unit` checked: each below `units`).
+pub(crate) fn sums<I: Copy + Into<i64>>(
+    v: &[f64],
+    m: &[f64],
+    p: &[u8],
+    unit: &[I],
+    units: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let (mut t, mut q) = (vec![0.0; units], vec![0.0; units]);
+    for i in 0..v.len() {
+        let judged = p[i] != 0 && v[i].is_finite() && m[i].is_finite();
+        let d = v[i] - m[i];
+        let sign = if !judged || d == 0.0 {
+            0.0
+        } else if d > 0.0 {
+            1.0
+        } else {
+            -1.0
+        };
+        let size = if sign != 0.0 { m[i].abs() } else { 0.0 };
+        let u = unit[i].into() as usize;
+        t[u] += size * sign;
+        q[u] += size * size;
+    }
+    (t, q)
 }
 
 /// `whatif._peer_medians_excluding`'s values at the nodes `sel` (written into `out`, one per node, the
@@ -440,7 +450,7 @@ pub fn peer_medians_excluding(
 
 /// A grouping as `systematic.Grouped` keeps it: group `g` is the positions `members[order[i]]` for `i` in
 /// `starts[g]..starts[g] + counts[g]` (`order` and `members` int32 or int64).
-type Grouping<'py> = (
+pub(crate) type Grouping<'py> = (
     Bound<'py, PyAny>,
     Bound<'py, PyAny>,
     PyBuffer<i64>,
@@ -471,7 +481,7 @@ fn statistics(
 
 /// Per group of a grouping, its positions (in the grouping's order); an error where an index is out of
 /// range (`positions` values: below it).
-fn group_positions(grouping: &Grouping<'_>, positions: usize) -> PyResult<Vec<Vec<usize>>> {
+pub(crate) fn group_positions(grouping: &Grouping<'_>, positions: usize) -> PyResult<Vec<Vec<usize>>> {
     let (order, members) = (Key::of(&grouping.0)?, Key::of(&grouping.1)?);
     let (order, members) = (order.slice()?, members.slice()?);
     let (starts, counts) = (items(&grouping.2, "starts")?, items(&grouping.3, "counts")?);
@@ -583,145 +593,6 @@ fn kept_typical(
     Ok(Some(out))
 }
 
-/// What `peer_ideal` reads of an `Unsystematic`: its groups (`middle`), which positions are paired (a byte
-/// each) and their units (int16, int32 or int64), and where its sums per unit go (`total`, `squares`).
-type Unit<'py> = (
-    Grouping<'py>,
-    PyBuffer<u8>,
-    Bound<'py, PyAny>,
-    PyBuffer<f64>,
-    PyBuffer<f64>,
-);
-
-/// `values` with each position of a group at its group's middle (`Grouped.typical`, MIDDLE); None where
-/// `medians_of` refuses.
-fn middles(py: Python<'_>, v: &[f64], grouping: &Grouping<'_>) -> PyResult<Option<Vec<f64>>> {
-    let Some(per) = statistics(py, v, grouping, None, MIDDLE)? else {
-        return Ok(None);
-    };
-    let mut out = v.to_vec();
-    for (group, m) in group_positions(grouping, v.len())?.iter().zip(per) {
-        for &i in group {
-            out[i] = m;
-        }
-    }
-    Ok(Some(out))
-}
-
-/// numpy's `minimum` of two values: `a` when it is NaN, else `b` when it is NaN, else `a` when below `b`,
-/// else `b` (of 0.0 and -0.0: the second).
-fn minimum(a: f64, b: f64) -> f64 {
-    if a.is_nan() || (!b.is_nan() && a < b) {
-        a
-    } else {
-        b
-    }
-}
-
-/// What `peer_ideal` reads of a `CrossStage`: per position the first position of its stage peer group
-/// (`rep`), the positions that have cross-stage peers (`crossed`), and those groups by cross-stage key.
-type Cross<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>, Grouping<'py>);
-
-/// `CrossStage.typical`'s last part on `ideal` (the stage peers' typical): at each position `crossed`, the
-/// `minimum` of its value and the lower median, over the groups of `stages`, of the values at the position
-/// `rep[i]` stands for. False (`ideal` untouched) where `grouped_medians` is.
-fn cross_minimum(py: Python<'_>, ideal: &mut [f64], cross: &Cross<'_>) -> PyResult<bool> {
-    let (rep, crossed, stages) = (Key::of(&cross.0)?, Key::of(&cross.1)?, &cross.2);
-    let (rep, crossed) = (rep.slice()?, crossed.slice()?);
-    let n = ideal.len();
-    if rep.len() != n {
-        return Err(PyValueError::new_err("rep: one per position"));
-    }
-    let mut lowered = Vec::with_capacity(crossed.len());
-    if crossed.len() > 0 {
-        let Some(per) = statistics(py, ideal, stages, None, LOWER)? else {
-            return Ok(false);
-        };
-        let mut stage = ideal.to_vec();
-        for (group, m) in group_positions(stages, n)?.iter().zip(per) {
-            for &i in group {
-                stage[i] = m;
-            }
-        }
-        let bad = || PyValueError::new_err("crossed, rep: out of range");
-        for j in 0..crossed.len() {
-            let i = crossed.index(j, n).ok_or_else(bad)?;
-            let r = rep.index(i, n).ok_or_else(bad)?;
-            lowered.push((i, minimum(ideal[i], stage[r])));
-        }
-    }
-    for (i, m) in lowered {
-        ideal[i] = m;
-    }
-    Ok(true)
-}
-
-/// An error unless `out` is writable, in one block, of `n` values.
-fn writable(out: &PyBuffer<f64>, n: usize) -> PyResult<()> {
-    if out.readonly() || !out.is_c_contiguous() || out.item_count() != n {
-        return Err(PyValueError::new_err(
-            "out: writable, one value per position",
-        ));
-    }
-    Ok(())
-}
-
-/// `PeerTypical.typical`'s and `CrossStage.typical`'s last parts: the work's typical `w` with the transfers'
-/// `t` at the positions of their groups, then `cross_minimum` (None: left to the definition).
-fn overlaid(
-    py: Python<'_>,
-    mut w: Vec<f64>,
-    t: &[f64],
-    transfers: &Grouping<'_>,
-    cross: &Cross<'_>,
-) -> PyResult<Option<Vec<f64>>> {
-    for group in group_positions(transfers, w.len())? {
-        for i in group {
-            w[i] = t[i];
-        }
-    }
-    Ok(cross_minimum(py, &mut w, cross)?.then_some(w))
-}
-
-/// `ideal.Peers.at_ideal`'s values bit for bit, in one call: each position at its ideal from every peer
-/// (written into `out`, one per position) and the evidence per rank and per link (written into each
-/// `Unit`'s sums, zeroed). The work and transfer middles are found once (`middles`); the ideal is the work
-/// middle, the transfer middle at the transfer groups' positions, then `cross_minimum`. False (`out` and
-/// the sums untouched) where `grouped_medians` is: the caller computes the definition.
-#[pyfunction]
-pub fn peer_ideal(
-    py: Python<'_>,
-    values: PyBuffer<f64>,
-    work: Unit<'_>,
-    transfers: Unit<'_>,
-    cross: Cross<'_>,
-    out: PyBuffer<f64>,
-) -> PyResult<bool> {
-    let v = items(&values, "values")?;
-    writable(&out, v.len())?;
-    let (Some(w), Some(t)) = (middles(py, v, &work.0)?, middles(py, v, &transfers.0)?) else {
-        return Ok(false);
-    };
-    let Some(ideal) = overlaid(py, w.clone(), &t, &transfers.0, &cross)? else {
-        return Ok(false);
-    };
-    for ((_, paired, unit, total, squares), middle) in [(&work, &w), (&transfers, &t)] {
-        unit_sums(
-            py,
-            v,
-            middle,
-            items(paired, "paired")?,
-            unit,
-            total,
-            squares,
-        )?;
-    }
-    // SAFETY: a writable C-contiguous buffer of one f64 per position (checked above) held by `out` for this call.
-    let dest = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, v.len()) };
-    dest.copy_from_slice(&ideal);
-    Ok(true)
-}
-
 /// Each step's values.
 fn step_values(steps: &[PyBuffer<f64>]) -> PyResult<Vec<&[f64]>> {
     steps.iter().map(|b| items(b, "steps")).collect()
@@ -768,46 +639,4 @@ pub fn window_z(
     let dest = unsafe { std::slice::from_raw_parts_mut(z.buf_ptr() as *mut f64, units) };
     dest.copy_from_slice(&z_of);
     Ok(tested)
-}
-
-/// What `ideal_without` reads of an `Unsystematic`: its peer groups (`middle`), its keys (int32 or int64), and
-/// its groups without the slow units' positions (None: no position left out).
-type Without<'py> = (Grouping<'py>, Bound<'py, PyAny>, Option<Grouping<'py>>);
-
-/// `ideal.CrossStage.typical(values, slow)`'s values bit for bit, in one call (written into `out`): each
-/// unit's typical (`typical_without` where positions are left out, else the middles), the transfers' at
-/// their groups' positions over the work's, then `cross_minimum`. False (`out` untouched) where
-/// `grouped_medians` is: the caller computes the definition.
-#[pyfunction]
-pub fn ideal_without(
-    py: Python<'_>,
-    values: PyBuffer<f64>,
-    work: Without<'_>,
-    transfers: Without<'_>,
-    cross: Cross<'_>,
-    out: PyBuffer<f64>,
-) -> PyResult<bool> {
-    let v = items(&values, "values")?;
-    writable(&out, v.len())?;
-    let typical = |(every, keys, kept): &Without<'_>| -> PyResult<Option<Vec<f64>>> {
-        let Some(kept) = kept else {
-            return middles(py, v, every);
-        };
-        let keys = Key::of(keys)?;
-        let keys = keys.slice()?;
-        if keys.len() != v.len() {
-            return Err(PyValueError::new_err("keys: one per position"));
-        }
-        kept_typical(py, v, keys, kept, every)
-    };
-    let (Some(w), Some(t)) = (typical(&work)?, typical(&transfers)?) else {
-        return Ok(false);
-    };
-    let Some(ideal) = overlaid(py, w, &t, &transfers.0, &cross)? else {
-        return Ok(false);
-    };
-    // SAFETY: a writable C-contiguous buffer of one f64 per position (checked above) held by `out` for this call.
-    let dest = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, v.len()) };
-    dest.copy_from_slice(&ideal);
-    Ok(true)
 }

@@ -43,6 +43,7 @@ variation across replicas and keeps everything else.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -55,8 +56,8 @@ from streams.engine.systematic import NONE, Grouped, Slow, Unsystematic
 LowMedian = Grouped  # the lower median per group (the default statistic)
 Middles = tuple[Floats, Floats]  # each node at its work peers' middle, and at its transfer peers' middle
 Evidence = tuple[tuple[Floats, Floats], tuple[Floats, Floats]]  # per rank and per link (:mod:`systematic`)
-_FUSED = hasattr(native.core, "peer_ideal")  # (native/src/whatif.rs; without it, the definition)
-_SLOW = hasattr(native.core, "ideal_without")  # (the same)
+_FUSED = hasattr(native.core, "peer_layout")  # (native/src/peers.rs; without it, the definition)
+_SLOW = _FUSED
 
 
 class CrossStage:
@@ -74,6 +75,23 @@ class CrossStage:
         rep_key[reps] = across[reps]
         self.stages = LowMedian(rep_key)  # one value per stage peer group: every stage weighs the same
         self.crossed = np.flatnonzero(crossed)
+        self._layout: Any = None  # (the groupings as the native core reads them: made at the first step asking)
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_layout": None}  # (native, made again: not in a snapshot)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update({"_layout": None, **state})  # (a snapshot made before the layout: without it)
+
+    def layout(self) -> Any:
+        """The native core's layout of these groupings (native/src/peers.rs), made once."""
+        assert native.core is not None
+        if self._layout is None:
+            units = self.within.work, self.within.transfers
+            read = [(u.middle.grouping(), u.paired.view(np.uint8), u.unit.astype(np.int64)) for u in units]
+            cross = self.rep, self.crossed, self.stages.grouping()
+            self._layout = native.core.peer_layout(len(self.rep), *read, cross)
+        return self._layout
 
     def typical(self, values: Floats, slow: Slow = (NONE, NONE), middles: Middles | None = None) -> Floats:
         """``values`` at their ideal: the stage peers' typical (without the units ``slow``, :mod:`systematic`),
@@ -156,32 +174,22 @@ class Peers:
 
 def _at_ideal(peers: Peers, values: Floats) -> tuple[Floats, Evidence] | None:
     """:meth:`Peers.at_ideal` in one native call (None: left to the definition, as ``grouped`` leaves it)."""
-    assert native.core is not None
-    cross = peers.ideal
-    units = cross.within.work, cross.within.transfers
-    sums = [(np.zeros(int(u.unit.max(initial=-1)) + 1), np.zeros(int(u.unit.max(initial=-1)) + 1)) for u in units]
-    read = [(u.middle.grouping(), u.paired.view(np.uint8), u.unit, *s) for u, s in zip(units, sums, strict=True)]
+    layout = peers.ideal.layout()
+    ranks, links = layout.units()
+    sums = np.zeros(ranks), np.zeros(ranks), np.zeros(links), np.zeros(links)
     out = np.empty(len(values))
-    f64 = np.ascontiguousarray(values, np.float64)
-    if native.core.peer_ideal(f64, *read, (cross.rep, cross.crossed, cross.stages.grouping()), out):
-        return out, (sums[0], sums[1])
+    if layout.at_ideal(np.ascontiguousarray(values, np.float64), out, sums):
+        return out, ((sums[0], sums[1]), (sums[2], sums[3]))
     return None
 
 
 def _without(cross: CrossStage, values: Floats, slow: Slow) -> Floats | None:
     """:meth:`CrossStage.typical` in one native call (None: left to the definition, as ``grouped`` leaves it)."""
-    assert native.core is not None
-    units = cross.within.work, cross.within.transfers
-    read = [(u.middle.grouping(), u.keys, _grouping(u.kept(s))) for u, s in zip(units, slow, strict=True)]
     out = np.empty(len(values))
-    f64 = np.ascontiguousarray(values, np.float64)
-    if native.core.ideal_without(f64, *read, (cross.rep, cross.crossed, cross.stages.grouping()), out):
+    units = (np.ascontiguousarray(s, np.int64) for s in slow)
+    if cross.layout().without(np.ascontiguousarray(values, np.float64), *units, out):
         return out
     return None
-
-
-def _grouping(groups: Grouped | None) -> tuple[Ints, Ints, Ints, Ints] | None:
-    return None if groups is None else groups.grouping()
 
 
 def _every_stage(g: StepGraph, work: npt.NDArray[np.bool_], key: Ints) -> Ints:

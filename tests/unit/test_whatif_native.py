@@ -9,12 +9,14 @@
 - The systematic evidence's sums per unit in one pass (``unit_deviations``).
 - Each node's median over the other groups of its cell's medians in one call (``peer_medians_excluding``).
 - A peer group's middle without the systematically slow units in one call (``typical_without``).
-- A step's ideal from peers and its evidence of systematic slowness in one call (``peer_ideal``).
+- A step's ideal from peers and its evidence of systematic slowness in one call (``PeerLayout.at_ideal``).
 - The systematic test's statistic over a window of steps in one call (``window_z``).
-- A step's ideal from peers other than the slow ranks and links in one call (``ideal_without``)."""
+- A step's ideal from peers other than the slow ranks and links in one call (``PeerLayout.without``), and
+  a snapshot's peers without their layout."""
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 
 import numpy as np
@@ -182,6 +184,18 @@ class _Answers(list[bool]):
         return self[-1]
 
 
+class _Spied:
+    """A peer layout (native/src/peers.rs) whose calls keep what they answered."""
+
+    def __init__(self, peers: Peers) -> None:
+        self.layout = peers.ideal.layout()
+        self.at_ideal, self.without = _Answers(self.layout.at_ideal), _Answers(self.layout.without)
+        peers.ideal._layout = self
+
+    def units(self) -> tuple[int, int]:
+        return self.layout.units()  # type: ignore[no-any-return]
+
+
 @pytest.mark.skipif(not whatif._FUSED, reason="native core without peer_medians_excluding")
 @pytest.mark.parametrize(("name", "ranks"), CASES)
 def test_peer_medians_excluding_in_one_call_equal_the_definitions(
@@ -263,21 +277,20 @@ def test_the_typical_without_slow_units_in_one_call_is_the_definitions(
                 assert spy in ([], [True])  # (none: no paired position on a slow unit)
 
 
-@pytest.mark.skipif(not ideal._SLOW, reason="native core without ideal_without")
+@pytest.mark.skipif(not ideal._SLOW, reason="native core without peer_layout")
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
 @pytest.mark.parametrize(("name", "ranks"), CASES)
 def test_the_ideal_without_slow_ranks_and_links_is_the_definitions(
     name: str, ranks: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A step's ideal from peers other than some ranks and links (:meth:`CrossStage.typical`), bit for bit: in
-    one call (``ideal_without``), by the units' calls (``typical_without``) and by the definition; with NaN,
+    one call (``PeerLayout.without``), by the units' calls (``typical_without``) and by the definition; with NaN,
     infinities, ties and -0.0 among the values (the calls may leave -0.0 to the definition)."""
     g = _step(name, ranks)
     peers = Peers.of(g)
     rng = np.random.default_rng(ranks)
     links = int(max(0, peers.ideal.within.transfers.unit.max()))
-    spy = _Answers(ideal.native.core.ideal_without)  # type: ignore[union-attr]
-    monkeypatch.setattr(ideal.native.core, "ideal_without", spy)
+    spy = _Spied(peers).without
     slows = [(np.array([2]), np.zeros(0, np.int64)), (np.array([0, 1, 2, 5]), np.arange(links + 1))]
     slows += [(np.zeros(0, np.int64), np.array([0])), (np.zeros(0, np.int64), np.zeros(0, np.int64))]
     for trial in range(6):
@@ -296,7 +309,7 @@ def test_the_ideal_without_slow_ranks_and_links_is_the_definitions(
                 assert spy == [True]
 
 
-@pytest.mark.skipif(not ideal._FUSED, reason="native core without peer_ideal")
+@pytest.mark.skipif(not ideal._FUSED, reason="native core without peer_layout")
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
 @pytest.mark.parametrize(("name", "ranks"), CASES)
 def test_the_ideal_and_its_evidence_in_one_call_are_the_definitions(
@@ -308,8 +321,7 @@ def test_the_ideal_and_its_evidence_in_one_call_are_the_definitions(
     g = _step(name, ranks)
     peers = Peers.of(g)
     rng = np.random.default_rng(ranks)
-    spy = _Answers(ideal.native.core.peer_ideal)  # type: ignore[union-attr]
-    monkeypatch.setattr(ideal.native.core, "peer_ideal", spy)
+    spy = _Spied(peers).at_ideal
     payloads = np.array([0x7FF8000000000001, 0x7FF8000000000002], np.uint64).view(np.float64)
     crossed = 0
     for trial in range(12):
@@ -331,7 +343,7 @@ def test_the_ideal_and_its_evidence_in_one_call_are_the_definitions(
 
 
 def test_numpys_minimum_is_the_native_ideals() -> None:
-    """The order ``peer_ideal`` takes of numpy's ``minimum`` (native/src/whatif.rs ``minimum``): the first of
+    """The order ``PeerLayout`` takes of numpy's ``minimum`` (native/src/peers.rs ``minimum``): the first of
     two NaN, a NaN against a number, the second of 0.0 and -0.0."""
     nan1, nan2 = (np.array([bits], np.uint64).view(np.float64)[0] for bits in (0x7FF8000000000001, 0x7FF8000000000002))
     a = np.array([0.0, -0.0, nan1, 1.0, nan1, 1.0, 2.0] * 5)
@@ -368,3 +380,19 @@ def test_the_windows_statistic_in_one_call_is_the_definitions(units: int, monkey
             expected, count = systematic._window(steps)
         assert tested == count and np.array_equal(z.view(np.int64), expected.view(np.int64)), trial
         assert len(spy) == (0 if trial == 19 and units else 1)  # (the call answers its count of units tested)
+
+
+@pytest.mark.skipif(not ideal._FUSED, reason="native core without peer_layout")
+def test_a_snapshots_peers_make_their_layout_again() -> None:
+    """A step's peers in a snapshot (a pending decomposition, :mod:`structural`) without their native layout,
+    made again at the next call: the same ideal, evidence and ideal without slow units."""
+    g = _step("realistic-slow-rank", 16)
+    peers = Peers.of(g)
+    values, slow = g.intrinsic, (np.array([2]), np.array([0]))
+    made, without = peers.at_ideal(values), peers.ideal.typical(values, slow)
+    again = pickle.loads(pickle.dumps(peers))
+    assert again.ideal._layout is None
+    ideal_again, evidence = again.at_ideal(values)
+    assert np.array_equal(ideal_again, made[0]) and np.array_equal(again.ideal.typical(values, slow), without)
+    pairs = zip((*evidence[0], *evidence[1]), (*made[1][0], *made[1][1]), strict=True)
+    assert all(np.array_equal(a, b) for a, b in pairs)
