@@ -97,6 +97,16 @@ def peer_layout(
     cross: tuple[Buffer, Buffer, tuple[Buffer, Buffer, Buffer, Buffer]],
 ) -> PeerLayout: ...
 
+Cells = tuple[list[int], list[int], list[int], tuple[int, int], list[tuple[int, int, int]], int]
+
+class RoleLayout:
+    def peers(self, values: Buffer, peer_med: Buffer, by_stage: Buffer, by_link: Buffer) -> bool: ...
+    def ranked(self, values: Buffer, peer_med: Buffer) -> tuple[list[int], list[int]] | None: ...
+
+def role_layout(
+    n: int, spans: list[tuple[int, int, int]], position: tuple[list[int], list[int], int], stages: Cells, links: Cells
+) -> RoleLayout: ...
+
 GROUPED_MEDIANS_READ_INT32: bool
 
 def grouped_medians(

@@ -21,6 +21,7 @@ mod median;
 mod numbers;
 mod objects;
 mod peers;
+mod roles;
 mod sort;
 mod whatif;
 
@@ -55,6 +56,8 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(whatif::window_z, m)?)?;
     m.add_class::<peers::PeerLayout>()?;
     m.add_function(wrap_pyfunction!(peers::peer_layout, m)?)?;
+    m.add_class::<roles::RoleLayout>()?;
+    m.add_function(wrap_pyfunction!(roles::role_layout, m)?)?;
     m.add("GROUPED_MEDIANS_READ_INT32", true)?; // (grouped_medians: int32 orders too)
     Ok(())
 }

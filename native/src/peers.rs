@@ -12,12 +12,31 @@ use crate::median::{one_statistic, LOWER, MIDDLE};
 use crate::whatif::{group_positions, sums, Grouping, Key};
 
 /// Groups of positions, each not empty: group `g` is `pos[bounds[g]..bounds[g + 1]]`, in the grouping's order.
-struct Groups {
+pub(crate) struct Groups {
     pos: Vec<usize>,
     bounds: Vec<usize>,
 }
 
 impl Groups {
+    /// Groups of `counts[g]` positions each, one after another in `pos` (each below `n`).
+    pub(crate) fn flat(pos: &[i64], counts: &[i64], n: usize) -> PyResult<Self> {
+        let bad = || PyValueError::new_err("a grouping out of range");
+        let pos = pos
+            .iter()
+            .map(|&i| usize::try_from(i).ok().filter(|&i| i < n))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(bad)?;
+        let mut bounds = vec![0];
+        for &c in counts {
+            let c = usize::try_from(c).ok().filter(|&c| c > 0).ok_or_else(bad)?;
+            bounds.push(bounds[bounds.len() - 1] + c);
+        }
+        if bounds[bounds.len() - 1] != pos.len() {
+            return Err(bad());
+        }
+        Ok(Groups { pos, bounds })
+    }
+
     fn of(grouping: &Grouping<'_>, n: usize) -> PyResult<Self> {
         let (mut pos, mut bounds) = (Vec::new(), vec![0]);
         for group in group_positions(grouping, n)? {
@@ -30,7 +49,7 @@ impl Groups {
         Ok(Groups { pos, bounds })
     }
 
-    fn each(&self) -> impl Iterator<Item = &[usize]> {
+    pub(crate) fn each(&self) -> impl Iterator<Item = &[usize]> {
         self.bounds.windows(2).map(|b| &self.pos[b[0]..b[1]])
     }
 
@@ -48,7 +67,7 @@ impl Groups {
 }
 
 /// The statistic of `v` at `positions` (None: refused).
-fn statistic(
+pub(crate) fn statistic(
     v: &[f64],
     positions: impl Iterator<Item = usize>,
     how: u8,
@@ -137,7 +156,7 @@ fn minimum(a: f64, b: f64) -> f64 {
 type Cross<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>, Grouping<'py>);
 
 /// An error unless `out` is writable, in one block, of `n` values.
-fn writable(out: &PyBuffer<f64>, n: usize) -> PyResult<()> {
+pub(crate) fn writable(out: &PyBuffer<f64>, n: usize) -> PyResult<()> {
     if out.readonly() || !out.is_c_contiguous() || out.item_count() != n {
         return Err(PyValueError::new_err(
             "out: writable, one value per position",
@@ -223,7 +242,7 @@ impl PeerLayout {
 }
 
 /// Copy `values` into `out` (checked by `writable`).
-fn write(out: &PyBuffer<f64>, values: &[f64]) {
+pub(crate) fn write(out: &PyBuffer<f64>, values: &[f64]) {
     // SAFETY: a writable C-contiguous buffer of `values.len()` f64 (checked by `writable`) held by `out` for
     // this call.
     let dest = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, values.len()) };

@@ -12,12 +12,15 @@
 - A step's ideal from peers and its evidence of systematic slowness in one call (``PeerLayout.at_ideal``).
 - The systematic test's statistic over a window of steps in one call (``window_z``).
 - A step's ideal from peers other than the slow ranks and links in one call (``PeerLayout.without``), and
-  a snapshot's peers without their layout."""
+  a snapshot's peers without their layout.
+- Per node its replica, stage and link peers' medians, and the ranks and replicas by excess, in one call each
+  (``RoleLayout``)."""
 
 from __future__ import annotations
 
 import pickle
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -396,3 +399,27 @@ def test_a_snapshots_peers_make_their_layout_again() -> None:
     assert np.array_equal(ideal_again, made[0]) and np.array_equal(again.ideal.typical(values, slow), without)
     pairs = zip((*evidence[0], *evidence[1]), (*made[1][0], *made[1][1]), strict=True)
     assert all(np.array_equal(a, b) for a, b in pairs)
+
+
+@pytest.mark.skipif(not whatif._ROLES, reason="native core without role_layout")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
+@pytest.mark.parametrize(("name", "ranks"), [*CASES, ("training-slow-link", 128)])
+def test_the_roles_peers_and_ranking_in_one_call_are_the_definitions(name: str, ranks: int) -> None:
+    """Per node its replica peers' median and its stage's and link's peers' (``RoleLayout.peers``), and the
+    ranks and replicas by their excess (``RoleLayout.ranked``), bit for bit: with NaN, infinities, ties and
+    -0.0 among the values (the calls may leave -0.0, or a NaN excess, to the definitions)."""
+    g = _step(name, ranks)
+    roles = whatif.Roles.of(g)
+    plain = replace(roles, layout=None)
+    rng = np.random.default_rng(ranks)
+    for trial in range(8):
+        values = _trial_values(g, rng, trial)
+        native = whatif._from_peers(g, roles, values)
+        definition = whatif._from_peers(g, plain, values)
+        for a, b in zip(native, definition, strict=True):
+            assert np.array_equal(a.view(np.int64), b.view(np.int64)), trial
+        peer_med = definition[0]
+        assert whatif._ranked(g, roles, values, peer_med) == whatif._ranked(g, plain, values, peer_med), trial
+        rows = np.empty(g.nodes), np.full(g.nodes, np.nan), np.full(g.nodes, np.nan)
+        if trial % 2 == 0:  # (no NaN, no -0.0: each call answers)
+            assert roles.layout.peers(values, *rows) and roles.layout.ranked(values, peer_med) is not None
