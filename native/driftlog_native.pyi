@@ -83,7 +83,7 @@ def typical_without(
     every: tuple[Buffer, Buffer, Buffer, Buffer],
     out: Buffer,
 ) -> bool: ...
-def window_z(steps_s: list[Buffer], steps_q: list[Buffer], z: Buffer) -> int: ...
+def window_z(steps: list[tuple[Buffer, Buffer]], z: Buffer) -> int | None: ...
 
 class PeerLayout:
     def units(self) -> tuple[int, int]: ...
@@ -97,14 +97,21 @@ def peer_layout(
     cross: tuple[Buffer, Buffer, tuple[Buffer, Buffer, Buffer, Buffer]],
 ) -> PeerLayout: ...
 
-Cells = tuple[list[int], list[int], list[int], tuple[int, int], list[tuple[int, int, int]], int]
+Cells = tuple[Buffer, Buffer, Buffer, tuple[int, int], tuple[Buffer, Buffer, Buffer], int]
 
 class RoleLayout:
+    ranks: int
+    def last_ends(self, ends: Buffer, out: Buffer) -> None: ...
     def peers(self, values: Buffer, peer_med: Buffer, by_stage: Buffer, by_link: Buffer) -> bool: ...
     def ranked(self, values: Buffer, peer_med: Buffer) -> tuple[list[int], list[int]] | None: ...
 
 def role_layout(
-    n: int, spans: list[tuple[int, int, int]], position: tuple[list[int], list[int], int], stages: Cells, links: Cells
+    n: int,
+    ranks: int,
+    spans: tuple[Buffer, Buffer, Buffer],
+    position: tuple[Buffer, Buffer, int],
+    stages: Cells,
+    links: Cells,
 ) -> RoleLayout: ...
 
 GROUPED_MEDIANS_READ_INT32: bool

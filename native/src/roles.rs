@@ -21,33 +21,48 @@ struct Cells {
     how: u8,
 }
 
-/// What `role_layout` reads of a `PeerCells`: the nodes by cell (`sel[cells.order]`) and each cell's count,
-/// its place in the table (`cells.keys`), the table's shape, each node in `sel` with its group and key, and the
-/// statistic.
+/// What `role_layout` reads of a `PeerCells` (int64 arrays): the nodes by cell (`sel[cells.order]`) and each
+/// cell's count, its place in the table (`cells.keys`), the table's shape, each node in `sel` with its group and
+/// key, and the statistic.
 type CellArgs = (
-    Vec<i64>,
-    Vec<i64>,
-    Vec<i64>,
+    PyBuffer<i64>,
+    PyBuffer<i64>,
+    PyBuffer<i64>,
     (usize, usize),
-    Vec<(i64, i64, i64)>,
+    [PyBuffer<i64>; 3],
     u8,
 );
+
+/// Each value as an index below `bound` (None: one is not).
+fn indices(values: &[i64], bound: usize) -> Option<Vec<usize>> {
+    values
+        .iter()
+        .map(|&i| usize::try_from(i).ok().filter(|&i| i < bound))
+        .collect()
+}
+
+/// Three int64 columns of one length, as rows of indices below `bounds`.
+fn rows3(columns: &[PyBuffer<i64>; 3], bounds: [usize; 3]) -> PyResult<Vec<(usize, usize, usize)>> {
+    let bad = || PyValueError::new_err("columns: out of range, or of other lengths");
+    let [a, b, c] = [0, 1, 2].map(|k| items(&columns[k], "columns"));
+    let (a, b, c) = (a?, b?, c?);
+    let (a, b, c) = (indices(a, bounds[0]), indices(b, bounds[1]), indices(c, bounds[2]));
+    let (Some(a), Some(b), Some(c)) = (a, b, c) else {
+        return Err(bad());
+    };
+    if a.len() != b.len() || a.len() != c.len() {
+        return Err(bad());
+    }
+    Ok((0..a.len()).map(|i| (a[i], b[i], c[i])).collect())
+}
 
 impl Cells {
     fn of((pos, counts, cell, (rows, cols), at, how): CellArgs, n: usize) -> PyResult<Self> {
         let bad = || PyValueError::new_err("cells: out of range");
-        let index = |i: i64, bound: usize| usize::try_from(i).ok().filter(|&i| i < bound);
-        let cell = cell
-            .iter()
-            .map(|&c| index(c, rows * cols))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(bad)?;
-        let at = at
-            .iter()
-            .map(|&(i, r, k)| Some((index(i, n)?, index(r, rows)?, index(k, cols)?)))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(bad)?;
-        let groups = Groups::flat(&pos, &counts, n)?;
+        let (pos, counts) = (items(&pos, "pos")?, items(&counts, "counts")?);
+        let cell = indices(items(&cell, "cell")?, rows * cols).ok_or_else(bad)?;
+        let at = rows3(&at, [n, rows, cols])?;
+        let groups = Groups::flat(pos, counts, n)?;
         if cell.len() != counts.len() {
             return Err(bad());
         }
@@ -83,6 +98,8 @@ impl Cells {
 #[pyclass(frozen, module = "driftlog_native")]
 pub struct RoleLayout {
     n: usize,
+    #[pyo3(get)]
+    ranks: usize,
     spans: Vec<(usize, usize, usize)>,
     span: Vec<bool>,
     position: Groups,
@@ -91,33 +108,30 @@ pub struct RoleLayout {
     links: Cells,
 }
 
-/// The layout of `n` nodes' roles: the spans (`(node, rank, replica)`), the replica peer groups (each
-/// `counts[g]` nodes of `pos`, their statistic `how`), and the stage and link cells, checked.
+/// The layout of `n` nodes' roles: the spans (`(node, rank, replica)`; `ranks`: above every node's rank),
+/// the replica peer groups (each `counts[g]` nodes of `pos`, their statistic `how`), and the stage and link
+/// cells, checked.
 #[pyfunction]
 pub fn role_layout(
     n: usize,
-    spans: Vec<(i64, i64, i64)>,
-    position: (Vec<i64>, Vec<i64>, u8),
+    ranks: usize,
+    spans: [PyBuffer<i64>; 3],
+    position: (PyBuffer<i64>, PyBuffer<i64>, u8),
     stages: CellArgs,
     links: CellArgs,
 ) -> PyResult<RoleLayout> {
-    let spans = spans
-        .iter()
-        .map(|&(i, r, d)| {
-            let i = usize::try_from(i).ok().filter(|&i| i < n)?;
-            Some((i, usize::try_from(r).ok()?, usize::try_from(d).ok()?))
-        })
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| PyValueError::new_err("spans: out of range"))?;
+    let spans = rows3(&spans, [n, ranks, usize::MAX])?;
     let mut span = vec![false; n];
     for &(i, _, _) in &spans {
         span[i] = true;
     }
+    let (pos, counts) = (items(&position.0, "pos")?, items(&position.1, "counts")?);
     Ok(RoleLayout {
         n,
+        ranks,
         spans,
         span,
-        position: Groups::flat(&position.0, &position.1, n)?,
+        position: Groups::flat(pos, counts, n)?,
         how: position.2,
         stages: Cells::of(stages, n)?,
         links: Cells::of(links, n)?,
@@ -130,6 +144,16 @@ fn above_zero(x: f64) -> f64 {
         0.0
     } else {
         x
+    }
+}
+
+/// numpy's `maximum`: `a` when it is NaN, else `b` when it is NaN, else `a` when above `b`, else `b` (of 0.0
+/// and -0.0: the second).
+fn maximum(a: f64, b: f64) -> f64 {
+    if a.is_nan() || (!b.is_nan() && a > b) {
+        a
+    } else {
+        b
     }
 }
 
@@ -187,6 +211,22 @@ impl RoleLayout {
             write(out, &rows);
         }
         Ok(true)
+    }
+
+    /// `carry.last_end_per_rank` into `out` (one per rank): per rank the `maximum` of -inf and its spans'
+    /// `ends`, in span order (numpy's `maximum.at`).
+    fn last_ends(&self, ends: PyBuffer<f64>, out: PyBuffer<f64>) -> PyResult<()> {
+        let ends = items(&ends, "ends")?;
+        if ends.len() != self.n {
+            return Err(PyValueError::new_err("ends: one per node"));
+        }
+        writable(&out, self.ranks)?;
+        let mut last = vec![f64::NEG_INFINITY; self.ranks];
+        for &(i, r, _) in &self.spans {
+            last[r] = maximum(last[r], ends[i]);
+        }
+        write(&out, &last);
+        Ok(())
     }
 
     /// The ranks and the replicas by their spans' time above their peers (`maximum(0, values - peer_med)`

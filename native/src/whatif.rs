@@ -593,32 +593,45 @@ fn kept_typical(
     Ok(Some(out))
 }
 
-/// Each step's values.
-fn step_values(steps: &[PyBuffer<f64>]) -> PyResult<Vec<&[f64]>> {
-    steps.iter().map(|b| items(b, "steps")).collect()
+/// Each step's values, as `window_z` reads them (None: a step not float64 in one block of `units` values).
+fn step_values(steps: &[PyBuffer<f64>], units: usize) -> Option<Vec<&[f64]>> {
+    steps
+        .iter()
+        .map(|b| items(b, "steps").ok().filter(|a| a.len() == units))
+        .collect()
 }
 
 /// `systematic.Persistence.update`'s statistic, bit for bit: per unit its sums `S` and `Q` over a window's
-/// steps (`steps_s`, `steps_q`: one array per step, oldest first, all of one length), added in order from the
-/// first step's value (numpy's `add.accumulate`), and `z` (written, one per unit) `S / √Q` where `Q > 0`,
-/// else 0.0. Returns how many units have `Q > 0`.
+/// steps (`steps`: per step its `S` and `Q`, oldest first), added in order from the first step's value
+/// (numpy's `add.accumulate`), and `z` (written, one per unit) `S / √Q` where `Q > 0`, else 0.0. Returns how
+/// many units have `Q > 0`; None (`z` untouched) for a step of another length or dtype, or not in one block:
+/// the caller computes the definition.
 #[pyfunction]
 pub fn window_z(
     py: Python<'_>,
-    steps_s: Vec<PyBuffer<f64>>,
-    steps_q: Vec<PyBuffer<f64>>,
+    steps: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)>,
     z: PyBuffer<f64>,
-) -> PyResult<usize> {
+) -> PyResult<Option<usize>> {
     let units = z.item_count();
-    let (s, q) = (step_values(&steps_s)?, step_values(&steps_q)?);
-    if s.is_empty() || s.len() != q.len() || s.iter().chain(&q).any(|a| a.len() != units) {
-        return Err(PyValueError::new_err(
-            "steps_s, steps_q: as many steps, one value per unit each",
-        ));
+    if steps.is_empty() {
+        return Err(PyValueError::new_err("steps: none"));
     }
     if z.readonly() || !z.is_c_contiguous() {
         return Err(PyValueError::new_err("z: writable"));
     }
+    let (mut s, mut q) = (Vec::with_capacity(steps.len()), Vec::with_capacity(steps.len()));
+    for (a, b) in &steps {
+        match (PyBuffer::<f64>::get(a), PyBuffer::<f64>::get(b)) {
+            (Ok(a), Ok(b)) => {
+                s.push(a);
+                q.push(b);
+            }
+            _ => return Ok(None),
+        }
+    }
+    let (Some(s), Some(q)) = (step_values(&s, units), step_values(&q, units)) else {
+        return Ok(None);
+    };
     let sum = |steps: &[&[f64]], u: usize| steps[1..].iter().fold(steps[0][u], |t, a| t + a[u]);
     let (z_of, tested) = py.detach(|| {
         let mut tested = 0;
@@ -638,5 +651,5 @@ pub fn window_z(
     // SAFETY: a writable C-contiguous buffer of `units` f64 (checked above) held by `z` for this call.
     let dest = unsafe { std::slice::from_raw_parts_mut(z.buf_ptr() as *mut f64, units) };
     dest.copy_from_slice(&z_of);
-    Ok(tested)
+    Ok(Some(tested))
 }

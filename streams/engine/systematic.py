@@ -210,18 +210,15 @@ def _window(steps: list[tuple[Floats, Floats]]) -> tuple[Floats, int]:
     """Per unit, its statistic over the steps: ``S / sqrt(Q)`` of its sums (0.0 where ``Q`` is not above 0);
     and how many units have ``Q`` above 0 (those tested)."""
     units = len(steps[-1][0])
-    if _WINDOW and native.core is not None and all(_stepped(a, units) and _stepped(b, units) for a, b in steps):
-        z = np.empty(units)  # (the same values, in one call)
-        return z, native.core.window_z([a for a, _ in steps], [b for _, b in steps], z)
+    if _WINDOW and native.core is not None:
+        z = np.empty(units)
+        tested = native.core.window_z(steps, z)
+        if tested is not None:  # (the same values, in one call; None: a step of another length or dtype)
+            return z, tested
     total_s, total_q = _sums([a for a, _ in steps]), _sums([b for _, b in steps])
     tested_at = total_q > 0
     z = np.where(tested_at, total_s / np.sqrt(np.where(tested_at, total_q, 1.0)), 0.0)
     return z, int(np.count_nonzero(tested_at))
-
-
-def _stepped(a: Floats, units: int) -> bool:
-    """Whether the native core reads a step's sums as they are (float64 in one block, ``units`` of them)."""
-    return a.dtype == np.float64 and a.flags.c_contiguous and len(a) == units
 
 
 def _sums(steps: list[Floats]) -> Floats:

@@ -238,22 +238,32 @@ class PeerCells:
 
 def _role_layout(roles: Roles, g: StepGraph) -> Any:
     """The native core's layout of ``roles`` (native/src/roles.rs): what :func:`_from_peers` and
-    :func:`_ranked` read, as lists of ints, read once."""
+    :func:`_ranked` read, as int64 columns, read once."""
     assert native.core is not None
+    i64 = np.int64
     spans = np.flatnonzero(g.span >= 0)
     at = roles.position
-    position = at.order.tolist(), at.counts.tolist(), NUMPY if at.uniform else MIDDLE
+    position = at.order.astype(i64), at.counts.astype(i64), NUMPY if at.uniform else MIDDLE
 
     def cells(c: PeerCells, groups: Ints) -> tuple[Any, ...]:
-        sel = c.sel.astype(np.int64)
-        at = list(zip(sel.tolist(), groups[sel].tolist(), c.keys.tolist(), strict=True))
+        at = c.sel.astype(i64), groups[c.sel].astype(i64), c.keys.astype(i64)
         how = NUMPY if c.cells.uniform else MIDDLE
-        return sel[c.cells.order].tolist(), c.cells.counts.tolist(), c.cells.keys.tolist(), c.shape, at, how
+        return at[0][c.cells.order], c.cells.counts.astype(i64), c.cells.keys.astype(i64), c.shape, at, how
 
-    columns = zip(spans.tolist(), g.rank[spans].tolist(), g.dp[spans].tolist(), strict=True)
+    columns = spans.astype(i64), g.rank[spans].astype(i64), g.dp[spans].astype(i64)
+    ranks = int(g.rank.max(initial=0)) + 1
     return native.core.role_layout(
-        g.nodes, list(columns), position, cells(roles.by_stage, g.pp), cells(roles.by_link, roles.link)
+        g.nodes, ranks, columns, position, cells(roles.by_stage, g.pp), cells(roles.by_link, roles.link)
     )
+
+
+def _last_ends(g: StepGraph, roles: Roles, ends: Floats) -> Floats:
+    """:func:`carry.last_end_per_rank` (in one call, or the definition)."""
+    if roles.layout is None or ends.dtype != np.float64 or not ends.flags.c_contiguous:
+        return last_end_per_rank(g, ends)
+    out = np.empty(roles.layout.ranks)
+    roles.layout.last_ends(ends, out)
+    return out
 
 
 def _from_peers(g: StepGraph, roles: Roles, d0: Floats) -> tuple[Floats, Floats, Floats]:
@@ -312,13 +322,13 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     ideal, evidence = roles.peers.at_ideal(d0)  # (each peer group's middle found once for both)
     ideal_ends = _row_ends(g, ideal)
     actual_s, ideal_s = float(ends.max()), float(ideal_ends.max())
-    ideal_rank_ends = last_end_per_rank(g, ideal_ends)
+    ideal_rank_ends = _last_ends(g, roles, ideal_ends)
     del ideal_ends
     peer_med, by_stage, by_link = _from_peers(g, roles, d0)
     cands, healing = _candidates(g, job, ops, baseline, roles, (peer_med, by_stage, by_link))
     healed_rank_ends = None  # the top rank candidate healed (ranks are the first candidates)
     if cands and cands[0].dimension == "rank":
-        healed_rank_ends = last_end_per_rank(g, _row_ends(g, np.where(healing[0].nodes(), healing[0].alt, d0)))
+        healed_rank_ends = _last_ends(g, roles, _row_ends(g, np.where(healing[0].nodes(), healing[0].alt, d0)))
     structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)
     at_baseline = [] if baseline is None else [Healing(baseline, None)]  # every node at the baseline
     healed = _healed_step_ends(g, d0, healing + at_baseline)
@@ -331,7 +341,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         counterfactual_s=healed[: len(healing)],
         ends=ends,
         peer_median=peer_med,
-        rank_ends=last_end_per_rank(g, ends),
+        rank_ends=_last_ends(g, roles, ends),
         ideal_rank_ends=ideal_rank_ends,
         healed_rank_ends=healed_rank_ends,
         structural=structural,

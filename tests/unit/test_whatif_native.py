@@ -13,8 +13,8 @@
 - The systematic test's statistic over a window of steps in one call (``window_z``).
 - A step's ideal from peers other than the slow ranks and links in one call (``PeerLayout.without``), and
   a snapshot's peers without their layout.
-- Per node its replica, stage and link peers' medians, and the ranks and replicas by excess, in one call each
-  (``RoleLayout``)."""
+- Per node its replica, stage and link peers' medians, the ranks and replicas by excess, and each rank's last
+  end, in one call each (``RoleLayout``)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from streams.engine import dag, ideal, systematic, whatif
+from streams.engine.carry import last_end_per_rank
 from streams.engine.decompose import Rows
 from streams.engine.ideal import Peers
 from streams.engine.stepgraph import Codebook, Floats, Ints, StepGraph, build
@@ -363,8 +364,9 @@ def test_the_windows_statistic_in_one_call_is_the_definitions(units: int, monkey
     ``WINDOW`` steps, sums that round differently in another order, zeros of both signs, NaN and infinities;
     a step of another length or dtype left to the definition."""
     rng = np.random.default_rng(units)
-    spy = _Answers(systematic.native.core.window_z)  # type: ignore[union-attr]
-    monkeypatch.setattr(systematic.native.core, "window_z", spy)
+    answered: list[int | None] = []
+    window_z = systematic.native.core.window_z  # type: ignore[union-attr]
+    monkeypatch.setattr(systematic.native.core, "window_z", lambda *a: answered.append(window_z(*a)) or answered[-1])
     special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0])
     for trial in range(20):
         steps = []
@@ -376,13 +378,15 @@ def test_the_windows_statistic_in_one_call_is_the_definitions(units: int, monkey
             steps.append((s, q))
         if trial == 19 and units:
             steps[0] = (steps[0][0][:-1], steps[0][1][:-1])  # (a unit the first step has not)
-        spy.clear()
+        if trial == 18:
+            steps[-1] = (steps[-1][0].astype(np.float32), steps[-1][1])  # (another dtype)
+        answered.clear()
         z, tested = systematic._window(steps)
         with monkeypatch.context() as m:
             m.setattr(systematic, "_WINDOW", False)
             expected, count = systematic._window(steps)
         assert tested == count and np.array_equal(z.view(np.int64), expected.view(np.int64)), trial
-        assert len(spy) == (0 if trial == 19 and units else 1)  # (the call answers its count of units tested)
+        assert answered == ([None] if trial == 18 or (trial == 19 and units) else [tested])  # (None: the definition)
 
 
 @pytest.mark.skipif(not ideal._FUSED, reason="native core without peer_layout")
@@ -405,9 +409,10 @@ def test_a_snapshots_peers_make_their_layout_again() -> None:
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
 @pytest.mark.parametrize(("name", "ranks"), [*CASES, ("training-slow-link", 128)])
 def test_the_roles_peers_and_ranking_in_one_call_are_the_definitions(name: str, ranks: int) -> None:
-    """Per node its replica peers' median and its stage's and link's peers' (``RoleLayout.peers``), and the
-    ranks and replicas by their excess (``RoleLayout.ranked``), bit for bit: with NaN, infinities, ties and
-    -0.0 among the values (the calls may leave -0.0, or a NaN excess, to the definitions)."""
+    """Per node its replica peers' median and its stage's and link's peers' (``RoleLayout.peers``), the ranks
+    and replicas by their excess (``RoleLayout.ranked``), and each rank's last end (``RoleLayout.last_ends``),
+    bit for bit: with NaN, infinities, ties and -0.0 among the values (the calls may leave -0.0, or a NaN
+    excess, to the definitions)."""
     g = _step(name, ranks)
     roles = whatif.Roles.of(g)
     plain = replace(roles, layout=None)
@@ -420,6 +425,9 @@ def test_the_roles_peers_and_ranking_in_one_call_are_the_definitions(name: str, 
             assert np.array_equal(a.view(np.int64), b.view(np.int64)), trial
         peer_med = definition[0]
         assert whatif._ranked(g, roles, values, peer_med) == whatif._ranked(g, plain, values, peer_med), trial
+        ends = rng.choice(np.array([0.0, -0.0, -1.0, np.nan, np.inf])[: 3 + trial % 3], g.nodes)  # (ties of ±0)
+        last, expected = whatif._last_ends(g, roles, ends), last_end_per_rank(g, ends)
+        assert np.array_equal(last.view(np.int64), expected.view(np.int64)), trial
         rows = np.empty(g.nodes), np.full(g.nodes, np.nan), np.full(g.nodes, np.nan)
         if trial % 2 == 0:  # (no NaN, no -0.0: each call answers)
             assert roles.layout.peers(values, *rows) and roles.layout.ranked(values, peer_med) is not None
