@@ -268,7 +268,10 @@ impl PeerLayout {
     ) -> PyResult<bool> {
         let v = self.values(&values)?;
         writable(&out, self.n)?;
-        for (s, u) in sums_of.iter().zip([&self.work, &self.work, &self.transfers, &self.transfers]) {
+        for (s, u) in sums_of
+            .iter()
+            .zip([&self.work, &self.work, &self.transfers, &self.transfers])
+        {
             writable(s, u.units)?;
         }
         let found = py.detach(|| {
@@ -290,8 +293,9 @@ impl PeerLayout {
         Ok(true)
     }
 
-    /// `CrossStage.typical(values, slow)`: each position at its ideal from peers other than the ranks `slow_ranks` (work) and the
-    /// links `slow_links` (transfers), into `out`. False (`out` untouched) where `grouped_medians` is.
+    /// `CrossStage.typical(values, slow)`: each position at its ideal from peers other than the ranks
+    /// `slow_ranks` (work) and the links `slow_links` (transfers), into `out`. False (`out` untouched) where
+    /// `grouped_medians` is.
     fn without(
         &self,
         py: Python<'_>,

@@ -46,7 +46,11 @@ fn rows3(columns: &[PyBuffer<i64>; 3], bounds: [usize; 3]) -> PyResult<Vec<(usiz
     let bad = || PyValueError::new_err("columns: out of range, or of other lengths");
     let [a, b, c] = [0, 1, 2].map(|k| items(&columns[k], "columns"));
     let (a, b, c) = (a?, b?, c?);
-    let (a, b, c) = (indices(a, bounds[0]), indices(b, bounds[1]), indices(c, bounds[2]));
+    let (a, b, c) = (
+        indices(a, bounds[0]),
+        indices(b, bounds[1]),
+        indices(c, bounds[2]),
+    );
     let (Some(a), Some(b), Some(c)) = (a, b, c) else {
         return Err(bad());
     };

@@ -481,7 +481,10 @@ fn statistics(
 
 /// Per group of a grouping, its positions (in the grouping's order); an error where an index is out of
 /// range (`positions` values: below it).
-pub(crate) fn group_positions(grouping: &Grouping<'_>, positions: usize) -> PyResult<Vec<Vec<usize>>> {
+pub(crate) fn group_positions(
+    grouping: &Grouping<'_>,
+    positions: usize,
+) -> PyResult<Vec<Vec<usize>>> {
     let (order, members) = (Key::of(&grouping.0)?, Key::of(&grouping.1)?);
     let (order, members) = (order.slice()?, members.slice()?);
     let (starts, counts) = (items(&grouping.2, "starts")?, items(&grouping.3, "counts")?);
@@ -619,7 +622,10 @@ pub fn window_z(
     if z.readonly() || !z.is_c_contiguous() {
         return Err(PyValueError::new_err("z: writable"));
     }
-    let (mut s, mut q) = (Vec::with_capacity(steps.len()), Vec::with_capacity(steps.len()));
+    let (mut s, mut q) = (
+        Vec::with_capacity(steps.len()),
+        Vec::with_capacity(steps.len()),
+    );
     for (a, b) in &steps {
         match (PyBuffer::<f64>::get(a), PyBuffer::<f64>::get(b)) {
             (Ok(a), Ok(b)) => {
