@@ -76,6 +76,43 @@ def peer_medians_excluding(
     keys: Buffer,
     out: Buffer,
 ) -> bool: ...
+def typical_without(
+    values: Buffer,
+    keys: Buffer,
+    kept: tuple[Buffer, Buffer, Buffer, Buffer],
+    every: tuple[Buffer, Buffer, Buffer, Buffer],
+    out: Buffer,
+) -> bool: ...
+def window_z(steps: list[tuple[Buffer, Buffer]], z: Buffer) -> int | None: ...
+
+class PeerLayout:
+    def units(self) -> tuple[int, int]: ...
+    def at_ideal(self, values: Buffer, out: Buffer, sums_of: tuple[Buffer, Buffer, Buffer, Buffer]) -> bool: ...
+    def without(self, values: Buffer, slow_ranks: Buffer, slow_links: Buffer, out: Buffer) -> bool: ...
+
+def peer_layout(
+    n: int,
+    work: tuple[tuple[Buffer, Buffer, Buffer, Buffer], Buffer, Buffer],
+    transfers: tuple[tuple[Buffer, Buffer, Buffer, Buffer], Buffer, Buffer],
+    cross: tuple[Buffer, Buffer, tuple[Buffer, Buffer, Buffer, Buffer]],
+) -> PeerLayout: ...
+
+Cells = tuple[Buffer, Buffer, Buffer, tuple[int, int], tuple[Buffer, Buffer, Buffer], int]
+
+class RoleLayout:
+    ranks: int
+    def last_ends(self, ends: Buffer, out: Buffer) -> None: ...
+    def peers(self, values: Buffer, peer_med: Buffer, by_stage: Buffer, by_link: Buffer) -> bool: ...
+    def ranked(self, values: Buffer, peer_med: Buffer) -> tuple[list[int], list[int]] | None: ...
+
+def role_layout(
+    n: int,
+    ranks: int,
+    spans: tuple[Buffer, Buffer, Buffer],
+    position: tuple[Buffer, Buffer, int],
+    stages: Cells,
+    links: Cells,
+) -> RoleLayout: ...
 
 GROUPED_MEDIANS_READ_INT32: bool
 

@@ -20,6 +20,8 @@ mod layouts;
 mod median;
 mod numbers;
 mod objects;
+mod peers;
+mod roles;
 mod sort;
 mod whatif;
 
@@ -51,6 +53,12 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(whatif::dag_keyed_step_ends, m)?)?;
     m.add_function(wrap_pyfunction!(whatif::unit_deviations, m)?)?;
     m.add_function(wrap_pyfunction!(whatif::peer_medians_excluding, m)?)?;
+    m.add_function(wrap_pyfunction!(whatif::typical_without, m)?)?;
+    m.add_function(wrap_pyfunction!(whatif::window_z, m)?)?;
+    m.add_class::<peers::PeerLayout>()?;
+    m.add_function(wrap_pyfunction!(peers::peer_layout, m)?)?;
+    m.add_class::<roles::RoleLayout>()?;
+    m.add_function(wrap_pyfunction!(roles::role_layout, m)?)?;
     m.add("GROUPED_MEDIANS_READ_INT32", true)?; // (grouped_medians: int32 orders too)
     Ok(())
 }

@@ -13,9 +13,9 @@ use pyo3::prelude::*;
 use crate::dag::items;
 
 /// The lower median (the middle value, or the lower of the two middle values), NaN last.
-const LOWER: u8 = 0;
+pub(crate) const LOWER: u8 = 0;
 /// The mean of the two middle values (`(a + b) / 2`, the middle value twice for an odd count), NaN last.
-const MIDDLE: u8 = 1;
+pub(crate) const MIDDLE: u8 = 1;
 /// `np.median`: NaN when the group holds a NaN; else the middle value, or the mean of the two middle ones.
 const NUMPY: u8 = 2;
 
@@ -127,6 +127,27 @@ fn grouped<I: Copy + Into<i64> + Sync>(
     Ok(true)
 }
 
+/// One group's statistic (`how`, one of the three above), its values in `scratch` (rearranged); None where
+/// they hold -0.0 or NaNs of different bits (see the module's note).
+pub(crate) fn one_statistic(scratch: &mut [f64], how: u8) -> Option<f64> {
+    if !selectable(scratch) {
+        return None;
+    }
+    let nan = scratch
+        .iter()
+        .copied()
+        .find(|x| x.is_nan())
+        .unwrap_or(f64::NAN);
+    let mut finite = 0;
+    for k in 0..scratch.len() {
+        if !scratch[k].is_nan() {
+            scratch.swap(finite, k);
+            finite += 1;
+        }
+    }
+    Some(statistic(scratch, finite, nan, how))
+}
+
 /// `grouped_medians`' statistics, one per group (None where the values hold -0.0 or NaNs of different
 /// bits: see the module's note).
 pub(crate) fn medians_of<I: Copy + Into<i64> + Sync>(
@@ -170,22 +191,10 @@ pub(crate) fn medians_of<I: Copy + Into<i64> + Sync>(
             for &i in &order[range] {
                 scratch.push(v[index(i).ok_or("grouped_medians: an index out of range")?]);
             }
-            if !selectable(&scratch) {
+            let Some(m) = one_statistic(&mut scratch, how) else {
                 return Ok(false);
-            }
-            let nan = scratch
-                .iter()
-                .copied()
-                .find(|x| x.is_nan())
-                .unwrap_or(f64::NAN);
-            let mut finite = 0;
-            for k in 0..scratch.len() {
-                if !scratch[k].is_nan() {
-                    scratch.swap(finite, k);
-                    finite += 1;
-                }
-            }
-            picked.push(statistic(&mut scratch, finite, nan, how));
+            };
+            picked.push(m);
         }
         Ok(true)
     });

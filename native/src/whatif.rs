@@ -9,23 +9,23 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::dag::{healed_step_ends, items, DagLayout, Healed};
-use crate::median::{excluding_each_row, medians_of};
+use crate::median::{excluding_each_row, medians_of, LOWER, MIDDLE};
 
 /// A key column as the engine keeps it: int32 (compact) or int64.
-enum Key {
+pub(crate) enum Key {
     Narrow(PyBuffer<i32>),
     Wide(PyBuffer<i64>),
 }
 
 impl Key {
-    fn of(column: &Bound<'_, PyAny>) -> PyResult<Self> {
+    pub(crate) fn of(column: &Bound<'_, PyAny>) -> PyResult<Self> {
         match PyBuffer::<i32>::get(column) {
             Ok(b) => Ok(Key::Narrow(b)),
             Err(_) => Ok(Key::Wide(PyBuffer::<i64>::get(column)?)),
         }
     }
 
-    fn slice(&self) -> PyResult<Slice<'_>> {
+    pub(crate) fn slice(&self) -> PyResult<Slice<'_>> {
         Ok(match self {
             Key::Narrow(b) => Slice::Narrow(items(b, "indices")?),
             Key::Wide(b) => Slice::Wide(items(b, "indices")?),
@@ -42,13 +42,13 @@ impl Key {
 
 /// A key column's values.
 #[derive(Clone, Copy)]
-enum Slice<'a> {
+pub(crate) enum Slice<'a> {
     Narrow(&'a [i32]),
     Wide(&'a [i64]),
 }
 
 impl Slice<'_> {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Slice::Narrow(s) => s.len(),
             Slice::Wide(s) => s.len(),
@@ -56,7 +56,7 @@ impl Slice<'_> {
     }
 
     /// The `i`-th value.
-    fn get(&self, i: usize) -> i64 {
+    pub(crate) fn get(&self, i: usize) -> i64 {
         match self {
             Slice::Narrow(s) => i64::from(s[i]),
             Slice::Wide(s) => s[i],
@@ -64,7 +64,7 @@ impl Slice<'_> {
     }
 
     /// The `i`-th value as an index below `bound` (None: out of range).
-    fn index(&self, i: usize, bound: usize) -> Option<usize> {
+    pub(crate) fn index(&self, i: usize, bound: usize) -> Option<usize> {
         usize::try_from(self.get(i)).ok().filter(|&v| v < bound)
     }
 }
@@ -289,14 +289,27 @@ pub fn unit_deviations(
         items(&middle, "middle")?,
         items(&paired, "paired")?,
     );
+    unit_sums(py, v, m, p, unit, &total, &squares)
+}
+
+/// `unit_deviations` of values and middles already read.
+fn unit_sums(
+    py: Python<'_>,
+    v: &[f64],
+    m: &[f64],
+    p: &[u8],
+    unit: &Bound<'_, PyAny>,
+    total: &PyBuffer<f64>,
+    squares: &PyBuffer<f64>,
+) -> PyResult<()> {
     if let Ok(u) = PyBuffer::<i16>::get(unit) {
-        return deviations(py, v, m, p, items(&u, "unit")?, &total, &squares);
+        return deviations(py, v, m, p, items(&u, "unit")?, total, squares);
     }
     if let Ok(u) = PyBuffer::<i32>::get(unit) {
-        return deviations(py, v, m, p, items(&u, "unit")?, &total, &squares);
+        return deviations(py, v, m, p, items(&u, "unit")?, total, squares);
     }
     let u = PyBuffer::<i64>::get(unit)?;
-    deviations(py, v, m, p, items(&u, "unit")?, &total, &squares)
+    deviations(py, v, m, p, items(&u, "unit")?, total, squares)
 }
 
 fn deviations<I: Copy + Into<i64> + Sync>(
@@ -327,30 +340,40 @@ fn deviations<I: Copy + Into<i64> + Sync>(
     {
         return Err(PyValueError::new_err("unit: out of range"));
     }
-    let (mut t, mut q) = (vec![0.0; units], vec![0.0; units]);
-    py.detach(|| {
-        for i in 0..v.len() {
-            let judged = p[i] != 0 && v[i].is_finite() && m[i].is_finite();
-            let d = v[i] - m[i];
-            let sign = if !judged || d == 0.0 {
-                0.0
-            } else if d > 0.0 {
-                1.0
-            } else {
-                -1.0
-            };
-            let size = if sign != 0.0 { m[i].abs() } else { 0.0 };
-            let u = unit[i].into() as usize;
-            t[u] += size * sign;
-            q[u] += size * size;
-        }
-    });
+    let (t, q) = py.detach(|| sums(v, m, p, unit, units));
     for (buf, sums) in [(total, &t), (squares, &q)] {
         // SAFETY: a writable C-contiguous buffer of `units` f64 (checked above) held by `buf` for this call.
         let dest = unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr() as *mut f64, units) };
         dest.copy_from_slice(sums);
     }
     Ok(())
+}
+
+/// `deviations`' sums per unit (`unit` checked: each below `units`).
+pub(crate) fn sums<I: Copy + Into<i64>>(
+    v: &[f64],
+    m: &[f64],
+    p: &[u8],
+    unit: &[I],
+    units: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let (mut t, mut q) = (vec![0.0; units], vec![0.0; units]);
+    for i in 0..v.len() {
+        let judged = p[i] != 0 && v[i].is_finite() && m[i].is_finite();
+        let d = v[i] - m[i];
+        let sign = if !judged || d == 0.0 {
+            0.0
+        } else if d > 0.0 {
+            1.0
+        } else {
+            -1.0
+        };
+        let size = if sign != 0.0 { m[i].abs() } else { 0.0 };
+        let u = unit[i].into() as usize;
+        t[u] += size * sign;
+        q[u] += size * size;
+    }
+    (t, q)
 }
 
 /// `whatif._peer_medians_excluding`'s values at the nodes `sel` (written into `out`, one per node, the
@@ -423,4 +446,216 @@ pub fn peer_medians_excluding(
         dest[i] = m;
     }
     Ok(true)
+}
+
+/// A grouping as `systematic.Grouped` keeps it: group `g` is the positions `members[order[i]]` for `i` in
+/// `starts[g]..starts[g] + counts[g]` (`order` and `members` int32 or int64).
+pub(crate) type Grouping<'py> = (
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    PyBuffer<i64>,
+    PyBuffer<i64>,
+);
+
+/// `medians_of` over a grouping, for the groups `which` (None: `order` and `members` of two widths, or
+/// values `medians_of` refuses).
+fn statistics(
+    py: Python<'_>,
+    v: &[f64],
+    grouping: &Grouping<'_>,
+    which: Option<&[usize]>,
+    how: u8,
+) -> PyResult<Option<Vec<f64>>> {
+    let (order, members) = (Key::of(&grouping.0)?, Key::of(&grouping.1)?);
+    let (starts, counts) = (items(&grouping.2, "starts")?, items(&grouping.3, "counts")?);
+    let picked = |all: &[i64]| -> Vec<i64> {
+        which.map_or_else(|| all.to_vec(), |w| w.iter().map(|&g| all[g]).collect())
+    };
+    let (starts, counts) = (picked(starts), picked(counts));
+    match (order.slice()?, members.slice()?) {
+        (Slice::Narrow(o), Slice::Narrow(m)) => medians_of(py, v, o, m, &starts, &counts, how),
+        (Slice::Wide(o), Slice::Wide(m)) => medians_of(py, v, o, m, &starts, &counts, how),
+        _ => Ok(None),
+    }
+}
+
+/// Per group of a grouping, its positions (in the grouping's order); an error where an index is out of
+/// range (`positions` values: below it).
+pub(crate) fn group_positions(
+    grouping: &Grouping<'_>,
+    positions: usize,
+) -> PyResult<Vec<Vec<usize>>> {
+    let (order, members) = (Key::of(&grouping.0)?, Key::of(&grouping.1)?);
+    let (order, members) = (order.slice()?, members.slice()?);
+    let (starts, counts) = (items(&grouping.2, "starts")?, items(&grouping.3, "counts")?);
+    let bad = || PyValueError::new_err("a grouping out of range");
+    let mut out = Vec::with_capacity(starts.len());
+    for (&s, &c) in starts.iter().zip(counts) {
+        let s = usize::try_from(s).map_err(|_| bad())?;
+        let c = usize::try_from(c).map_err(|_| bad())?;
+        let mut group = Vec::with_capacity(c);
+        for i in s..s + c {
+            let o = (i < order.len())
+                .then(|| order.index(i, members.len()))
+                .flatten();
+            group.push(
+                o.and_then(|o| members.index(o, positions))
+                    .ok_or_else(bad)?,
+            );
+        }
+        out.push(group);
+    }
+    Ok(out)
+}
+
+/// `systematic.Unsystematic.typical`'s values when units are left out, bit for bit (written into `out`,
+/// one per position): each position of a group of `every` (the peer groups) at the middle of its group's
+/// members in `kept` (the same groups without the left-out units' positions), or, where that is NaN (none
+/// kept, or a NaN among the middle values), at the lower median of its whole group; other positions at
+/// their value. `keys`: each position's peer group key (int32 or int64). False (and `out` untouched) where
+/// `grouped_medians` is (-0.0, NaNs of different bits) or a grouping's `order` and `members` differ in
+/// width: the caller computes the definition.
+#[pyfunction]
+pub fn typical_without(
+    py: Python<'_>,
+    values: PyBuffer<f64>,
+    keys: &Bound<'_, PyAny>,
+    kept: Grouping<'_>,
+    every: Grouping<'_>,
+    out: PyBuffer<f64>,
+) -> PyResult<bool> {
+    let v = items(&values, "values")?;
+    let keys = Key::of(keys)?;
+    let keys = keys.slice()?;
+    if out.readonly()
+        || !out.is_c_contiguous()
+        || out.item_count() != v.len()
+        || keys.len() != v.len()
+    {
+        return Err(PyValueError::new_err(
+            "keys, out: one per position, out writable",
+        ));
+    }
+    let Some(typical) = kept_typical(py, v, keys, &kept, &every)? else {
+        return Ok(false);
+    };
+    // SAFETY: a writable C-contiguous buffer of one f64 per position (checked above) held by `out` for this call.
+    let dest = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, v.len()) };
+    dest.copy_from_slice(&typical);
+    Ok(true)
+}
+
+/// `typical_without`'s values (None: left to the definition).
+fn kept_typical(
+    py: Python<'_>,
+    v: &[f64],
+    keys: Slice<'_>,
+    kept: &Grouping<'_>,
+    every: &Grouping<'_>,
+) -> PyResult<Option<Vec<f64>>> {
+    let (kept_at, every_at) = (
+        group_positions(kept, v.len())?,
+        group_positions(every, v.len())?,
+    );
+    let key = |group: &[usize]| -> PyResult<usize> {
+        let first = group.first().and_then(|&i| keys.index(i, usize::MAX));
+        first.ok_or_else(|| PyValueError::new_err("a group without a key"))
+    };
+    let Some(middles) = statistics(py, v, kept, None, MIDDLE)? else {
+        return Ok(None);
+    };
+    let mut per_key: Vec<f64> = Vec::new();
+    for (group, m) in kept_at.iter().zip(middles) {
+        let k = key(group)?;
+        if per_key.len() <= k {
+            per_key.resize(k + 1, f64::NAN);
+        }
+        per_key[k] = m;
+    }
+    let mut typical = Vec::with_capacity(every_at.len());
+    for group in &every_at {
+        typical.push(per_key.get(key(group)?).copied().unwrap_or(f64::NAN));
+    }
+    let lowered: Vec<usize> = (0..typical.len())
+        .filter(|&g| typical[g].is_nan())
+        .collect();
+    if !lowered.is_empty() {
+        let Some(lower) = statistics(py, v, every, Some(&lowered), LOWER)? else {
+            return Ok(None);
+        };
+        for (&g, m) in lowered.iter().zip(lower) {
+            typical[g] = m;
+        }
+    }
+    let mut out = v.to_vec();
+    for (group, m) in every_at.iter().zip(typical) {
+        for &i in group {
+            out[i] = m;
+        }
+    }
+    Ok(Some(out))
+}
+
+/// Each step's values, as `window_z` reads them (None: a step not float64 in one block of `units` values).
+fn step_values(steps: &[PyBuffer<f64>], units: usize) -> Option<Vec<&[f64]>> {
+    steps
+        .iter()
+        .map(|b| items(b, "steps").ok().filter(|a| a.len() == units))
+        .collect()
+}
+
+/// `systematic.Persistence.update`'s statistic, bit for bit: per unit its sums `S` and `Q` over a window's
+/// steps (`steps`: per step its `S` and `Q`, oldest first), added in order from the first step's value
+/// (numpy's `add.accumulate`), and `z` (written, one per unit) `S / √Q` where `Q > 0`, else 0.0. Returns how
+/// many units have `Q > 0`; None (`z` untouched) for a step of another length or dtype, or not in one block:
+/// the caller computes the definition.
+#[pyfunction]
+pub fn window_z(
+    py: Python<'_>,
+    steps: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)>,
+    z: PyBuffer<f64>,
+) -> PyResult<Option<usize>> {
+    let units = z.item_count();
+    if steps.is_empty() {
+        return Err(PyValueError::new_err("steps: none"));
+    }
+    if z.readonly() || !z.is_c_contiguous() {
+        return Err(PyValueError::new_err("z: writable"));
+    }
+    let (mut s, mut q) = (
+        Vec::with_capacity(steps.len()),
+        Vec::with_capacity(steps.len()),
+    );
+    for (a, b) in &steps {
+        match (PyBuffer::<f64>::get(a), PyBuffer::<f64>::get(b)) {
+            (Ok(a), Ok(b)) => {
+                s.push(a);
+                q.push(b);
+            }
+            _ => return Ok(None),
+        }
+    }
+    let (Some(s), Some(q)) = (step_values(&s, units), step_values(&q, units)) else {
+        return Ok(None);
+    };
+    let sum = |steps: &[&[f64]], u: usize| steps[1..].iter().fold(steps[0][u], |t, a| t + a[u]);
+    let (z_of, tested) = py.detach(|| {
+        let mut tested = 0;
+        let z_of: Vec<f64> = (0..units)
+            .map(|u| {
+                let (total_s, total_q) = (sum(&s, u), sum(&q, u));
+                if total_q > 0.0 {
+                    tested += 1;
+                    total_s / total_q.sqrt()
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        (z_of, tested)
+    });
+    // SAFETY: a writable C-contiguous buffer of `units` f64 (checked above) held by `z` for this call.
+    let dest = unsafe { std::slice::from_raw_parts_mut(z.buf_ptr() as *mut f64, units) };
+    dest.copy_from_slice(&z_of);
+    Ok(Some(tested))
 }

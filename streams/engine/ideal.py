@@ -43,10 +43,12 @@ variation across replicas and keeps everything else.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from audit import native
 from streams.engine.codes import compact
 from streams.engine.stepgraph import BARRIER, CHAIN, MEMBER, TRANSFER_KINDS, Floats, Ints, StepGraph, dense
 from streams.engine.systematic import NONE, Grouped, Slow, Unsystematic
@@ -54,6 +56,8 @@ from streams.engine.systematic import NONE, Grouped, Slow, Unsystematic
 LowMedian = Grouped  # the lower median per group (the default statistic)
 Middles = tuple[Floats, Floats]  # each node at its work peers' middle, and at its transfer peers' middle
 Evidence = tuple[tuple[Floats, Floats], tuple[Floats, Floats]]  # per rank and per link (:mod:`systematic`)
+_FUSED = hasattr(native.core, "peer_layout")  # (native/src/peers.rs; without it, the definition)
+_SLOW = _FUSED
 
 
 class CrossStage:
@@ -71,10 +75,30 @@ class CrossStage:
         rep_key[reps] = across[reps]
         self.stages = LowMedian(rep_key)  # one value per stage peer group: every stage weighs the same
         self.crossed = np.flatnonzero(crossed)
+        self._layout: Any = None  # (the groupings as the native core reads them: made at the first step asking)
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_layout": None}  # (native, made again: not in a snapshot)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update({"_layout": None, **state})  # (a snapshot made before the layout: without it)
+
+    def layout(self) -> Any:
+        """The native core's layout of these groupings (native/src/peers.rs), made once."""
+        assert native.core is not None
+        if self._layout is None:
+            units = self.within.work, self.within.transfers
+            read = [(u.middle.grouping(), u.paired.view(np.uint8), u.unit.astype(np.int64)) for u in units]
+            cross = self.rep, self.crossed, self.stages.grouping()
+            self._layout = native.core.peer_layout(len(self.rep), *read, cross)
+        return self._layout
 
     def typical(self, values: Floats, slow: Slow = (NONE, NONE), middles: Middles | None = None) -> Floats:
         """``values`` at their ideal: the stage peers' typical (without the units ``slow``, :mod:`systematic`),
         lowered to the cross-stage typical (``middles``: :meth:`PeerTypical.typical`'s)."""
+        fused = _without(self, values, slow) if middles is None and _SLOW and native.core is not None else None
+        if fused is not None:  # (the same values, in one call)
+            return fused
         out = self.within.typical(values, slow, middles)
         if len(self.crossed):
             across = self.stages.typical(out)[self.rep[self.crossed]]
@@ -122,6 +146,9 @@ class Peers:
     def at_ideal(self, values: Floats) -> tuple[Floats, Evidence]:
         """``values`` at their ideal from every peer (:meth:`CrossStage.typical`) and their evidence
         (:meth:`deviations`): each peer group's middle found once for both."""
+        fused = _at_ideal(self, values) if _FUSED and native.core is not None else None
+        if fused is not None:  # (the same values, in one call)
+            return fused
         middles = self.ideal.within.middles(values)
         evidence = self.deviations(values, middles)  # (before the ideal takes the middles over)
         return self.ideal.typical(values, middles=middles), evidence
@@ -143,6 +170,26 @@ class Peers:
         link = np.where(p2p & (peer_pp >= 0) & (peer_pp != g.pp), np.minimum(g.pp, peer_pp), -1)
         return cls(CrossStage(ideal_key, across, PeerTypical(ideal_key, chain, g.rank, link)),
                    PeerTypical(replica_key, chain, g.rank, link))  # fmt: skip
+
+
+def _at_ideal(peers: Peers, values: Floats) -> tuple[Floats, Evidence] | None:
+    """:meth:`Peers.at_ideal` in one native call (None: left to the definition, as ``grouped`` leaves it)."""
+    layout = peers.ideal.layout()
+    ranks, links = layout.units()
+    sums = np.zeros(ranks), np.zeros(ranks), np.zeros(links), np.zeros(links)
+    out = np.empty(len(values))
+    if layout.at_ideal(np.ascontiguousarray(values, np.float64), out, sums):
+        return out, ((sums[0], sums[1]), (sums[2], sums[3]))
+    return None
+
+
+def _without(cross: CrossStage, values: Floats, slow: Slow) -> Floats | None:
+    """:meth:`CrossStage.typical` in one native call (None: left to the definition, as ``grouped`` leaves it)."""
+    out = np.empty(len(values))
+    units = (np.ascontiguousarray(s, np.int64) for s in slow)
+    if cross.layout().without(np.ascontiguousarray(values, np.float64), *units, out):
+        return out
+    return None
 
 
 def _every_stage(g: StepGraph, work: npt.NDArray[np.bool_], key: Ints) -> Ints:

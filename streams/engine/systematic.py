@@ -54,6 +54,8 @@ WINDOW = 10  # analysed steps of evidence (the structural_slowdown detector's wi
 NONE = np.zeros(0, np.int64)
 Slow = tuple[Ints, Ints]  # a job's systematically slow ranks and links
 _DEVIATIONS = hasattr(native.core, "unit_deviations")  # (native/src/whatif.rs; without it, the definition)
+_WITHOUT = hasattr(native.core, "typical_without")  # (the same)
+_WINDOW = hasattr(native.core, "window_z")  # (the same)
 
 
 class Grouped:
@@ -90,6 +92,10 @@ class Grouped:
             per = low if self.how == LOWER else (low + ranked[self.starts + self.counts // 2]) / 2
         out[self.members[self.order]] = np.repeat(per, self.counts)
         return out
+
+    def grouping(self) -> tuple[Ints, Ints, Ints, Ints]:
+        """What the native core reads of the groups (native/src/whatif.rs ``Grouping``)."""
+        return self.order, self.members, self.starts, self.counts
 
     def sizes(self) -> Ints:
         """Per position: how many members its group has (0: not grouped)."""
@@ -143,6 +149,11 @@ class Unsystematic:
         if without is None:
             return self.middle.typical(values) if middle is None else middle
         excluded, groups = without
+        if _WITHOUT and native.core is not None:  # (the same values, in one call)
+            out = np.empty(len(values))
+            f64 = np.ascontiguousarray(values, np.float64)
+            if native.core.typical_without(f64, self.keys, groups.grouping(), self.lower.grouping(), out):
+                return out
         kept = groups.typical(values)
         per_key = np.full(int(self.keys.max()) + 1, np.nan)
         held = (self.keys >= 0) & ~excluded
@@ -152,6 +163,11 @@ class Unsystematic:
         if every.any():
             out[every] = self.lower.typical(values)[every]
         return out
+
+    def kept(self, slow: Ints) -> Grouped | None:
+        """The groups without the paired positions on units ``slow`` (None: none left out)."""
+        without = self._without(slow)
+        return None if without is None else without[1]
 
     def _without(self, slow: Ints) -> tuple[npt.NDArray[np.bool_], Grouped] | None:
         """The paired positions on units ``slow`` and the groups without them (None: none left out), kept for
@@ -184,13 +200,25 @@ class Persistence:
     def update(self, s: Floats, q: Floats) -> Ints:
         """Add a step's per-rank sums; the ranks systematically slow over the window (ascending)."""
         self.steps.append((s, q))
-        total_s, total_q = _sums([a for a, _ in self.steps]), _sums([b for _, b in self.steps])
-        tested_at = total_q > 0
-        tested = int(np.count_nonzero(tested_at))
+        z, tested = _window(list(self.steps))
         if not tested:
             return NONE
-        z = np.where(tested_at, total_s / np.sqrt(np.where(tested_at, total_q, 1.0)), 0.0)
         return np.flatnonzero(z >= math.sqrt(2 * math.log(tested / ALPHA)))
+
+
+def _window(steps: list[tuple[Floats, Floats]]) -> tuple[Floats, int]:
+    """Per unit, its statistic over the steps: ``S / sqrt(Q)`` of its sums (0.0 where ``Q`` is not above 0);
+    and how many units have ``Q`` above 0 (those tested)."""
+    units = len(steps[-1][0])
+    if _WINDOW and native.core is not None:
+        z = np.empty(units)
+        tested = native.core.window_z(steps, z)
+        if tested is not None:  # (the same values, in one call; None: a step of another length or dtype)
+            return z, tested
+    total_s, total_q = _sums([a for a, _ in steps]), _sums([b for _, b in steps])
+    tested_at = total_q > 0
+    z = np.where(tested_at, total_s / np.sqrt(np.where(tested_at, total_q, 1.0)), 0.0)
+    return z, int(np.count_nonzero(tested_at))
 
 
 def _sums(steps: list[Floats]) -> Floats:

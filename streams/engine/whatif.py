@@ -44,6 +44,7 @@ TOP_OPS = 3
 MAX_ALL = 8  # replicas, stages and links evaluated exhaustively up to this many, else the top ones
 _NONE = np.zeros(0)
 _FUSED = hasattr(native.core, "peer_medians_excluding")  # (native/src/whatif.rs; without it, the definition)
+_ROLES = hasattr(native.core, "role_layout")  # (native/src/roles.rs; the same)
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,7 @@ class Roles:
     stages_of: OfRank
     present: tuple[list[int], list[int]]  # the stages of program nodes, the links of asynchronous sends
     made_from: tuple[npt.NDArray[np.generic], ...] = field(default=(), compare=False, repr=False)
+    layout: Any = field(default=None, compare=False, repr=False)  # (native/src/roles.rs; None: the definitions)
 
     def fits(self, g: StepGraph) -> bool:
         """Whether these are ``Roles.of(g)``: ``g``'s node columns are those they were made from (the same
@@ -183,7 +185,8 @@ class Roles:
         of_rank = OfRank.of(g.rank, g.dp), OfRank.of(g.rank, g.pp)
         present = np.unique(g.pp[stage_key >= 0]).tolist(), np.unique(link[(link >= 0) & (g.kind == SEND)]).tolist()
         held = Grouping(position), stage_key, link, link_key, peers, owners, by_stage, by_link, *of_rank, present
-        return cls(*held, _identity(g))
+        made = cls(*held, _identity(g))
+        return replace(made, layout=_role_layout(made, g)) if _ROLES and native.core is not None else made
 
 
 @dataclass(frozen=True)
@@ -233,6 +236,49 @@ class PeerCells:
         return cls(sel, compact(keys[sel]), (n_groups, n_keys), cells)
 
 
+def _role_layout(roles: Roles, g: StepGraph) -> Any:
+    """The native core's layout of ``roles`` (native/src/roles.rs): what :func:`_from_peers` and
+    :func:`_ranked` read, as int64 columns, read once."""
+    assert native.core is not None
+    i64 = np.int64
+    spans = np.flatnonzero(g.span >= 0)
+    at = roles.position
+    position = at.order.astype(i64), at.counts.astype(i64), NUMPY if at.uniform else MIDDLE
+
+    def cells(c: PeerCells, groups: Ints) -> tuple[Any, ...]:
+        at = c.sel.astype(i64), groups[c.sel].astype(i64), c.keys.astype(i64)
+        how = NUMPY if c.cells.uniform else MIDDLE
+        return at[0][c.cells.order], c.cells.counts.astype(i64), c.cells.keys.astype(i64), c.shape, at, how
+
+    columns = spans.astype(i64), g.rank[spans].astype(i64), g.dp[spans].astype(i64)
+    ranks = int(g.rank.max(initial=0)) + 1
+    return native.core.role_layout(
+        g.nodes, ranks, columns, position, cells(roles.by_stage, g.pp), cells(roles.by_link, roles.link)
+    )
+
+
+def _last_ends(g: StepGraph, roles: Roles, ends: Floats) -> Floats:
+    """:func:`carry.last_end_per_rank` (in one call, or the definition)."""
+    if roles.layout is None or ends.dtype != np.float64 or not ends.flags.c_contiguous:
+        return last_end_per_rank(g, ends)
+    out = np.empty(roles.layout.ranks)
+    roles.layout.last_ends(ends, out)
+    return out
+
+
+def _from_peers(g: StepGraph, roles: Roles, d0: Floats) -> tuple[Floats, Floats, Floats]:
+    """Per node: its replica peers' median at a span (else its duration), and the median over the other
+    stages (of program nodes) or links (of asynchronous sends) of each one's median for its key
+    (:func:`_peer_medians_excluding`)."""
+    if roles.layout is not None and d0.dtype == np.float64 and d0.flags.c_contiguous:  # (one call, or the definitions)
+        rows = np.empty(g.nodes), np.full(g.nodes, np.nan), np.full(g.nodes, np.nan)
+        if roles.layout.peers(d0, *rows):
+            return rows
+    peer_med = np.where(g.span >= 0, roles.position.spread(roles.position.medians(d0)), d0)
+    by_stage = _peer_medians_excluding(roles.by_stage, d0, g.pp)
+    return peer_med, by_stage, _peer_medians_excluding(roles.by_link, d0, roles.link)
+
+
 def _peer_medians_excluding(at: PeerCells, values: Floats, groups: Ints) -> Floats:
     """Per node: the median over the groups other than its own (``groups``: each node's) of each group's
     median for the node's key (NaN where a node is not in the cells' mask, or a key only its group has: not
@@ -276,14 +322,13 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     ideal, evidence = roles.peers.at_ideal(d0)  # (each peer group's middle found once for both)
     ideal_ends = _row_ends(g, ideal)
     actual_s, ideal_s = float(ends.max()), float(ideal_ends.max())
-    ideal_rank_ends = last_end_per_rank(g, ideal_ends)
+    ideal_rank_ends = _last_ends(g, roles, ideal_ends)
     del ideal_ends
-    spans = g.span >= 0
-    peer_med = np.where(spans, roles.position.spread(roles.position.medians(d0)), d0)
-    cands, healing = _candidates(g, job, ops, baseline, roles, peer_med)
+    peer_med, by_stage, by_link = _from_peers(g, roles, d0)
+    cands, healing = _candidates(g, job, ops, baseline, roles, (peer_med, by_stage, by_link))
     healed_rank_ends = None  # the top rank candidate healed (ranks are the first candidates)
     if cands and cands[0].dimension == "rank":
-        healed_rank_ends = last_end_per_rank(g, _row_ends(g, np.where(healing[0].nodes(), healing[0].alt, d0)))
+        healed_rank_ends = _last_ends(g, roles, _row_ends(g, np.where(healing[0].nodes(), healing[0].alt, d0)))
     structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)
     at_baseline = [] if baseline is None else [Healing(baseline, None)]  # every node at the baseline
     healed = _healed_step_ends(g, d0, healing + at_baseline)
@@ -296,7 +341,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         counterfactual_s=healed[: len(healing)],
         ends=ends,
         peer_median=peer_med,
-        rank_ends=last_end_per_rank(g, ends),
+        rank_ends=_last_ends(g, roles, ends),
         ideal_rank_ends=ideal_rank_ends,
         healed_rank_ends=healed_rank_ends,
         structural=structural,
@@ -311,14 +356,13 @@ def _row_ends(g: StepGraph, durations: Floats) -> Floats:
 
 
 def _candidates(
-    g: StepGraph, job: str, ops: list[str], baseline: Floats | None, roles: Roles, peer_med: Floats
+    g: StepGraph, job: str, ops: list[str], baseline: Floats | None, roles: Roles, peer: tuple[Floats, Floats, Floats]
 ) -> tuple[list[Candidate], list[Healing]]:
-    """The candidates, in order (ranks first), and how each is healed. A stage's or link's nodes that their
-    peers cannot heal keep their own durations (in ``alt``: a mask per candidate of the nodes it heals is
-    left to the definition)."""
+    """The candidates, in order (ranks first), and how each is healed (``peer``: :func:`_from_peers`). A
+    stage's or link's nodes that their peers cannot heal keep their own durations (in ``alt``: a mask per
+    candidate of the nodes it heals is left to the definition)."""
     d0 = g.intrinsic
-    spans = g.span >= 0
-    excess = np.maximum(0.0, d0 - peer_med)
+    peer_med, by_stage, by_link = peer
     cands: list[Candidate] = []
     healing: list[Healing] = []
 
@@ -326,27 +370,21 @@ def _candidates(
         healing.append(heal)
         cands.append(Candidate(element, dimension, contains))
 
-    rank_of, dp_of, excess = g.rank[spans], g.dp[spans], excess[spans]  # per span
-    ranks_in = np.flatnonzero(np.bincount(rank_of))
-    rank_excess = np.bincount(rank_of, excess)
-    top_ranks = _by_excess(ranks_in, rank_excess)[:TOP_RANKS]
+    by_rank, replicas = _ranked(g, roles, d0, peer_med)
+    top_ranks = by_rank[:TOP_RANKS]
     for r in top_ranks:
         add(elements.rank(job, r), "rank", Healing(peer_med, g.rank, r))
-    dp_excess = np.bincount(dp_of, excess)
-    replicas = _by_excess(np.flatnonzero(np.bincount(dp_of)), dp_excess)
     where = {r: (roles.replicas_of.at(r), roles.stages_of.at(r)) for r in top_ranks}
     for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
         inside = tuple(elements.rank(job, r) for r in top_ranks if d in where[r][0])
         add(elements.dp(job, d), "dp", Healing(peer_med, g.dp, d), inside)
     chain = roles.stage_key >= 0
-    by_stage = _peer_medians_excluding(roles.by_stage, d0, g.pp)
     stage_alt = np.where(chain & np.isfinite(by_stage), by_stage, d0)
     for s in _top(by_stage, g.pp, d0, chain, roles.present[0]):
         inside = tuple(elements.rank(job, r) for r in top_ranks if s in where[r][1])
         add(elements.stage(job, s), "stage", Healing(stage_alt, g.pp, s), inside)
     sends = g.kind == SEND
     links = roles.link >= 0
-    by_link = _peer_medians_excluding(roles.by_link, d0, roles.link)
     link_alt = np.where(sends & np.isfinite(by_link), by_link, d0)
     for lk in _top(by_link, roles.link, d0, links & sends, roles.present[1]):
         add(elements.stage_link(job, lk), "link", Healing(link_alt, roles.link, lk))
@@ -362,12 +400,14 @@ def _healed_step_ends(g: StepGraph, d0: Floats, healing: list[Healing]) -> Float
     in one evaluation; with the native core, all of them in one call that finds their nodes in their key
     columns, without a mask each)."""
     if dag.keyed_available:
-        alts = list({id(h.alt): h.alt for h in healing}.values())
-        keys = list({id(h.key): h.key for h in healing if h.key is not None}.values())
-        alt_of = [next(i for i, a in enumerate(alts) if a is h.alt) for h in healing]
-        key_of = [-1 if h.key is None else next(i for i, k in enumerate(keys) if k is h.key) for h in healing]
+        alts = {id(h.alt): h.alt for h in healing}  # (each array once, in the order first healed to)
+        keys = {id(h.key): h.key for h in healing if h.key is not None}
+        alt_at, key_at = {a: i for i, a in enumerate(alts)}, {k: i for i, k in enumerate(keys)}
+        alt_of = [alt_at[id(h.alt)] for h in healing]
+        key_of = [-1 if h.key is None else key_at[id(h.key)] for h in healing]
         value_of = [h.value for h in healing]
-        return dag.keyed_step_ends(g.schedule, g.indptr, g.indices, g.floor, d0, alts, keys, alt_of, key_of, value_of)
+        columns = g.schedule, g.indptr, g.indices, g.floor, d0
+        return dag.keyed_step_ends(*columns, list(alts.values()), list(keys.values()), alt_of, key_of, value_of)
     out = np.zeros(len(healing))
     i = 0
     while i < len(healing):
@@ -377,6 +417,18 @@ def _healed_step_ends(g: StepGraph, d0: Floats, healing: list[Healing]) -> Float
         out[i:j] = Rows(d0, healing[i].alt, [h.nodes() for h in healing[i:j]]).step_ends(g)
         i = j
     return out
+
+
+def _ranked(g: StepGraph, roles: Roles, d0: Floats, peer_med: Floats) -> tuple[list[int], list[int]]:
+    """The ranks and the replicas by their spans' time above their peers (:func:`_by_excess`)."""
+    if roles.layout is not None and d0.dtype == np.float64 and d0.flags.c_contiguous:  # (one call, or the definition)
+        ranked: tuple[list[int], list[int]] | None = roles.layout.ranked(d0, peer_med)
+        if ranked is not None:
+            return ranked
+    spans = g.span >= 0
+    rank_of, dp_of, excess = g.rank[spans], g.dp[spans], np.maximum(0.0, d0 - peer_med)[spans]  # per span
+    by_rank = _by_excess(np.flatnonzero(np.bincount(rank_of)), np.bincount(rank_of, excess))
+    return by_rank, _by_excess(np.flatnonzero(np.bincount(dp_of)), np.bincount(dp_of, excess))
 
 
 def _by_excess(ids: Ints, excess: npt.NDArray[Any]) -> list[int]:  # (excess: a bincount's floats)

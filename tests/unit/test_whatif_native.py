@@ -7,17 +7,28 @@
   what-if with and without it.
 - The candidates' order by excess (numpy's stable sort, ``sorted``'s with NaN).
 - The systematic evidence's sums per unit in one pass (``unit_deviations``).
-- Each node's median over the other groups of its cell's medians in one call (``peer_medians_excluding``)."""
+- Each node's median over the other groups of its cell's medians in one call (``peer_medians_excluding``).
+- A peer group's middle without the systematically slow units in one call (``typical_without``).
+- A step's ideal from peers and its evidence of systematic slowness in one call (``PeerLayout.at_ideal``).
+- The systematic test's statistic over a window of steps in one call (``window_z``).
+- A step's ideal from peers other than the slow ranks and links in one call (``PeerLayout.without``), and
+  a snapshot's peers without their layout.
+- Per node its replica, stage and link peers' medians, the ranks and replicas by excess, and each rank's last
+  end, in one call each (``RoleLayout``)."""
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from streams.engine import dag, systematic, whatif
+from streams.engine import dag, ideal, systematic, whatif
+from streams.engine.carry import last_end_per_rank
 from streams.engine.decompose import Rows
+from streams.engine.ideal import Peers
 from streams.engine.stepgraph import Codebook, Floats, Ints, StepGraph, build
 from streams.engine.systematic import Unsystematic
 from streams.sim.scenarios import SCENARIOS
@@ -154,6 +165,17 @@ def test_deviations_in_one_pass_equal_the_definitions_sums(positions: int, monke
                 assert np.array_equal(a.view(np.int64), b.view(np.int64))  # (bits: -0.0 apart from 0.0)
 
 
+def _trial_values(g: StepGraph, rng: np.random.Generator, trial: int) -> Floats:
+    """A step's durations, varied: odd trials with NaN, infinities and ties; trial 5 with -0.0 too."""
+    values = g.intrinsic * rng.uniform(0.5, 1.5, g.nodes)
+    if trial % 2:
+        odd = rng.random(g.nodes) < 0.2
+        values[odd] = rng.choice(np.array([np.nan, np.inf, 0.0, 1.0, 2.0]), int(odd.sum()))
+    if trial == 5:
+        values[rng.integers(0, g.nodes, 3)] = -0.0
+    return values
+
+
 class _Answers(list[bool]):
     """A native call that keeps what it answered (True: the values; False: left to the definition)."""
 
@@ -166,6 +188,18 @@ class _Answers(list[bool]):
         return self[-1]
 
 
+class _Spied:
+    """A peer layout (native/src/peers.rs) whose calls keep what they answered."""
+
+    def __init__(self, peers: Peers) -> None:
+        self.layout = peers.ideal.layout()
+        self.at_ideal, self.without = _Answers(self.layout.at_ideal), _Answers(self.layout.without)
+        peers.ideal._layout = self
+
+    def units(self) -> tuple[int, int]:
+        return self.layout.units()  # type: ignore[no-any-return]
+
+
 @pytest.mark.skipif(not whatif._FUSED, reason="native core without peer_medians_excluding")
 @pytest.mark.parametrize(("name", "ranks"), CASES)
 def test_peer_medians_excluding_in_one_call_equal_the_definitions(
@@ -176,7 +210,6 @@ def test_peer_medians_excluding_in_one_call_equal_the_definitions(
     g = _step(name, ranks)
     roles = whatif.Roles.of(g)
     rng = np.random.default_rng(ranks)
-    special = np.array([np.nan, np.inf, 0.0, 1.0, 2.0])
     lone = np.where(g.pp == 0, 0, 1)  # (two groups: one cell's other group may hold nothing)
     only = 40 * ((lone == 0) & (g.op % 3 == 0))  # (keys group 0 only has: NaN)
     uneven = whatif.PeerCells.of(lone, np.where(rng.random(g.nodes) < 0.5, g.op, g.op + 1) + only, g.span >= 0)
@@ -184,12 +217,7 @@ def test_peer_medians_excluding_in_one_call_equal_the_definitions(
     spy = _Answers(whatif.native.core.peer_medians_excluding)  # type: ignore[union-attr]
     monkeypatch.setattr(whatif.native.core, "peer_medians_excluding", spy)
     for trial in range(6):
-        values = g.intrinsic * rng.uniform(0.5, 1.5, g.nodes)
-        if trial % 2:
-            odd = rng.random(g.nodes) < 0.2
-            values[odd] = rng.choice(special, int(odd.sum()))
-        if trial == 5:
-            values[rng.integers(0, g.nodes, 3)] = -0.0
+        values = _trial_values(g, rng, trial)
         for at, groups in cases:
             spy.clear()
             native = whatif._peer_medians_excluding(at, values, groups)
@@ -212,3 +240,194 @@ def test_peer_medians_excluding_of_other_widths_are_the_definitions() -> None:
         assert np.array_equal(got.view(np.int64), expected.view(np.int64))
     narrow = whatif._peer_medians_excluding(roles.by_stage, g.intrinsic.astype(np.float32), g.pp)
     assert np.isnan(narrow).sum() == np.isnan(expected).sum()
+
+
+@pytest.mark.skipif(not systematic._WITHOUT, reason="native core without typical_without")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
+@pytest.mark.parametrize("positions", [1, 7, 500])
+def test_the_typical_without_slow_units_in_one_call_is_the_definitions(
+    positions: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each grouped position at its group's middle without the slow units' positions, its lower median where
+    that is NaN (every member slow, a NaN among the middle values), bit for bit: with NaN, infinities, ties,
+    keys int32 and int64, groups of one; with -0.0 the call may leave it to the definition, never answer
+    otherwise."""
+    rng = np.random.default_rng(positions)
+    special = np.array([np.nan, np.inf, -np.inf, 1.0, 2.0])
+    spy = _Answers(systematic.native.core.typical_without)  # type: ignore[union-attr]
+    monkeypatch.setattr(systematic.native.core, "typical_without", spy)
+    for trial in range(30):
+        keys = np.where(
+            rng.random(positions) < 0.1, -1, rng.integers(0, max(1, positions // (trial % 5 + 1)), positions)
+        )
+        unit = rng.integers(-1, 2 + trial % 9, positions)
+        values = rng.lognormal(0.0, 0.5, positions)
+        if trial % 2:
+            odd = rng.random(positions) < 0.15
+            values[odd] = rng.choice(special, int(odd.sum()))
+        if trial % 10 == 9:
+            values[rng.integers(0, positions, 2)] = -0.0
+        u = Unsystematic(keys, unit)
+        if trial % 3 == 1:
+            u.keys = u.keys.astype(np.int64)
+        for slow in (np.array([0]), np.unique(rng.integers(0, 2 + trial % 9, 3)), np.arange(10)):
+            spy.clear()
+            native = u.typical(values, slow)
+            with monkeypatch.context() as m:
+                m.setattr(systematic, "_WITHOUT", False)
+                definition = u.typical(values, slow)
+            assert np.array_equal(native.view(np.int64), definition.view(np.int64)), (trial, slow)
+            if trial % 10 != 9:
+                assert spy in ([], [True])  # (none: no paired position on a slow unit)
+
+
+@pytest.mark.skipif(not ideal._SLOW, reason="native core without peer_layout")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
+@pytest.mark.parametrize(("name", "ranks"), CASES)
+def test_the_ideal_without_slow_ranks_and_links_is_the_definitions(
+    name: str, ranks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step's ideal from peers other than some ranks and links (:meth:`CrossStage.typical`), bit for bit: in
+    one call (``PeerLayout.without``), by the units' calls (``typical_without``) and by the definition; with NaN,
+    infinities, ties and -0.0 among the values (the calls may leave -0.0 to the definition)."""
+    g = _step(name, ranks)
+    peers = Peers.of(g)
+    rng = np.random.default_rng(ranks)
+    links = int(max(0, peers.ideal.within.transfers.unit.max()))
+    spy = _Spied(peers).without
+    slows = [(np.array([2]), np.zeros(0, np.int64)), (np.array([0, 1, 2, 5]), np.arange(links + 1))]
+    slows += [(np.zeros(0, np.int64), np.array([0])), (np.zeros(0, np.int64), np.zeros(0, np.int64))]
+    for trial in range(6):
+        values = _trial_values(g, rng, trial)
+        for slow in slows:
+            spy.clear()
+            native = peers.ideal.typical(values, slow)
+            with monkeypatch.context() as m:
+                m.setattr(ideal, "_SLOW", False)
+                units = peers.ideal.typical(values, slow)
+                m.setattr(systematic, "_WITHOUT", False)
+                definition = peers.ideal.typical(values, slow)
+            assert np.array_equal(native.view(np.int64), definition.view(np.int64)), (trial, slow)
+            assert np.array_equal(units.view(np.int64), definition.view(np.int64)), (trial, slow)
+            if trial != 5:
+                assert spy == [True]
+
+
+@pytest.mark.skipif(not ideal._FUSED, reason="native core without peer_layout")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
+@pytest.mark.parametrize(("name", "ranks"), CASES)
+def test_the_ideal_and_its_evidence_in_one_call_are_the_definitions(
+    name: str, ranks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """:meth:`Peers.at_ideal`'s ideal and sums per rank and link, bit for bit: as stepped, with NaN,
+    infinities and ties among the values, with -0.0 or NaNs of two payloads (the call may leave either to the
+    definition), on steps whose stages run the same work (its cross-stage minimum)."""
+    g = _step(name, ranks)
+    peers = Peers.of(g)
+    rng = np.random.default_rng(ranks)
+    spy = _Spied(peers).at_ideal
+    payloads = np.array([0x7FF8000000000001, 0x7FF8000000000002], np.uint64).view(np.float64)
+    crossed = 0
+    for trial in range(12):
+        values = _trial_values(g, rng, trial)
+        if trial > 5:  # (NaNs of two payloads in a stage's groups: left to the definition, or its bits)
+            values[g.pp == trial % 2] = np.where(rng.random(g.nodes) < 0.5, *payloads)[g.pp == trial % 2]
+        spy.clear()
+        native, evidence = peers.at_ideal(values)
+        with monkeypatch.context() as m:
+            m.setattr(ideal, "_FUSED", False)
+            definition, expected = peers.at_ideal(values)
+        assert np.array_equal(native.view(np.int64), definition.view(np.int64))
+        for a, b in zip((*evidence[0], *evidence[1]), (*expected[0], *expected[1]), strict=True):
+            assert a.dtype == b.dtype and np.array_equal(a.view(np.int64), b.view(np.int64))
+        if trial < 5:
+            assert spy == [True]
+        crossed += int(np.count_nonzero(native[peers.ideal.crossed] < values[peers.ideal.crossed]))
+    assert crossed or not len(peers.ideal.crossed)
+
+
+def test_numpys_minimum_is_the_native_ideals() -> None:
+    """The order ``PeerLayout`` takes of numpy's ``minimum`` (native/src/peers.rs ``minimum``): the first of
+    two NaN, a NaN against a number, the second of 0.0 and -0.0."""
+    nan1, nan2 = (np.array([bits], np.uint64).view(np.float64)[0] for bits in (0x7FF8000000000001, 0x7FF8000000000002))
+    a = np.array([0.0, -0.0, nan1, 1.0, nan1, 1.0, 2.0] * 5)
+    b = np.array([-0.0, 0.0, 1.0, nan2, nan2, 2.0, 1.0] * 5)
+    expected = [b[0], b[1], nan1, nan2, nan1, 1.0, 1.0] * 5
+    assert np.array_equal(np.minimum(a, b).view(np.int64), np.array(expected).view(np.int64))
+
+
+@pytest.mark.skipif(not systematic._WINDOW, reason="native core without window_z")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
+@pytest.mark.parametrize("units", [0, 1, 16, 1000])
+def test_the_windows_statistic_in_one_call_is_the_definitions(units: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per unit ``S / sqrt(Q)`` of the window's sums and the count of tested units, bit for bit: windows of 1 to
+    ``WINDOW`` steps, sums that round differently in another order, zeros of both signs, NaN and infinities;
+    a step of another length or dtype left to the definition."""
+    rng = np.random.default_rng(units)
+    answered: list[int | None] = []
+    window_z = systematic.native.core.window_z  # type: ignore[union-attr]
+    monkeypatch.setattr(systematic.native.core, "window_z", lambda *a: answered.append(window_z(*a)) or answered[-1])
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0])
+    for trial in range(20):
+        steps = []
+        for _ in range(1 + trial % systematic.WINDOW):
+            s = rng.normal(size=units) * rng.choice([1e-3, 1.0, 1e16], units)
+            q = np.where(rng.random(units) < 0.2, 0.0, s * s)
+            odd = rng.random(units) < (0.1 if trial % 2 else 0.0)
+            s[odd], q[odd[::-1]] = rng.choice(special, int(odd.sum())), rng.choice(special, int(odd.sum()))
+            steps.append((s, q))
+        if trial == 19 and units:
+            steps[0] = (steps[0][0][:-1], steps[0][1][:-1])  # (a unit the first step has not)
+        if trial == 18:
+            steps[-1] = (steps[-1][0].astype(np.float32), steps[-1][1])  # (another dtype)
+        answered.clear()
+        z, tested = systematic._window(steps)
+        with monkeypatch.context() as m:
+            m.setattr(systematic, "_WINDOW", False)
+            expected, count = systematic._window(steps)
+        assert tested == count and np.array_equal(z.view(np.int64), expected.view(np.int64)), trial
+        assert answered == ([None] if trial == 18 or (trial == 19 and units) else [tested])  # (None: the definition)
+
+
+@pytest.mark.skipif(not ideal._FUSED, reason="native core without peer_layout")
+def test_a_snapshots_peers_make_their_layout_again() -> None:
+    """A step's peers in a snapshot (a pending decomposition, :mod:`structural`) without their native layout,
+    made again at the next call: the same ideal, evidence and ideal without slow units."""
+    g = _step("realistic-slow-rank", 16)
+    peers = Peers.of(g)
+    values, slow = g.intrinsic, (np.array([2]), np.array([0]))
+    made, without = peers.at_ideal(values), peers.ideal.typical(values, slow)
+    again = pickle.loads(pickle.dumps(peers))
+    assert again.ideal._layout is None
+    ideal_again, evidence = again.at_ideal(values)
+    assert np.array_equal(ideal_again, made[0]) and np.array_equal(again.ideal.typical(values, slow), without)
+    pairs = zip((*evidence[0], *evidence[1]), (*made[1][0], *made[1][1]), strict=True)
+    assert all(np.array_equal(a, b) for a, b in pairs)
+
+
+@pytest.mark.skipif(not whatif._ROLES, reason="native core without role_layout")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
+@pytest.mark.parametrize(("name", "ranks"), [*CASES, ("training-slow-link", 128)])
+def test_the_roles_peers_and_ranking_in_one_call_are_the_definitions(name: str, ranks: int) -> None:
+    """Per node its replica peers' median and its stage's and link's peers' (``RoleLayout.peers``), the ranks
+    and replicas by their excess (``RoleLayout.ranked``), and each rank's last end (``RoleLayout.last_ends``),
+    bit for bit: with NaN, infinities, ties and -0.0 among the values (the calls may leave -0.0, or a NaN
+    excess, to the definitions)."""
+    g = _step(name, ranks)
+    roles = whatif.Roles.of(g)
+    plain = replace(roles, layout=None)
+    rng = np.random.default_rng(ranks)
+    for trial in range(8):
+        values = _trial_values(g, rng, trial)
+        native = whatif._from_peers(g, roles, values)
+        definition = whatif._from_peers(g, plain, values)
+        for a, b in zip(native, definition, strict=True):
+            assert np.array_equal(a.view(np.int64), b.view(np.int64)), trial
+        peer_med = definition[0]
+        assert whatif._ranked(g, roles, values, peer_med) == whatif._ranked(g, plain, values, peer_med), trial
+        ends = rng.choice(np.array([0.0, -0.0, -1.0, np.nan, np.inf])[: 3 + trial % 3], g.nodes)  # (ties of ±0)
+        last, expected = whatif._last_ends(g, roles, ends), last_end_per_rank(g, ends)
+        assert np.array_equal(last.view(np.int64), expected.view(np.int64)), trial
+        rows = np.empty(g.nodes), np.full(g.nodes, np.nan), np.full(g.nodes, np.nan)
+        if trial % 2 == 0:  # (no NaN, no -0.0: each call answers)
+            assert roles.layout.peers(values, *rows) and roles.layout.ranked(values, peer_med) is not None
