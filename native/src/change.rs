@@ -316,9 +316,9 @@ fn items_mut<'a, T: pyo3::buffer::Element>(
     buf: &'a mut PyBuffer<T>,
     name: &str,
 ) -> PyResult<&'a mut [T]> {
-    if buf.readonly() || !buf.is_c_contiguous() {
+    if buf.readonly() || !buf.is_c_contiguous() || !crate::dag::machine_order(buf) {
         return Err(PyValueError::new_err(format!(
-            "{name}: not writable and contiguous"
+            "{name}: not writable, contiguous and in the machine's byte order"
         )));
     }
     // SAFETY: a writable C-contiguous buffer of `item_count` items of T (its format checked by PyBuffer::get),

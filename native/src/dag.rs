@@ -11,9 +11,26 @@ pub(crate) fn items<'a, T: Element>(buf: &'a PyBuffer<T>, name: &str) -> PyResul
     if !buf.is_c_contiguous() {
         return Err(PyValueError::new_err(format!("{name}: not contiguous")));
     }
+    if !machine_order(buf) {
+        return Err(PyValueError::new_err(format!(
+            "{name}: not in the machine's byte order"
+        )));
+    }
     // SAFETY: a C-contiguous buffer of `item_count` items of T (its format checked by PyBuffer::get),
     // held by `buf` for the slice's lifetime.
     Ok(unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const T, buf.item_count()) })
+}
+
+/// Whether a buffer's items are in the machine's byte order: PyBuffer::get takes a format of standard sizes
+/// ('<', '>', '!') for T whatever its byte order, so a byte-swapped array (one out of another machine's
+/// pickle) would be read as native values.
+pub(crate) fn machine_order<T: Element>(buf: &PyBuffer<T>) -> bool {
+    let swapped: &[u8] = if cfg!(target_endian = "little") {
+        b">!"
+    } else {
+        b"<"
+    };
+    !matches!(buf.format().to_bytes().first(), Some(c) if swapped.contains(c))
 }
 
 /// A buffer's bytes, as [start, end) addresses.

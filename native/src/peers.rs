@@ -241,12 +241,14 @@ impl PeerLayout {
     }
 }
 
-/// Copy `values` into `out` (checked by `writable`).
-pub(crate) fn write(out: &PyBuffer<f64>, values: &[f64]) {
-    // SAFETY: a writable C-contiguous buffer of `values.len()` f64 (checked by `writable`) held by `out` for
-    // this call.
+/// Copy `values` into `out`: an error unless it is writable, in one block, of as many values.
+pub(crate) fn write(out: &PyBuffer<f64>, values: &[f64]) -> PyResult<()> {
+    writable(out, values.len())?;
+    // SAFETY: a writable C-contiguous buffer of `values.len()` f64 (checked above) held by `out` for this
+    // call.
     let dest = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, values.len()) };
     dest.copy_from_slice(values);
+    Ok(())
 }
 
 #[pymethods]
@@ -286,9 +288,9 @@ impl PeerLayout {
         let Some((ideal, [(wt, wq), (tt, tq)])) = found else {
             return Ok(false);
         };
-        write(&out, &ideal);
+        write(&out, &ideal)?;
         for (s, total) in sums_of.iter().zip([wt, wq, tt, tq]) {
-            write(s, &total);
+            write(s, &total)?;
         }
         Ok(true)
     }
@@ -316,7 +318,7 @@ impl PeerLayout {
         let Some(ideal) = found else {
             return Ok(false);
         };
-        write(&out, &ideal);
+        write(&out, &ideal)?;
         Ok(true)
     }
 }

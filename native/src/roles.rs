@@ -102,8 +102,6 @@ impl Cells {
 #[pyclass(frozen, module = "driftlog_native")]
 pub struct RoleLayout {
     n: usize,
-    #[pyo3(get)]
-    ranks: usize,
     spans: Vec<(usize, usize, usize)>,
     span: Vec<bool>,
     position: Groups,
@@ -132,7 +130,6 @@ pub fn role_layout(
     let (pos, counts) = (items(&position.0, "pos")?, items(&position.1, "counts")?);
     Ok(RoleLayout {
         n,
-        ranks,
         spans,
         span,
         position: Groups::flat(pos, counts, n)?,
@@ -148,16 +145,6 @@ fn above_zero(x: f64) -> f64 {
         0.0
     } else {
         x
-    }
-}
-
-/// numpy's `maximum`: `a` when it is NaN, else `b` when it is NaN, else `a` when above `b`, else `b` (of 0.0
-/// and -0.0: the second).
-fn maximum(a: f64, b: f64) -> f64 {
-    if a.is_nan() || (!b.is_nan() && a > b) {
-        a
-    } else {
-        b
     }
 }
 
@@ -212,25 +199,9 @@ impl RoleLayout {
             return Ok(false);
         };
         for (out, rows) in [(&peer_med, med), (&by_stage, s), (&by_link, l)] {
-            write(out, &rows);
+            write(out, &rows)?;
         }
         Ok(true)
-    }
-
-    /// `carry.last_end_per_rank` into `out` (one per rank): per rank the `maximum` of -inf and its spans'
-    /// `ends`, in span order (numpy's `maximum.at`).
-    fn last_ends(&self, ends: PyBuffer<f64>, out: PyBuffer<f64>) -> PyResult<()> {
-        let ends = items(&ends, "ends")?;
-        if ends.len() != self.n {
-            return Err(PyValueError::new_err("ends: one per node"));
-        }
-        writable(&out, self.ranks)?;
-        let mut last = vec![f64::NEG_INFINITY; self.ranks];
-        for &(i, r, _) in &self.spans {
-            last[r] = maximum(last[r], ends[i]);
-        }
-        write(&out, &last);
-        Ok(())
     }
 
     /// The ranks and the replicas by their spans' time above their peers (`maximum(0, values - peer_med)`

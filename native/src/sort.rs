@@ -87,9 +87,9 @@ fn text_order(x: *mut ffi::PyObject, y: *mut ffi::PyObject) -> Ordering {
 }
 
 fn items<T: Element>(buf: &PyBuffer<T>, n: usize) -> PyResult<&[T]> {
-    if !buf.is_c_contiguous() || buf.item_count() != n {
+    if !buf.is_c_contiguous() || buf.item_count() != n || !crate::dag::machine_order(buf) {
         return Err(PyValueError::new_err(format!(
-            "a column is not contiguous or has not {n} rows"
+            "a column is not contiguous, has not {n} rows or is not in the machine's byte order"
         )));
     }
     // SAFETY: a C-contiguous buffer of `item_count` items of T (its format checked by PyBuffer::get),

@@ -164,11 +164,6 @@ class Unsystematic:
             out[every] = self.lower.typical(values)[every]
         return out
 
-    def kept(self, slow: Ints) -> Grouped | None:
-        """The groups without the paired positions on units ``slow`` (None: none left out)."""
-        without = self._without(slow)
-        return None if without is None else without[1]
-
     def _without(self, slow: Ints) -> tuple[npt.NDArray[np.bool_], Grouped] | None:
         """The paired positions on units ``slow`` and the groups without them (None: none left out), kept for
         the last ``slow`` asked (a job's systematically slow units stay the same from step to step; none

@@ -257,15 +257,6 @@ def _role_layout(roles: Roles, g: StepGraph) -> Any:
     )
 
 
-def _last_ends(g: StepGraph, roles: Roles, ends: Floats) -> Floats:
-    """:func:`carry.last_end_per_rank` (in one call, or the definition)."""
-    if roles.layout is None or ends.dtype != np.float64 or not ends.flags.c_contiguous:
-        return last_end_per_rank(g, ends)
-    out = np.empty(roles.layout.ranks)
-    roles.layout.last_ends(ends, out)
-    return out
-
-
 def _from_peers(g: StepGraph, roles: Roles, d0: Floats) -> tuple[Floats, Floats, Floats]:
     """Per node: its replica peers' median at a span (else its duration), and the median over the other
     stages (of program nodes) or links (of asynchronous sends) of each one's median for its key
@@ -322,13 +313,13 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     ideal, evidence = roles.peers.at_ideal(d0)  # (each peer group's middle found once for both)
     ideal_ends = _row_ends(g, ideal)
     actual_s, ideal_s = float(ends.max()), float(ideal_ends.max())
-    ideal_rank_ends = _last_ends(g, roles, ideal_ends)
+    ideal_rank_ends = last_end_per_rank(g, ideal_ends)
     del ideal_ends
     peer_med, by_stage, by_link = _from_peers(g, roles, d0)
     cands, healing = _candidates(g, job, ops, baseline, roles, (peer_med, by_stage, by_link))
     healed_rank_ends = None  # the top rank candidate healed (ranks are the first candidates)
     if cands and cands[0].dimension == "rank":
-        healed_rank_ends = _last_ends(g, roles, _row_ends(g, np.where(healing[0].nodes(), healing[0].alt, d0)))
+        healed_rank_ends = last_end_per_rank(g, _row_ends(g, np.where(healing[0].nodes(), healing[0].alt, d0)))
     structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)
     at_baseline = [] if baseline is None else [Healing(baseline, None)]  # every node at the baseline
     healed = _healed_step_ends(g, d0, healing + at_baseline)
@@ -341,7 +332,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         counterfactual_s=healed[: len(healing)],
         ends=ends,
         peer_median=peer_med,
-        rank_ends=_last_ends(g, roles, ends),
+        rank_ends=last_end_per_rank(g, ends),
         ideal_rank_ends=ideal_rank_ends,
         healed_rank_ends=healed_rank_ends,
         structural=structural,

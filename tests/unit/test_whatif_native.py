@@ -26,7 +26,6 @@ import numpy as np
 import pytest
 
 from streams.engine import dag, ideal, systematic, whatif
-from streams.engine.carry import last_end_per_rank
 from streams.engine.decompose import Rows
 from streams.engine.ideal import Peers
 from streams.engine.stepgraph import Codebook, Floats, Ints, StepGraph, build
@@ -283,7 +282,7 @@ def test_the_typical_without_slow_units_in_one_call_is_the_definitions(
 
 @pytest.mark.skipif(not ideal._SLOW, reason="native core without peer_layout")
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
-@pytest.mark.parametrize(("name", "ranks"), CASES)
+@pytest.mark.parametrize(("name", "ranks"), [*CASES, ("realistic-slow-rank", 64)])  # (64: positions not paired)
 def test_the_ideal_without_slow_ranks_and_links_is_the_definitions(
     name: str, ranks: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -297,8 +296,11 @@ def test_the_ideal_without_slow_ranks_and_links_is_the_definitions(
     spy = _Spied(peers).without
     slows = [(np.array([2]), np.zeros(0, np.int64)), (np.array([0, 1, 2, 5]), np.arange(links + 1))]
     slows += [(np.zeros(0, np.int64), np.array([0])), (np.zeros(0, np.int64), np.zeros(0, np.int64))]
-    for trial in range(6):
+    slows += [(np.arange(int(peers.ideal.within.work.unit.max()) + 1), np.arange(links + 1))]  # (every unit)
+    for trial in range(8):
         values = _trial_values(g, rng, trial)
+        if trial > 5:  # (every value one of a few: groups all ties, infinities, a NaN)
+            values = rng.choice(np.array([np.inf, 1e308, 1.0, np.nan][: 2 + trial % 2 * 2]), g.nodes)
         for slow in slows:
             spy.clear()
             native = peers.ideal.typical(values, slow)
@@ -309,7 +311,7 @@ def test_the_ideal_without_slow_ranks_and_links_is_the_definitions(
                 definition = peers.ideal.typical(values, slow)
             assert np.array_equal(native.view(np.int64), definition.view(np.int64)), (trial, slow)
             assert np.array_equal(units.view(np.int64), definition.view(np.int64)), (trial, slow)
-            if trial != 5:
+            if trial not in (5, 7):
                 assert spy == [True]
 
 
@@ -380,13 +382,16 @@ def test_the_windows_statistic_in_one_call_is_the_definitions(units: int, monkey
             steps[0] = (steps[0][0][:-1], steps[0][1][:-1])  # (a unit the first step has not)
         if trial == 18:
             steps[-1] = (steps[-1][0].astype(np.float32), steps[-1][1])  # (another dtype)
+        if trial == 17:  # (another byte order: a step out of another machine's pickle)
+            steps[0] = (steps[0][0].astype(steps[0][0].dtype.newbyteorder()), steps[0][1])
         answered.clear()
         z, tested = systematic._window(steps)
         with monkeypatch.context() as m:
             m.setattr(systematic, "_WINDOW", False)
             expected, count = systematic._window(steps)
         assert tested == count and np.array_equal(z.view(np.int64), expected.view(np.int64)), trial
-        assert answered == ([None] if trial == 18 or (trial == 19 and units) else [tested])  # (None: the definition)
+        left = trial in (17, 18) or (trial == 19 and units)
+        assert answered == ([None] if left else [tested])  # (None: the definition)
 
 
 @pytest.mark.skipif(not ideal._FUSED, reason="native core without peer_layout")
@@ -410,7 +415,7 @@ def test_a_snapshots_peers_make_their_layout_again() -> None:
 @pytest.mark.parametrize(("name", "ranks"), [*CASES, ("training-slow-link", 128)])
 def test_the_roles_peers_and_ranking_in_one_call_are_the_definitions(name: str, ranks: int) -> None:
     """Per node its replica peers' median and its stage's and link's peers' (``RoleLayout.peers``), the ranks
-    and replicas by their excess (``RoleLayout.ranked``), and each rank's last end (``RoleLayout.last_ends``),
+    and replicas by their excess (``RoleLayout.ranked``),
     bit for bit: with NaN, infinities, ties and -0.0 among the values (the calls may leave -0.0, or a NaN
     excess, to the definitions)."""
     g = _step(name, ranks)
@@ -425,9 +430,16 @@ def test_the_roles_peers_and_ranking_in_one_call_are_the_definitions(name: str, 
             assert np.array_equal(a.view(np.int64), b.view(np.int64)), trial
         peer_med = definition[0]
         assert whatif._ranked(g, roles, values, peer_med) == whatif._ranked(g, plain, values, peer_med), trial
-        ends = rng.choice(np.array([0.0, -0.0, -1.0, np.nan, np.inf])[: 3 + trial % 3], g.nodes)  # (ties of ±0)
-        last, expected = whatif._last_ends(g, roles, ends), last_end_per_rank(g, ends)
-        assert np.array_equal(last.view(np.int64), expected.view(np.int64)), trial
         rows = np.empty(g.nodes), np.full(g.nodes, np.nan), np.full(g.nodes, np.nan)
         if trial % 2 == 0:  # (no NaN, no -0.0: each call answers)
             assert roles.layout.peers(values, *rows) and roles.layout.ranked(values, peer_med) is not None
+    # replica peer groups all of one size (numpy's median, NaN if any is: not the middles of the others)
+    for groups in [k for k in (1, 2, 3, 4) if g.nodes % k == 0]:
+        position = whatif.Grouping(np.arange(g.nodes) % groups)
+        assert position.uniform
+        plain = replace(roles, position=position, layout=None)
+        uniform = replace(plain, layout=whatif._role_layout(plain, g))
+        for trial in range(4):
+            values = _trial_values(g, rng, trial)
+            for a, b in zip(whatif._from_peers(g, uniform, values), whatif._from_peers(g, plain, values), strict=True):
+                assert np.array_equal(a.view(np.int64), b.view(np.int64)), (groups, trial)
