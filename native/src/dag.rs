@@ -50,9 +50,10 @@ pub(crate) fn overlap(spans: &[(usize, usize)], writable: usize) -> bool {
     })
 }
 
-/// numpy's `maximum`: the first if it is at least the second or NaN, else the second.
-fn maximum(a: f64, b: f64) -> f64 {
-    if a >= b || a.is_nan() {
+/// numpy's `maximum`: the first if it is above the second or NaN, else the second (of 0.0 and -0.0: the
+/// second, as numpy's `maximum` and `maximum.reduceat` over a few values give it).
+pub(crate) fn maximum(a: f64, b: f64) -> f64 {
+    if a > b || a.is_nan() {
         a
     } else {
         b
@@ -344,7 +345,7 @@ pub fn dag_ends(
 
 /// Per rank, the latest end of its spans (streams/engine/carry.py, `last_end_per_rank`): `out[rank[i]]`
 /// raised to `ends[i]` for every node with `span[i] >= 0`, in node order with numpy's `maximum`, as
-/// `np.maximum.at` does (a tie of zeros keeps the earlier one, a NaN the first NaN). A negative rank counts
+/// `np.maximum.at` does (a tie of zeros keeps the later one, a NaN the first NaN). A negative rank counts
 /// from the end, as a numpy index does; one out of range is an error (numpy's IndexError).
 #[pyfunction]
 pub fn rank_last_ends(
@@ -384,9 +385,7 @@ pub fn rank_last_ends(
             return Err(PyValueError::new_err(format!("rank {} out of range", r[i])));
         }
         let slot = &mut best[at as usize];
-        if !(*slot > e[i] || slot.is_nan()) {
-            *slot = e[i];
-        }
+        *slot = maximum(*slot, e[i]);
     }
     Ok(())
 }

@@ -122,7 +122,8 @@ class Timeline:
 def last_end_per_rank(g: StepGraph, ends: Floats) -> Floats:
     """Per rank: its last span's end in one row of end times (-inf: a rank without spans in the step)."""
     out = np.full(int(g.rank.max(initial=0)) + 1, -np.inf)
-    if _LAST_ENDS and native.core is not None and g.rank.dtype == np.int32 and g.span.dtype == np.int32:
+    columns = g.rank, g.span
+    if _LAST_ENDS and native.core is not None and all(c.dtype == np.int32 and c.flags.c_contiguous for c in columns):
         native.core.rank_last_ends(g.rank, g.span, np.ascontiguousarray(ends, np.float64), out)  # (one pass)
         return out
     spans = g.span >= 0

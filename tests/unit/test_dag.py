@@ -43,6 +43,24 @@ def test_native_ends_equal_the_definition(name: str, ranks: int, monkeypatch: py
         assert np.array_equal(alone, want, equal_nan=True) and np.array_equal(np.signbit(alone), np.signbit(want))
 
 
+@pytest.mark.parametrize(("name", "ranks"), CASES)
+def test_native_ends_of_zeros_of_both_signs_are_the_definitions(
+    name: str, ranks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Floors and durations of 0.0 and -0.0 (every maximum a tie): the native ends keep numpy's sign, the
+    second of a tie, bit for bit."""
+    g = build(op_columns(SCENARIOS[name](2, ranks, 12), 10), Codebook(), Codebook(), {})
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        floor = np.where(np.isfinite(g.floor), rng.choice([0.0, -0.0], g.nodes), g.floor)
+        rows = rng.choice([0.0, -0.0], (2, g.nodes))
+        native = g.evaluate(rows, floor)
+        with monkeypatch.context() as m:
+            m.setattr(dag, "available", False)
+            want = g.evaluate(rows, floor)
+        assert np.array_equal(native.view(np.int64), want.view(np.int64))
+
+
 def test_a_graph_out_of_order_is_refused() -> None:
     assert dag.native.core is not None
     with pytest.raises(ValueError, match="not placed before"):  # node 0 waits for node 1, evaluated after it

@@ -299,6 +299,7 @@ LAYOUTS = {  # the columnar layout, changed: (what is replaced, by what), each a
     "string again, control": ('["dp-0","dp-0"]', '["dp-0","dp-0\t"]'),
     "string again, cut": ('"dp-0"],"seq":[17,18],"blocking":[true,false]}}]}', '"dp-0'),
     "string again, unclosed": ('["dp-0","dp-0"]', '["dp-0","dp-0]'),
+    "string again, unquoted": ('["dp-0","dp-0"]', '["dp-0",xdp-0"]'),
 }  # fmt: skip
 
 
