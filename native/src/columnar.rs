@@ -240,15 +240,12 @@ impl<'de> Reader<'de> {
         if matches!(rule.ty, Type::Text) {
             return self.texts(rule, n, out, strings);
         }
-        let (mut valid, mut last) = (Vec::new(), None);
+        let mut valid = Vec::new(); // (Booleans: the other types are read above)
         let count = self.array(|r, i| {
             if i >= n {
                 return None;
             }
-            let cell = rule.check(r.scalar(rule)?, last, strings, &mut valid)?;
-            if let Cell::Code(code) = cell {
-                last = Some(code);
-            }
+            let cell = rule.check(r.scalar(rule)?, None, strings, &mut valid)?;
             out.put(rule, n, i, cell);
             Some(())
         })?;
