@@ -615,6 +615,9 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="the one-minute form: small workload, one run")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated, of {','.join(SECTIONS)}")
     parser.add_argument("--workers", default="1,2", help="live runs: worker counts, e.g. 1,2")
+    parser.add_argument("--balanced-steps", type=int, default=BALANCED[2],
+                        help="workers section: steps of each of the four jobs (longer: less of each run is the "
+                             "drain's end waiting for the state timer and the idle flush)")  # fmt: skip
     parser.add_argument("--rss-child", nargs=3, metavar=("RANKS", "STEPS", "LATENESS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
@@ -625,9 +628,13 @@ def main() -> int:
     jobs = SMOKE_JOBS if args.smoke else FULL_JOBS
     began = time.monotonic()
     w = Workload.of(jobs) if only - {"rss", "latency", "workers"} else Workload([], 0, 0, 0)
-    balanced = Workload.balanced(*(SMOKE_BALANCED if args.smoke else BALANCED)) if "workers" in only else None
+    sized = SMOKE_BALANCED if args.smoke else (*BALANCED[:2], args.balanced_steps)
+    balanced = Workload.balanced(*sized) if "workers" in only else None
     print(f"workload: {', '.join(f'{n} {r} ranks x {s} steps' for n, r, s in jobs)}: {w.samples:,} samples in "
           f"{len(w.items):,} messages, {w.records:,} records; {repeats} run(s) each", flush=True)  # fmt: skip
+    if balanced is not None:
+        print(f"{BALANCED_LABEL}: 4 x {sized[0]} {sized[1]} ranks x {sized[2]} steps: {balanced.samples:,} samples",
+              flush=True)  # fmt: skip
     figures = Figures()
     work = Path(tempfile.mkdtemp(prefix="driftlog-bench-suite-"))
     with bench_settings(topic_partitions=4, checkpoint_interval_s=10.0) as cfg:
