@@ -579,7 +579,9 @@ def rss_child(ranks: int, steps: int, lateness: float) -> None:
 
 SECTIONS = ("inprocess", "ceiling", "live", "workers", "replay", "analyze", "sink", "rss", "latency")
 # 2 workers against 1: jobs alike, one per partition (the FULL_JOBS workload is 99.5% one job, so one partition)
-BALANCED = ("training-fabric", 32, 150)
+# (600 steps: 4.6 M samples, ~5 s for one worker; at 150 two workers drain their halves in well under a second
+# and most of a run is the drain's end waiting for the state timer: BACKLOG_S in streams/worker_state.py)
+BALANCED = ("training-fabric", 32, 600)
 SMOKE_BALANCED = ("training-fabric", 16, 20)
 BALANCED_LABEL = "workers, balanced jobs"
 # finding latency: jobs whose exporters send about 10 k and 100 k samples/s in real time (training-fabric: ~135
