@@ -124,14 +124,25 @@ class Timeline:
     def add_samples(self, channel: str, batches: list[SampleBatch], offset: int = -1) -> list[npt.NDArray[np.bool_]]:
         """Buffer a message's sample batches (``offset``: the message's, in its channel); per batch, which
         samples were late (not buffered)."""
+        masks = self.buffer_samples(channel, batches, offset)
+        return [np.zeros(len(b), np.bool_) if late is None else late for b, late in zip(batches, masks, strict=True)]
+
+    def buffer_samples(
+        self, channel: str, batches: list[SampleBatch], offset: int = -1
+    ) -> list[npt.NDArray[np.bool_] | None]:
+        """:meth:`add_samples`, None for a batch with nothing late (the usual batch: no mask made and looked
+        at again)."""
         frontier = self.frontier
-        masks = []
+        masks: list[npt.NDArray[np.bool_] | None] = []
         newest = self._newest.get(channel, -math.inf)
         for batch in batches:
             times = np.asarray(batch.columns[EVENT_TIME[batch.kind]], np.float64)
-            if len(times) and (low := float(times.min())) >= frontier:  # the usual message: nothing late
-                masks.append(np.zeros(len(times), np.bool_))
-                kept, high = batch, float(times.max())
+            ends = batch.time_bounds() if times is batch.columns[EVENT_TIME[batch.kind]] else None
+            if ends is None and len(times):
+                ends = float(times.min()), float(times.max())
+            if ends is not None and ends[0] >= frontier:  # the usual message: nothing late
+                masks.append(None)
+                kept, (low, high) = batch, ends
             else:
                 late = times < frontier
                 masks.append(late)
