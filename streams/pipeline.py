@@ -147,12 +147,13 @@ class Processor:
                 out.reject(raw, source, [Reject("duplicate", why)])
                 return out
             kept, refused_at = [], []
-            screened = self.admission.screen(decoded.source, decoded.batches, now)
-            for batch, (late, future) in zip(decoded.batches, screened, strict=True):
-                refused = late | future
-                if not refused.any():  # the usual batch: told by one look
+            screened = self.admission.refused(decoded.source, decoded.batches, now)
+            for batch, masks in zip(decoded.batches, screened, strict=True):
+                if masks is None:  # the usual batch: nothing refused
                     kept.append(batch)
                     continue
+                late, future = masks
+                refused = late | future
                 if late.any():
                     detail = f"{batch.kind} sample older than the allowed lateness behind its source's newest"
                     rejects.extend(Reject("late", detail, int(i)) for i in batch.index[late])
@@ -173,11 +174,11 @@ class Processor:
     def _buffer(self, batches: list[SampleBatch], source: SourcePosition, out: Output,
                 rejects: list[Reject]) -> list[SampleBatch]:  # fmt: skip
         """Into the timeline; samples older than the watermark are added to ``rejects``. Returns what was kept."""
-        behind = self.timeline.add_samples(channel(source), batches, source.offset)
+        behind = self.timeline.buffer_samples(channel(source), batches, source.offset)
         kept = []
         for batch, late in zip(batches, behind, strict=True):
             on_time = batch
-            if late.any():
+            if late is not None and late.any():
                 detail = f"{batch.kind} sample older than the watermark (already analysed)"
                 rejects.extend(Reject("late", detail, int(i)) for i in batch.index[late])
                 on_time = batch.select(~late)

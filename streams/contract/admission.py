@@ -82,18 +82,28 @@ class Admission:
     ) -> list[tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]]:
         """Per batch, (too late, too far in the future) masks; then advance the source's newest event time
         over the samples admitted. ``now``: the message's reference time in seconds (see the module)."""
+        return [
+            (np.zeros(len(b), np.bool_), np.zeros(len(b), np.bool_)) if masks is None else masks
+            for b, masks in zip(batches, self.refused(source, batches, now), strict=True)
+        ]
+
+    def refused(
+        self, source: str, batches: list[SampleBatch], now: float | None = None
+    ) -> list[tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]] | None]:
+        """:meth:`screen`, None for a batch none of whose samples is refused (the usual batch: no masks made
+        and looked at again)."""
         state = self._source(source)
         cutoff = state.max_time - self.allowed_lateness
         horizon = np.inf if now is None else now + self.max_future
-        masks, newest = [], state.max_time
+        masks: list[tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]] | None] = []
+        newest = state.max_time
         for batch in batches:
-            times = batch.columns[EVENT_TIME[batch.kind]]
-            if len(times) and times.dtype.kind in "fiu" and times.min() >= cutoff and (high := times.max()) <= horizon:
-                none = np.zeros(len(times), np.bool_)  # the usual batch: told by its ends (NaN: looked at; an
-                # object column's min/max would pass a NaN by)
-                masks.append((none, none.copy()))
-                newest = max(newest, float(high))
+            high = _usual(batch, cutoff, horizon)
+            if high is not None:
+                masks.append(None)
+                newest = max(newest, high)
                 continue
+            times = batch.columns[EVENT_TIME[batch.kind]]
             future = times > horizon
             late = (times < cutoff) & ~future
             masks.append((late, future))
@@ -111,3 +121,15 @@ class Admission:
         if len(self._decision_ids) > self.dedupe_window:
             self._decision_ids.popitem(last=False)
         return False
+
+
+def _usual(batch: SampleBatch, cutoff: float, horizon: float) -> float | None:
+    """The newest event time of a batch none of whose samples is late or in the future (told by its ends;
+    a NaN among them is looked at, and an object column's min/max would pass a NaN by), else None."""
+    ends = batch.time_bounds()
+    if ends is not None:
+        return ends[1] if ends[0] >= cutoff and ends[1] <= horizon else None
+    times = batch.columns[EVENT_TIME[batch.kind]]
+    if len(times) and times.dtype.kind in "fiu" and times.min() >= cutoff and (high := times.max()) <= horizon:
+        return float(high)
+    return None

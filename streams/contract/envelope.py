@@ -7,6 +7,7 @@ the rows of each ``columns`` batch in order. Every sample of a message is either
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
@@ -18,10 +19,11 @@ import orjson
 from streams.contract.columns import MISSING, Checked, check_column
 from streams.contract.fast import MAX_COLUMN_BATCHES, MAX_COLUMN_ROWS, MAX_SEQ, decode_fast
 from streams.contract.native_decode import decode_native
-from streams.contract.schema import SAMPLE_KINDS, TELEMETRY_SCHEMA, sample_rules
+from streams.contract.schema import EVENT_TIME, SAMPLE_KINDS, TELEMETRY_SCHEMA, sample_rules
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_SAMPLES = MAX_COLUMN_ROWS
+FEW_ROWS = 32  # a batch of up to this many rows: its event times told as Python numbers
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,20 @@ class SampleBatch:
     def select(self, rows: npt.NDArray[Any]) -> SampleBatch:
         """The rows picked by a mask or index array (or a slice), as a batch of the same kind."""
         return SampleBatch(self.kind, self.index[rows], {k: v[rows] for k, v in self.columns.items()})
+
+    def time_bounds(self) -> tuple[float, float] | None:
+        """The lowest and highest event time, as ``times.min()``/``max()`` give them (NaN when a time is NaN);
+        None when there are none or they are not floats. A message's batch is mostly a few rows: those are
+        read as Python numbers (numpy's per-call cost was most of telling them)."""
+        times = self.columns[EVENT_TIME[self.kind]]
+        if not len(times) or times.dtype != np.float64:
+            return None
+        if len(times) > FEW_ROWS:
+            return float(times.min()), float(times.max())
+        listed = times.tolist()
+        if any(map(math.isnan, listed)):  # (min and max of Python numbers would pass a NaN by)
+            return math.nan, math.nan
+        return min(listed), max(listed)
 
     def rows(self) -> list[dict[str, Any]]:
         """Row dicts (for low-volume kinds and tests; the hot path stays columnar)."""

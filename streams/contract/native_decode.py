@@ -22,6 +22,7 @@ from streams.contract.schema import SAMPLE_KINDS, TELEMETRY_SCHEMA, FieldRule, s
 available = hasattr(native.core, "TelemetryDecoder")  # (an extension built before it has none)
 _DTYPES = (np.float64, np.int64, np.bool_, np.uint32)  # the native core's type codes
 _CODES = {"number": 0, "integer": 1, "boolean": 2, "string": 3}  # a field's type -> its code
+_STRING = _CODES["string"]
 Parts = list[tuple[str, int, dict[str, npt.NDArray[Any]]]]
 
 
@@ -53,34 +54,37 @@ def _decoder() -> Any:
 
 
 @cache
-def _layout(kind: str) -> tuple[tuple[str, int, int], ...]:
-    """Per field of ``kind``, in rule order: (name, type code, row in its type's 2-D array)."""
+def _layout(kind: str) -> tuple[tuple[tuple[str, int, int], ...], tuple[int, ...]]:
+    """Per field of ``kind``, in rule order: (name, type code, row in its type's 2-D array); and the type
+    codes its fields use (the others' arrays are empty: not made)."""
     seen = [0] * len(_DTYPES)
     out = []
     for rule in sample_rules(kind):
         code = _CODES[rule.kind]
         out.append((rule.name, code, seen[code]))
         seen[code] += 1
-    return tuple(out)
+    return tuple(out), tuple(code for code, count in enumerate(seen) if count)
 
 
 def decode_native(raw: bytes) -> tuple[str, int | None, Parts, int] | None:
     """(source, seq, [(kind, first sample position, columns)], total samples) as ``decode_fast`` gives it, or
     None: the Python decoder decides (also when there is no native core). Each column is a row of one 2-D
-    array per type (strings: one gather of the part's codes), not an array made per column."""
+    array per type (strings: one gather of the part's codes), not an array made per column; only the types a
+    kind has are read (a message is a few rows: numpy's per-call cost is most of its decoding)."""
     if not available:
         return None
     got = _decoder().decode(raw)
     if got is None:
         return None
     source, seq, total, strings, parts = got
-    texts = np.empty(len(strings), dtype=object)
-    texts[:] = strings
+    texts = np.array(strings, dtype=object)  # (a list of str: one object per item)
     out: Parts = []
+    tables: list[npt.NDArray[Any]] = [texts] * len(_DTYPES)  # (placeholders for the types a kind lacks)
     for kind, start, n, buffers in parts:
-        tables: list[npt.NDArray[Any]] = [
-            np.frombuffer(data, dtype).reshape(-1, n) for data, dtype in zip(buffers, _DTYPES, strict=True)
-        ]
-        tables[3] = texts[tables[3]]
-        out.append((kind, start, {name: tables[code][row] for name, code, row in _layout(kind)}))
+        layout, used = _layout(kind)
+        for code in used:
+            tables[code] = np.frombuffer(buffers[code], _DTYPES[code]).reshape(-1, n)
+        if _STRING in used:
+            tables[_STRING] = texts[tables[_STRING]]
+        out.append((kind, start, {name: tables[code][row] for name, code, row in layout}))
     return source, seq, out, total

@@ -124,14 +124,25 @@ class Timeline:
     def add_samples(self, channel: str, batches: list[SampleBatch], offset: int = -1) -> list[npt.NDArray[np.bool_]]:
         """Buffer a message's sample batches (``offset``: the message's, in its channel); per batch, which
         samples were late (not buffered)."""
+        masks = self.buffer_samples(channel, batches, offset)
+        return [np.zeros(len(b), np.bool_) if late is None else late for b, late in zip(batches, masks, strict=True)]
+
+    def buffer_samples(
+        self, channel: str, batches: list[SampleBatch], offset: int = -1
+    ) -> list[npt.NDArray[np.bool_] | None]:
+        """:meth:`add_samples`, None for a batch with nothing late (the usual batch: no mask made and looked
+        at again)."""
         frontier = self.frontier
-        masks = []
+        masks: list[npt.NDArray[np.bool_] | None] = []
         newest = self._newest.get(channel, -math.inf)
         for batch in batches:
             times = np.asarray(batch.columns[EVENT_TIME[batch.kind]], np.float64)
-            if len(times) and (low := float(times.min())) >= frontier:  # the usual message: nothing late
-                masks.append(np.zeros(len(times), np.bool_))
-                kept, high = batch, float(times.max())
+            ends = batch.time_bounds() if times is batch.columns[EVENT_TIME[batch.kind]] else None
+            if ends is None and len(times):
+                ends = float(times.min()), float(times.max())
+            if ends is not None and ends[0] >= frontier:  # the usual message: nothing late
+                masks.append(None)
+                kept, (low, high) = batch, ends
             else:
                 late = times < frontier
                 masks.append(late)
@@ -183,6 +194,8 @@ class Timeline:
         yield from self._take(max(self._epochs, default=-1) + 1)
 
     def _take(self, limit: int) -> Iterator[tuple[float, list[Chunk]]]:
+        if self._released is not None and limit <= self._released:
+            return  # (every epoch buffered is at or after the released frontier: nothing to look through)
         for k in sorted(k for k in self._epochs if k < limit):
             epoch = self._epochs.pop(k)
             self._released, self.origin = k + 1, epoch.origin
@@ -244,25 +257,22 @@ def canonical(kind: str, parts: list[SampleBatch], consume: bool = False) -> Sam
 
     Sorting by event time alone settles most rows; only the runs of rows with equal event times are then
     ordered by the other columns (:func:`_settle_ties`), which gives the order a sort by every column gives.
-    A column of one value in every row (a job's name, an unused field) is the same in any order: it is
-    neither joined, nor compared, nor gathered, but written out once."""
+    A column of one value in every row (a job's name, an unused field) is the same in any order: once
+    joined, it is neither compared nor gathered (told on the joined column: one comparison, not one per
+    part and column)."""
     names = sorted(parts[0].columns)
-    single = {
-        name: (parts[0].columns[name][0], parts[0].columns[name].dtype)
-        for name in names
-        if name != EVENT_TIME[kind] and _one_value([p.columns[name] for p in parts])
-    }
-    varying = [name for name in names if name not in single]
     if len(parts) > 1:
-        cols = {n: np.concatenate([p.columns[n] for p in parts]) for n in varying}
+        cols = {n: np.concatenate([p.columns[n] for p in parts]) for n in names}
     else:
-        cols = {n: parts[0].columns[n] for n in varying}
+        cols = dict(parts[0].columns)
     if consume:
         parts.clear()
-    n = len(cols[EVENT_TIME[kind]])
+    time = EVENT_TIME[kind]
+    n = len(cols[time])
     if n > 1:
-        times = np.asarray(cols[EVENT_TIME[kind]], np.float64)
-        others = [name for name in varying if name != EVENT_TIME[kind]]
+        times = np.asarray(cols[time], np.float64)
+        varying = [name for name in names if name == time or not _one_value(cols[name])]
+        others = [name for name in varying if name != time]
         order = _native_order(times, [cols[name] for name in others])
         if order is None:
             order = np.argsort(times, kind="stable")
@@ -270,34 +280,24 @@ def canonical(kind: str, parts: list[SampleBatch], consume: bool = False) -> Sam
             tied = (ordered[1:] == ordered[:-1]) | (np.isnan(ordered[1:]) & np.isnan(ordered[:-1]))
             if tied.any():
                 _settle_ties(order, tied, cols, varying)
-        cols = {k: cols.pop(k)[order] for k in list(cols)}
-    columns = {k: cols.pop(k) if k in cols else _filled(n, *single[k]) for k in names}
-    return SampleBatch(kind, np.arange(n, dtype=np.int64), columns)
+        for name in varying:
+            cols[name] = cols.pop(name)[order]
+    return SampleBatch(kind, np.arange(n, dtype=np.int64), {k: cols[k] for k in names})
 
 
-def _filled(n: int, value: Any, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
-    """``n`` rows of ``value`` (``ndarray.fill``: np.full fills an object array one cast at a time)."""
-    out = np.empty(n, dtype)
-    out.fill(value)
-    return out
-
-
-def _one_value(parts: list[npt.NDArray[Any]]) -> bool:
-    """Whether the parts of a column hold one value, of one dtype, in every row (not a float column: -0.0
-    equals 0.0 without being it). Most columns of many values differ at a part's ends: told at once."""
-    first = parts[0]
-    if not len(first) or first.dtype.kind not in "Obiu":
+def _one_value(values: npt.NDArray[Any]) -> bool:
+    """Whether a column holds one value, in every row, that any order writes out alike (not a float column:
+    -0.0 equals 0.0 without being it). Most columns of many values differ at their ends: told at once."""
+    if not len(values) or values.dtype.kind not in "Obiu":
         return False
-    value = first[0]
-    if first.dtype.kind == "O" and type(value) is not str:  # (objects equal by == but not alike: 1, True, 1.0)
+    value = values[0]
+    if values.dtype.kind == "O" and type(value) is not str:  # (objects equal by == but not alike: 1, True, 1.0)
         return False
-    if first[-1] != value:  # (most columns of many values: told by their first part, before looking at all)
+    if values[-1] != value:
         return False
-    if any(p.dtype != first.dtype for p in parts) or any(p[0] != value or p[-1] != value for p in parts if len(p)):
-        return False
-    if first.dtype.kind == "O":  # (compared by their codes: a run of one object is looked up once)
-        return same_str(parts, value)
-    return all((p == value).all() for p in parts)
+    if values.dtype.kind == "O":  # (compared by their codes: a run of one object is looked up once)
+        return same_str([values], value)
+    return bool((values == value).all())
 
 
 def _native_order(times: npt.NDArray[np.float64], others: list[npt.NDArray[Any]]) -> npt.NDArray[np.intp] | None:

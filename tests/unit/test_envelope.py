@@ -1,9 +1,10 @@
 import json
 
+import numpy as np
 import orjson
 import pytest
 
-from streams.contract.envelope import MAX_MESSAGE_BYTES, decode_telemetry
+from streams.contract.envelope import FEW_ROWS, MAX_MESSAGE_BYTES, SampleBatch, decode_telemetry
 from streams.contract.schema import TELEMETRY_SCHEMA
 
 STEP = {"kind": "step", "job": "j", "step": 3, "start": 10.0, "duration": 1.5, "output_units": 4096}
@@ -135,3 +136,21 @@ def test_fast_and_precise_paths_give_the_same_batches() -> None:
     for name, values in precise.batches[0].columns.items():
         assert fast.batches[0].columns[name].tolist() == values.tolist(), name
         assert fast.batches[0].columns[name].dtype == values.dtype, name
+
+
+@pytest.mark.parametrize("rows", [1, 3, FEW_ROWS, FEW_ROWS + 1, 200])
+def test_a_batchs_time_bounds_are_numpys_min_and_max(rows: int) -> None:
+    """Few rows are told as Python numbers, more by numpy: the same ends (NaN when one is NaN; infinities,
+    ties and -0.0 among them), and none for an empty batch or times that are not floats."""
+    rng = np.random.default_rng(rows)
+    for _ in range(50):
+        times = rng.choice(
+            [0.0, -0.0, 1.5, -2.25, 1e300, np.inf, -np.inf, np.nan, 7.0], rows, p=[*[0.12] * 7, 0.02, 0.14]
+        )
+        batch = SampleBatch("metric", np.arange(rows), {"time": times})
+        ends = batch.time_bounds()
+        assert ends is not None
+        want = (float(times.min()), float(times.max()))
+        assert np.array_equal(ends, want, equal_nan=True), (times, ends, want)
+    assert SampleBatch("metric", np.arange(0), {"time": np.zeros(0)}).time_bounds() is None
+    assert SampleBatch("op", np.arange(2), {"start": np.array([1, 2])}).time_bounds() is None

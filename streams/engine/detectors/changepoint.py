@@ -177,11 +177,11 @@ class ChangePoint:
         if not math.isfinite(value):
             return []
         x, y, n = self._x[row], self._y[row], int(self._n[row])
-        d = np.array([value - float(x[-1]) if n > 0 else math.nan])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            logged = np.log(d * d)  # numpy's log, as :meth:`_append` takes it
+        d = value - float(x[-1]) if n > 0 else math.nan
+        # numpy's log, as :meth:`_append` takes it (of a square: only 0 would warn, and its log is -inf)
+        logged = -math.inf if d * d == 0.0 else np.log(np.array([d * d]))[0]
         x[:-1], x[-1] = x[1:], value
-        y[:-1], y[-1] = y[1:], logged[0]
+        y[:-1], y[-1] = y[1:], logged
         n += 1
         self._n[row] = n
         self._seen[row] += 1
