@@ -616,23 +616,17 @@ impl Walk<'_> {
         // plain maximum is kept over them only (a zero is evaluated again all the same)
         let mut monotone = !exact && base.iter().all(|&d| d >= 0.0);
         let block_rows = (SCRATCH / (live * 8)).clamp(1, BLOCK).min(rows.max(1));
-        let mut ends = vec![0.0; live * block_rows];
-        // the block's healed values (row in the block, duration) by place of their node, in order of
-        // evaluation (`Healed::by_place`); `end`: per place, where its values end
-        let mut changed: Vec<(usize, f64)> = Vec::new();
-        let mut end = vec![0usize; n];
+        let mut kept = KEPT.with(|k| k.take());
+        let Kept { ends, changed, end } = &mut kept;
+        ends.clear();
+        ends.resize(live * block_rows, 0.0);
+        end.clear();
+        end.resize(n, 0);
         let mut top: Vec<Option<(f64, usize)>> = vec![None; block_rows];
         let mut peak = vec![f64::NEG_INFINITY; block_rows];
         for first in (0..rows).step_by(block_rows) {
             let width = block_rows.min(rows - first);
-            healed.by_place(
-                &walk.order,
-                &walk.place,
-                first,
-                width,
-                &mut changed,
-                &mut end,
-            );
+            healed.by_place(&walk.order, &walk.place, first, width, changed, end);
             monotone &= changed.iter().all(|&(_, v)| v >= 0.0);
             let (mut next, mut sink) = (0, 0);
             let top = &mut top[..width];
@@ -686,8 +680,24 @@ impl Walk<'_> {
                 }
             }
         }
+        KEPT.with(|k| k.replace(kept));
         again
     }
+}
+
+/// `Walk::blocks`' scratch (a large job's is megabytes: fresh memory each call would fault every page of
+/// it in again), kept per thread between calls: the live ends of a block (`Layout::slots` x rows), the
+/// block's healed values (row in the block, duration) by place of their node, in order of evaluation
+/// (`Healed::by_place`), and per place where its values end.
+#[derive(Default)]
+struct Kept {
+    ends: Vec<f64>,
+    changed: Vec<(usize, f64)>,
+    end: Vec<usize>,
+}
+
+thread_local! {
+    static KEPT: std::cell::RefCell<Kept> = std::cell::RefCell::default();
 }
 
 /// Checks of a row set given as masks (`mask_ptr` into `masks`, node indices): the pointers increase within

@@ -128,3 +128,17 @@ def test_a_node_with_successors_ends_the_step_when_a_duration_is_negative() -> N
         rows, nodes = np.array([0, 0, 1, 2]), np.array([1, 0])  # every node at base; node 1 at alt; node 0 at alt
         dag.native.core.dag_masked_step_ends(layout, floor, np.array(base), np.array(alt), rows, nodes, out)
         assert out.tolist() == want
+
+
+def test_step_ends_do_not_depend_on_the_calls_before() -> None:
+    """The native core keeps its scratch between calls (a large job's would otherwise be faulted in afresh
+    each time): a small graph's rows after a larger graph's, and with more healed nodes before fewer, give
+    each row's full evaluation still."""
+    rng = np.random.default_rng(11)
+    graphs = [build(op_columns(SCENARIOS["training-fabric"](2, ranks, 12), 10), Codebook(), Codebook(), {})
+              for ranks in (32, 16, 32)]  # fmt: skip
+    for g, p in zip(graphs, (0.6, 0.05, 0.01), strict=True):
+        alt = g.intrinsic * rng.uniform(0.3, 1.5, g.nodes)
+        rows = Rows(g.intrinsic, alt, [rng.random(g.nodes) < p for _ in range(70)])
+        full = np.array([g.evaluate(np.where(m, alt, g.intrinsic)[None])[0].max() for m in rows.masks])
+        assert np.array_equal(rows.step_ends(g), full)
