@@ -569,6 +569,10 @@ impl Walk<'_> {
     /// those rows only are evaluated again, keeping the node each end is from (after `check`, with masks and
     /// pointers checked by the caller).
     fn step_ends(&self, base: &[f64], result: &mut [f64], rows: &impl Healed) {
+        if let [one] = result {
+            *one = self.row_step_end(base, rows);
+            return;
+        }
         let again = self.blocks(base, result, rows, false);
         if again.is_empty() {
             return;
@@ -589,6 +593,32 @@ impl Walk<'_> {
         for (r, e) in again.into_iter().zip(ends) {
             result[r] = e;
         }
+    }
+
+    /// `step_ends` of one row (a step's group cause, a group of parts healed together): its durations made
+    /// and evaluated in full (`evaluate_row`: the same arithmetic), its latest end the one numpy's `max`
+    /// picks (`ends_later`), without a block's sorting of the healed values by place and scratch of live
+    /// ends (which cost more than they save for a single row).
+    fn row_step_end(&self, base: &[f64], rows: &impl Healed) -> f64 {
+        let (_, nodes, values) = rows.listed(&[0]);
+        let mut kept = KEPT.with(|k| k.take());
+        let Kept { ends, row, .. } = &mut kept;
+        row.clear();
+        row.extend_from_slice(base);
+        for (&i, &v) in nodes.iter().zip(&values) {
+            row[i as usize] = v; // (a node listed twice: its later value)
+        }
+        ends.clear();
+        ends.resize(row.len(), 0.0);
+        self.evaluate_row(row, ends);
+        let mut best = None;
+        for (i, &e) in ends.iter().enumerate() {
+            if ends_later(e, i, best) {
+                best = Some((e, i));
+            }
+        }
+        KEPT.with(|k| k.replace(kept));
+        best.map_or(f64::NAN, |(e, _)| e)
     }
 
     /// `step_ends` over rows a block at a time over a scratch of the graph's live ends (`Layout::slots`) x
@@ -617,7 +647,9 @@ impl Walk<'_> {
         let mut monotone = !exact && base.iter().all(|&d| d >= 0.0);
         let block_rows = (SCRATCH / (live * 8)).clamp(1, BLOCK).min(rows.max(1));
         let mut kept = KEPT.with(|k| k.take());
-        let Kept { ends, changed, end } = &mut kept;
+        let Kept {
+            ends, changed, end, ..
+        } = &mut kept;
         ends.clear();
         ends.resize(live * block_rows, 0.0);
         end.clear();
@@ -688,12 +720,14 @@ impl Walk<'_> {
 /// `Walk::blocks`' scratch (a large job's is megabytes: fresh memory each call would fault every page of
 /// it in again), kept per thread between calls: the live ends of a block (`Layout::slots` x rows), the
 /// block's healed values (row in the block, duration) by place of their node, in order of evaluation
-/// (`Healed::by_place`), and per place where its values end.
+/// (`Healed::by_place`), and per place where its values end; for a single row (`Walk::row_step_end`), its
+/// durations (and its ends in `ends`).
 #[derive(Default)]
 struct Kept {
     ends: Vec<f64>,
     changed: Vec<(usize, f64)>,
     end: Vec<usize>,
+    row: Vec<f64>,
 }
 
 thread_local! {

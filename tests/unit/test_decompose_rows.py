@@ -41,6 +41,8 @@ def test_masked_step_ends_equal_the_full_rows(name: str, ranks: int, monkeypatch
         native = rows.step_ends(g, floors)
         full = np.array([g.evaluate(np.where(m, rows.alt, rows.base)[None], floors)[0].max() for m in rows.masks])
         assert np.array_equal(native, full, equal_nan=True)
+        alone = [Rows(rows.base, rows.alt, [m]).step_ends(g, floors)[0] for m in rows.masks[-5:]]  # (one row)
+        assert np.array_equal(alone, full[-5:], equal_nan=True)
         with monkeypatch.context() as m:
             m.setattr(dag, "masked_available", False)  # the fallback: CHUNK rows at a time
             assert np.array_equal(rows.step_ends(g, floors), full, equal_nan=True)
@@ -115,6 +117,9 @@ def test_the_step_end_is_numpys_max_over_the_nodes_in_index_order() -> None:
         assert np.signbit(out[0]) and out[0] == 0.0  # base: -0.0 (node 0) before 0.0 (node 1)
         assert np.array_equal(out[1:], [want], equal_nan=True) and np.signbit(out[1]) == np.signbit(want)
         assert np.array_equal(out[1:], [(floor + np.array(alt)).max()], equal_nan=True)
+        one = np.zeros(1)  # (a single row: evaluated in full, not a block at a time)
+        dag.native.core.dag_masked_step_ends(layout, floor, base, np.array(alt), ptr_rows[1:], np.array([0, 1, 2]), one)
+        assert np.array_equal(one, [want], equal_nan=True) and np.signbit(one[0]) == np.signbit(want)
 
 
 def test_a_node_with_successors_ends_the_step_when_a_duration_is_negative() -> None:
