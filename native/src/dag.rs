@@ -547,8 +547,9 @@ fn step_ends_into(
 }
 
 /// Rows evaluated at once by `Walk::step_ends`: at most `BLOCK`, and as many as fit a scratch of
-/// `SCRATCH` bytes (at least one).
-const BLOCK: usize = 64;
+/// `SCRATCH` bytes (at least one). A block reads the graph once, whatever its rows: a 1,024-rank step's
+/// decomposition (83 rows heal-only, 83 leave-only) in one block each, not two.
+const BLOCK: usize = 128;
 const SCRATCH: usize = 4 << 20;
 
 /// Whether the node `i` whose end is `v` ends the step rather than `best` (the one so far, `None` before

@@ -24,7 +24,7 @@ def test_masked_step_ends_equal_the_full_rows(name: str, ranks: int, monkeypatch
     g = build(op_columns(SCENARIOS[name](2, ranks, 12), 10), Codebook(), Codebook(), {})
     rng = np.random.default_rng(5)
     base, alt = g.intrinsic, g.intrinsic * rng.uniform(0.3, 1.5, g.nodes)
-    masks = [rng.random(g.nodes) < p for p in rng.uniform(0.0, 0.5, 133)]  # 133 rows: over two blocks of 64
+    masks = [rng.random(g.nodes) < p for p in rng.uniform(0.0, 0.5, 133)]  # 133 rows: over two blocks of 128
     masks += [np.zeros(g.nodes, bool), np.ones(g.nodes, bool), g.rank == 1]
     floor = np.where(np.isfinite(g.floor), g.floor - rng.uniform(0.0, 0.01, g.nodes), g.floor)
     odd = alt.copy()
