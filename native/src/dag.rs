@@ -547,8 +547,9 @@ fn step_ends_into(
 }
 
 /// Rows evaluated at once by `Walk::step_ends`: at most `BLOCK`, and as many as fit a scratch of
-/// `SCRATCH` bytes (at least one).
-const BLOCK: usize = 64;
+/// `SCRATCH` bytes (at least one). A block reads the graph once, whatever its rows: a 1,024-rank step's
+/// decomposition (83 rows heal-only, 83 leave-only) in one block each, not two.
+const BLOCK: usize = 128;
 const SCRATCH: usize = 4 << 20;
 
 /// Whether the node `i` whose end is `v` ends the step rather than `best` (the one so far, `None` before
@@ -569,6 +570,10 @@ impl Walk<'_> {
     /// those rows only are evaluated again, keeping the node each end is from (after `check`, with masks and
     /// pointers checked by the caller).
     fn step_ends(&self, base: &[f64], result: &mut [f64], rows: &impl Healed) {
+        if let [one] = result {
+            *one = self.row_step_end(base, rows);
+            return;
+        }
         let again = self.blocks(base, result, rows, false);
         if again.is_empty() {
             return;
@@ -589,6 +594,32 @@ impl Walk<'_> {
         for (r, e) in again.into_iter().zip(ends) {
             result[r] = e;
         }
+    }
+
+    /// `step_ends` of one row (a step's group cause, a group of parts healed together): its durations made
+    /// and evaluated in full (`evaluate_row`: the same arithmetic), its latest end the one numpy's `max`
+    /// picks (`ends_later`), without a block's sorting of the healed values by place and scratch of live
+    /// ends (which cost more than they save for a single row).
+    fn row_step_end(&self, base: &[f64], rows: &impl Healed) -> f64 {
+        let (_, nodes, values) = rows.listed(&[0]);
+        let mut kept = KEPT.with(|k| k.take());
+        let Kept { ends, row, .. } = &mut kept;
+        row.clear();
+        row.extend_from_slice(base);
+        for (&i, &v) in nodes.iter().zip(&values) {
+            row[i as usize] = v; // (a node listed twice: its later value)
+        }
+        ends.clear();
+        ends.resize(row.len(), 0.0);
+        self.evaluate_row(row, ends);
+        let mut best = None;
+        for (i, &e) in ends.iter().enumerate() {
+            if ends_later(e, i, best) {
+                best = Some((e, i));
+            }
+        }
+        KEPT.with(|k| k.replace(kept));
+        best.map_or(f64::NAN, |(e, _)| e)
     }
 
     /// `step_ends` over rows a block at a time over a scratch of the graph's live ends (`Layout::slots`) x
@@ -616,23 +647,19 @@ impl Walk<'_> {
         // plain maximum is kept over them only (a zero is evaluated again all the same)
         let mut monotone = !exact && base.iter().all(|&d| d >= 0.0);
         let block_rows = (SCRATCH / (live * 8)).clamp(1, BLOCK).min(rows.max(1));
-        let mut ends = vec![0.0; live * block_rows];
-        // the block's healed values (row in the block, duration) by place of their node, in order of
-        // evaluation (`Healed::by_place`); `end`: per place, where its values end
-        let mut changed: Vec<(usize, f64)> = Vec::new();
-        let mut end = vec![0usize; n];
+        let mut kept = KEPT.with(|k| k.take());
+        let Kept {
+            ends, changed, end, ..
+        } = &mut kept;
+        ends.clear();
+        ends.resize(live * block_rows, 0.0);
+        end.clear();
+        end.resize(n, 0);
         let mut top: Vec<Option<(f64, usize)>> = vec![None; block_rows];
         let mut peak = vec![f64::NEG_INFINITY; block_rows];
         for first in (0..rows).step_by(block_rows) {
             let width = block_rows.min(rows - first);
-            healed.by_place(
-                &walk.order,
-                &walk.place,
-                first,
-                width,
-                &mut changed,
-                &mut end,
-            );
+            healed.by_place(&walk.order, &walk.place, first, width, changed, end);
             monotone &= changed.iter().all(|&(_, v)| v >= 0.0);
             let (mut next, mut sink) = (0, 0);
             let top = &mut top[..width];
@@ -686,8 +713,26 @@ impl Walk<'_> {
                 }
             }
         }
+        KEPT.with(|k| k.replace(kept));
         again
     }
+}
+
+/// `Walk::blocks`' scratch (a large job's is megabytes: fresh memory each call would fault every page of
+/// it in again), kept per thread between calls: the live ends of a block (`Layout::slots` x rows), the
+/// block's healed values (row in the block, duration) by place of their node, in order of evaluation
+/// (`Healed::by_place`), and per place where its values end; for a single row (`Walk::row_step_end`), its
+/// durations (and its ends in `ends`).
+#[derive(Default)]
+struct Kept {
+    ends: Vec<f64>,
+    changed: Vec<(usize, f64)>,
+    end: Vec<usize>,
+    row: Vec<f64>,
+}
+
+thread_local! {
+    static KEPT: std::cell::RefCell<Kept> = std::cell::RefCell::default();
 }
 
 /// Checks of a row set given as masks (`mask_ptr` into `masks`, node indices): the pointers increase within

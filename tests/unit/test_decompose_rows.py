@@ -24,7 +24,7 @@ def test_masked_step_ends_equal_the_full_rows(name: str, ranks: int, monkeypatch
     g = build(op_columns(SCENARIOS[name](2, ranks, 12), 10), Codebook(), Codebook(), {})
     rng = np.random.default_rng(5)
     base, alt = g.intrinsic, g.intrinsic * rng.uniform(0.3, 1.5, g.nodes)
-    masks = [rng.random(g.nodes) < p for p in rng.uniform(0.0, 0.5, 133)]  # 133 rows: over two blocks of 64
+    masks = [rng.random(g.nodes) < p for p in rng.uniform(0.0, 0.5, 133)]  # 133 rows: over two blocks of 128
     masks += [np.zeros(g.nodes, bool), np.ones(g.nodes, bool), g.rank == 1]
     floor = np.where(np.isfinite(g.floor), g.floor - rng.uniform(0.0, 0.01, g.nodes), g.floor)
     odd = alt.copy()
@@ -41,6 +41,8 @@ def test_masked_step_ends_equal_the_full_rows(name: str, ranks: int, monkeypatch
         native = rows.step_ends(g, floors)
         full = np.array([g.evaluate(np.where(m, rows.alt, rows.base)[None], floors)[0].max() for m in rows.masks])
         assert np.array_equal(native, full, equal_nan=True)
+        alone = [Rows(rows.base, rows.alt, [m]).step_ends(g, floors)[0] for m in rows.masks[-5:]]  # (one row)
+        assert np.array_equal(alone, full[-5:], equal_nan=True)
         with monkeypatch.context() as m:
             m.setattr(dag, "masked_available", False)  # the fallback: CHUNK rows at a time
             assert np.array_equal(rows.step_ends(g, floors), full, equal_nan=True)
@@ -115,6 +117,9 @@ def test_the_step_end_is_numpys_max_over_the_nodes_in_index_order() -> None:
         assert np.signbit(out[0]) and out[0] == 0.0  # base: -0.0 (node 0) before 0.0 (node 1)
         assert np.array_equal(out[1:], [want], equal_nan=True) and np.signbit(out[1]) == np.signbit(want)
         assert np.array_equal(out[1:], [(floor + np.array(alt)).max()], equal_nan=True)
+        one = np.zeros(1)  # (a single row: evaluated in full, not a block at a time)
+        dag.native.core.dag_masked_step_ends(layout, floor, base, np.array(alt), ptr_rows[1:], np.array([0, 1, 2]), one)
+        assert np.array_equal(one, [want], equal_nan=True) and np.signbit(one[0]) == np.signbit(want)
 
 
 def test_a_node_with_successors_ends_the_step_when_a_duration_is_negative() -> None:
@@ -128,3 +133,17 @@ def test_a_node_with_successors_ends_the_step_when_a_duration_is_negative() -> N
         rows, nodes = np.array([0, 0, 1, 2]), np.array([1, 0])  # every node at base; node 1 at alt; node 0 at alt
         dag.native.core.dag_masked_step_ends(layout, floor, np.array(base), np.array(alt), rows, nodes, out)
         assert out.tolist() == want
+
+
+def test_step_ends_do_not_depend_on_the_calls_before() -> None:
+    """The native core keeps its scratch between calls (a large job's would otherwise be faulted in afresh
+    each time): a small graph's rows after a larger graph's, and with more healed nodes before fewer, give
+    each row's full evaluation still."""
+    rng = np.random.default_rng(11)
+    graphs = [build(op_columns(SCENARIOS["training-fabric"](2, ranks, 12), 10), Codebook(), Codebook(), {})
+              for ranks in (32, 16, 32)]  # fmt: skip
+    for g, p in zip(graphs, (0.6, 0.05, 0.01), strict=True):
+        alt = g.intrinsic * rng.uniform(0.3, 1.5, g.nodes)
+        rows = Rows(g.intrinsic, alt, [rng.random(g.nodes) < p for _ in range(70)])
+        full = np.array([g.evaluate(np.where(m, alt, g.intrinsic)[None])[0].max() for m in rows.masks])
+        assert np.array_equal(rows.step_ends(g), full)
