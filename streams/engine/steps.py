@@ -15,7 +15,6 @@ a structure (the first steps of a job are assumed healthy; a detector warms up o
 
 from __future__ import annotations
 
-import bisect
 import itertools
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -209,20 +208,21 @@ _CLASS_NAMES = {CHAIN: "compute", MEMBER: "collective", SEND: "transfer", RECV: 
 
 def _totals(weights: Floats, *columns: npt.NDArray[np.int64]) -> list[dict[int, float]]:
     """Per column (of one length), the sum of ``weights`` per distinct key, keys ascending (each key's weights
-    added in order, as :func:`key_sums` adds them): the columns side by side in one ``bincount`` when their
-    keys are small and not negative (a path's columns: a few calls, not a few per column)."""
-    stacked = np.stack(columns).astype(np.int64, copy=False)  # (int8 kinds: their top + 1 in range)
-    tops = (stacked.max(axis=1, initial=-1) + 1).tolist()
-    starts = list(itertools.accumulate(tops[:-1], initial=0))
-    if int(stacked.min(initial=0)) < 0 or sum(tops) > 4 * len(weights) + 1024:
+    added in order, as :func:`key_sums` adds them): the columns one after another in one ``bincount`` (column
+    ``i``'s key ``k`` at ``i * width + k``) when their keys are small and not negative (a path's columns: a
+    few calls, not a few per column)."""
+    joined = np.concatenate(columns).astype(np.int64, copy=False)
+    width = int(joined.max(initial=-1)) + 1
+    if int(joined.min(initial=0)) < 0 or width * len(columns) > 4 * len(joined) + 1024:
         return [dict(zip(*(a.tolist() for a in key_sums(c, weights)), strict=True)) for c in columns]
-    keys = (stacked + np.array(starts)[:, None]).ravel()
-    present = np.flatnonzero(np.bincount(keys))
-    sums = np.bincount(keys, np.tile(weights, len(columns)))[present]
+    n = len(weights)
+    for i in range(1, len(columns)):
+        joined[i * n : (i + 1) * n] += i * width
+    present = np.flatnonzero(np.bincount(joined))
+    sums = np.bincount(joined, np.concatenate([weights] * len(columns)))[present]
     out: list[dict[int, float]] = [{} for _ in columns]
     for k, total in zip(present.tolist(), sums.tolist(), strict=True):
-        i = bisect.bisect_right(starts, k) - 1  # (the last column starting at or below it: those before are empty)
-        out[i][k - starts[i]] = total
+        out[k // width][k % width] = total
     return out
 
 
