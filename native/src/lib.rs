@@ -53,7 +53,6 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(whatif::dag_keyed_step_ends, m)?)?;
     m.add_function(wrap_pyfunction!(whatif::unit_deviations, m)?)?;
     m.add_function(wrap_pyfunction!(whatif::peer_medians_excluding, m)?)?;
-    m.add_function(wrap_pyfunction!(whatif::typical_without, m)?)?;
     m.add_function(wrap_pyfunction!(whatif::window_z, m)?)?;
     m.add_class::<peers::PeerLayout>()?;
     m.add_function(wrap_pyfunction!(peers::peer_layout, m)?)?;

@@ -9,7 +9,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::dag::{healed_step_ends, items, DagLayout, Healed};
-use crate::median::{excluding_each_row, medians_of, LOWER, MIDDLE};
+use crate::median::{excluding_each_row, medians_of};
 
 /// A key column as the engine keeps it: int32 (compact) or int64.
 pub(crate) enum Key {
@@ -457,28 +457,6 @@ pub(crate) type Grouping<'py> = (
     PyBuffer<i64>,
 );
 
-/// `medians_of` over a grouping, for the groups `which` (None: `order` and `members` of two widths, or
-/// values `medians_of` refuses).
-fn statistics(
-    py: Python<'_>,
-    v: &[f64],
-    grouping: &Grouping<'_>,
-    which: Option<&[usize]>,
-    how: u8,
-) -> PyResult<Option<Vec<f64>>> {
-    let (order, members) = (Key::of(&grouping.0)?, Key::of(&grouping.1)?);
-    let (starts, counts) = (items(&grouping.2, "starts")?, items(&grouping.3, "counts")?);
-    let picked = |all: &[i64]| -> Vec<i64> {
-        which.map_or_else(|| all.to_vec(), |w| w.iter().map(|&g| all[g]).collect())
-    };
-    let (starts, counts) = (picked(starts), picked(counts));
-    match (order.slice()?, members.slice()?) {
-        (Slice::Narrow(o), Slice::Narrow(m)) => medians_of(py, v, o, m, &starts, &counts, how),
-        (Slice::Wide(o), Slice::Wide(m)) => medians_of(py, v, o, m, &starts, &counts, how),
-        _ => Ok(None),
-    }
-}
-
 /// Per group of a grouping, its positions (in the grouping's order); an error where an index is out of
 /// range (`positions` values: below it).
 pub(crate) fn group_positions(
@@ -506,94 +484,6 @@ pub(crate) fn group_positions(
         out.push(group);
     }
     Ok(out)
-}
-
-/// `systematic.Unsystematic.typical`'s values when units are left out, bit for bit (written into `out`,
-/// one per position): each position of a group of `every` (the peer groups) at the middle of its group's
-/// members in `kept` (the same groups without the left-out units' positions), or, where that is NaN (none
-/// kept, or a NaN among the middle values), at the lower median of its whole group; other positions at
-/// their value. `keys`: each position's peer group key (int32 or int64). False (and `out` untouched) where
-/// `grouped_medians` is (-0.0, NaNs of different bits) or a grouping's `order` and `members` differ in
-/// width: the caller computes the definition.
-#[pyfunction]
-pub fn typical_without(
-    py: Python<'_>,
-    values: PyBuffer<f64>,
-    keys: &Bound<'_, PyAny>,
-    kept: Grouping<'_>,
-    every: Grouping<'_>,
-    out: PyBuffer<f64>,
-) -> PyResult<bool> {
-    let v = items(&values, "values")?;
-    let keys = Key::of(keys)?;
-    let keys = keys.slice()?;
-    if out.readonly()
-        || !out.is_c_contiguous()
-        || out.item_count() != v.len()
-        || keys.len() != v.len()
-    {
-        return Err(PyValueError::new_err(
-            "keys, out: one per position, out writable",
-        ));
-    }
-    let Some(typical) = kept_typical(py, v, keys, &kept, &every)? else {
-        return Ok(false);
-    };
-    // SAFETY: a writable C-contiguous buffer of one f64 per position (checked above) held by `out` for this call.
-    let dest = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, v.len()) };
-    dest.copy_from_slice(&typical);
-    Ok(true)
-}
-
-/// `typical_without`'s values (None: left to the definition).
-fn kept_typical(
-    py: Python<'_>,
-    v: &[f64],
-    keys: Slice<'_>,
-    kept: &Grouping<'_>,
-    every: &Grouping<'_>,
-) -> PyResult<Option<Vec<f64>>> {
-    let (kept_at, every_at) = (
-        group_positions(kept, v.len())?,
-        group_positions(every, v.len())?,
-    );
-    let key = |group: &[usize]| -> PyResult<usize> {
-        let first = group.first().and_then(|&i| keys.index(i, usize::MAX));
-        first.ok_or_else(|| PyValueError::new_err("a group without a key"))
-    };
-    let Some(middles) = statistics(py, v, kept, None, MIDDLE)? else {
-        return Ok(None);
-    };
-    let mut per_key: Vec<f64> = Vec::new();
-    for (group, m) in kept_at.iter().zip(middles) {
-        let k = key(group)?;
-        if per_key.len() <= k {
-            per_key.resize(k + 1, f64::NAN);
-        }
-        per_key[k] = m;
-    }
-    let mut typical = Vec::with_capacity(every_at.len());
-    for group in &every_at {
-        typical.push(per_key.get(key(group)?).copied().unwrap_or(f64::NAN));
-    }
-    let lowered: Vec<usize> = (0..typical.len())
-        .filter(|&g| typical[g].is_nan())
-        .collect();
-    if !lowered.is_empty() {
-        let Some(lower) = statistics(py, v, every, Some(&lowered), LOWER)? else {
-            return Ok(None);
-        };
-        for (&g, m) in lowered.iter().zip(lower) {
-            typical[g] = m;
-        }
-    }
-    let mut out = v.to_vec();
-    for (group, m) in every_at.iter().zip(typical) {
-        for &i in group {
-            out[i] = m;
-        }
-    }
-    Ok(Some(out))
 }
 
 /// Each step's values, as `window_z` reads them (None: a step not float64 in one block of `units` values).

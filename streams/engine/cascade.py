@@ -17,7 +17,7 @@ CASCADE_MIN = 0.01
 def cascade_root(r: StepReport) -> str | None:
     """The rank the step's what-if heals first (the straggler a cascade starts from), when it was healed."""
     top = next((c for c in r.whatif.candidates if c.dimension == "rank"), None)
-    if top is None or r.whatif.healed_rank_ends is None:
+    if top is None or r.whatif.top_rank is None:
         return None
     return top.element
 
@@ -26,7 +26,7 @@ def cascade(straggler: Finding, r: StepReport) -> Finding | None:
     """The ranks the straggler's rank (its first subject, the step's :func:`cascade_root`) delays in step
     ``r``, by the edge the delay travelled; None when it delays no other rank."""
     w = r.whatif
-    healed = w.healed_rank_ends
+    healed = w.healed_rank_ends()
     if healed is None:
         return None
     traced = np.isfinite(w.rank_ends) & np.isfinite(healed)  # ranks that sent spans (partial tracing: not all)

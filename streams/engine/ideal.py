@@ -85,18 +85,14 @@ class CrossStage:
 
     def layout(self) -> Any:
         """The native core's layout of these groupings (native/src/peers.rs), made once."""
-        assert native.core is not None
         if self._layout is None:
-            units = self.within.work, self.within.transfers
-            read = [(u.middle.grouping(), u.paired.view(np.uint8), u.unit.astype(np.int64)) for u in units]
-            cross = self.rep, self.crossed, self.stages.grouping()
-            self._layout = native.core.peer_layout(len(self.rep), *read, cross)
+            self._layout = _peer_layout(self.within, (self.rep, self.crossed, self.stages.grouping()))
         return self._layout
 
     def typical(self, values: Floats, slow: Slow = (NONE, NONE), middles: Middles | None = None) -> Floats:
         """``values`` at their ideal: the stage peers' typical (without the units ``slow``, :mod:`systematic`),
         lowered to the cross-stage typical (``middles``: :meth:`PeerTypical.typical`'s)."""
-        fused = _without(self, values, slow) if middles is None and _SLOW and native.core is not None else None
+        fused = _without(self.layout(), values, slow) if middles is None and _SLOW and native.core else None
         if fused is not None:  # (the same values, in one call)
             return fused
         out = self.within.typical(values, slow, middles)
@@ -114,10 +110,20 @@ class PeerTypical:
     def __init__(self, keys: Ints, work: npt.NDArray[np.bool_], rank: Ints, link: Ints) -> None:
         self.work = Unsystematic(np.where(work, keys, -1), rank)
         self.transfers = Unsystematic(np.where(work, -1, keys), link)
+        self._layout: Any = None  # (native/src/peers.rs, without cross-stage peers: made at the first step asking)
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_layout": None}  # (native, made again: not in a snapshot)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update({"_layout": None, **state})  # (a snapshot made before the layout: without it)
 
     def typical(self, values: Floats, slow: Slow = (NONE, NONE), middles: Middles | None = None) -> Floats:
         """``slow``: the systematically slow ranks and links; ``middles``: :meth:`middles` of ``values`` when
         already known (taken over: written into)."""
+        fused = _without(self.layout(), values, slow) if middles is None and _SLOW and native.core else None
+        if fused is not None:  # (the same values, in one call)
+            return fused
         work, transfers = (None, None) if middles is None else middles
         out = self.work.typical(values, slow[0], work)
         other = self.transfers.middle.members
@@ -127,6 +133,13 @@ class PeerTypical:
     def middles(self, values: Floats) -> Middles:
         """Each node at its work peers' middle, and at its transfer peers' middle, over every unit."""
         return self.work.middle.typical(values), self.transfers.middle.typical(values)
+
+    def layout(self) -> Any:
+        """The native core's layout of these groupings, with no position crossed to other stages, made once."""
+        if self._layout is None:
+            n = self.work.middle.size
+            self._layout = _peer_layout(self, (np.zeros(n, np.int32), NONE, Grouped(np.full(n, -1)).grouping()))
+        return self._layout
 
 
 @dataclass(frozen=True)
@@ -183,11 +196,21 @@ def _at_ideal(peers: Peers, values: Floats) -> tuple[Floats, Evidence] | None:
     return None
 
 
-def _without(cross: CrossStage, values: Floats, slow: Slow) -> Floats | None:
-    """:meth:`CrossStage.typical` in one native call (None: left to the definition, as ``grouped`` leaves it)."""
+def _peer_layout(typical: PeerTypical, cross: tuple[Ints, Ints, tuple[Ints, Ints, Ints, Ints]]) -> Any:
+    """The native layout of ``typical``'s groupings and the cross-stage peers ``cross`` (per position the first
+    of its stage peer group, the positions crossed, the stage peer groups by cross-stage key)."""
+    assert native.core is not None
+    units = typical.work, typical.transfers
+    read = [(u.middle.grouping(), u.paired.view(np.uint8), u.unit.astype(np.int64)) for u in units]
+    return native.core.peer_layout(typical.work.middle.size, *read, cross)
+
+
+def _without(layout: Any, values: Floats, slow: Slow) -> Floats | None:
+    """:meth:`CrossStage.typical` (or :meth:`PeerTypical.typical`, by its layout) in one native call (None:
+    left to the definition, as ``grouped`` leaves it)."""
     out = np.empty(len(values))
     units = (np.ascontiguousarray(s, np.int64) for s in slow)
-    if cross.layout().without(np.ascontiguousarray(values, np.float64), *units, out):
+    if layout.without(np.ascontiguousarray(values, np.float64), *units, out):
         return out
     return None
 

@@ -206,12 +206,20 @@ def _build(
         schedule=edges.schedule,
         signature=edges.signature,
         tolerance=step.tol,
-        span=compact(np.concatenate([step.order, np.full(step.n - len(step.order), -1, np.int64)])),
+        span=_span(step.order, step.n),
         **layout.per_node,
     )
 
 
 _NONE = np.zeros(0, np.int64)
+
+
+def _span(order: Ints, n: int) -> Ints:
+    """Per node: its span row (``order``: the rows in node order, span nodes first), -1 for other nodes; int32
+    when the rows fit, as :func:`compact` keeps it (the rows are ``0 .. len(order) - 1``: not read for it)."""
+    out = np.full(n, -1, "int32" if len(order) <= 2**31 else "int64")
+    out[: len(order)] = order
+    return out
 
 
 @dataclass

@@ -77,6 +77,7 @@ class _Structure:
     schedule: Schedule
     roles: Roles | None = None
     positions: npt.NDArray[np.int64] | None = None
+    ranks: int = 0  # the ranks with spans (made with ``positions``)
     warmup: list[Floats] = field(default_factory=list)
     baseline: Floats | None = None
 
@@ -143,13 +144,14 @@ class JobSteps:
             spans = g.span >= 0
             structure.positions = np.full((int(g.rank.max(initial=0)) + 1, 3), -1, np.int64)
             structure.positions[g.rank[spans]] = np.stack([g.dp[spans], g.pp[spans], g.tp[spans]], axis=1)
+            structure.ranks = int(np.count_nonzero(np.bincount(g.rank[spans])))
         result = what_if(g, self.job, self.ops.names, structure.baseline, structure.roles)
         if structure.baseline is None:
             structure.warmup.append(result.peer_median)
             if len(structure.warmup) >= BASELINE_STEPS:
                 structure.baseline = np.median(np.stack(structure.warmup), axis=0)
                 structure.warmup = []
-        ranks = int(np.count_nonzero(np.bincount(g.rank[g.span >= 0])))
+        ranks = structure.ranks
         path = g.critical_path(result.ends)
         cost = step_cost(g, result, path, compute, ranks)
         assert structure.positions is not None
@@ -194,19 +196,34 @@ def _joined(parts: list[dict[str, npt.NDArray[Any]]]) -> dict[str, npt.NDArray[A
 def summarise(g: StepGraph, path: npt.NDArray[np.int64]) -> CriticalPath:
     path = path[g.span[path] >= 0]
     own = g.intrinsic[path]
+    kinds, ranks, stages = _totals(own, g.kind[path], g.rank[path], g.pp[path])
     by_class: dict[str, float] = {}
-    for k, total in _totals(g.kind[path], own).items():
+    for k, total in kinds.items():
         by_class[_CLASS_NAMES[k]] = by_class.get(_CLASS_NAMES[k], 0.0) + total
-    return CriticalPath(ranks=_totals(g.rank[path], own), stages=_totals(g.pp[path], own), op_classes=by_class)
+    return CriticalPath(ranks=ranks, stages=stages, op_classes=by_class)
 
 
 _CLASS_NAMES = {CHAIN: "compute", MEMBER: "collective", SEND: "transfer", RECV: "transfer", BLOCKING: "transfer"}
 
 
-def _totals(keys: npt.NDArray[np.int64], weights: Floats) -> dict[int, float]:
-    """The sum of ``weights`` per distinct key, keys ascending."""
-    present, sums = key_sums(keys, weights)
-    return dict(zip(present.tolist(), sums.tolist(), strict=True))
+def _totals(weights: Floats, *columns: npt.NDArray[np.int64]) -> list[dict[int, float]]:
+    """Per column (of one length), the sum of ``weights`` per distinct key, keys ascending (each key's weights
+    added in order, as :func:`key_sums` adds them): the columns one after another in one ``bincount`` (column
+    ``i``'s key ``k`` at ``i * width + k``) when their keys are small and not negative (a path's columns: a
+    few calls, not a few per column)."""
+    joined = np.concatenate(columns).astype(np.int64, copy=False)
+    width = int(joined.max(initial=-1)) + 1
+    if int(joined.min(initial=0)) < 0 or width * len(columns) > 4 * len(joined) + 1024:
+        return [dict(zip(*(a.tolist() for a in key_sums(c, weights)), strict=True)) for c in columns]
+    n = len(weights)
+    for i in range(1, len(columns)):
+        joined[i * n : (i + 1) * n] += i * width
+    present = np.flatnonzero(np.bincount(joined))
+    sums = np.bincount(joined, np.concatenate([weights] * len(columns)))[present]
+    out: list[dict[int, float]] = [{} for _ in columns]
+    for k, total in zip(present.tolist(), sums.tolist(), strict=True):
+        out[k // width][k % width] = total
+    return out
 
 
 def phases(columns: dict[str, npt.NDArray[Any]]) -> Floats:

@@ -54,7 +54,6 @@ WINDOW = 10  # analysed steps of evidence (the structural_slowdown detector's wi
 NONE = np.zeros(0, np.int64)
 Slow = tuple[Ints, Ints]  # a job's systematically slow ranks and links
 _DEVIATIONS = hasattr(native.core, "unit_deviations")  # (native/src/whatif.rs; without it, the definition)
-_WITHOUT = hasattr(native.core, "typical_without")  # (the same)
 _WINDOW = hasattr(native.core, "window_z")  # (the same)
 
 
@@ -149,11 +148,6 @@ class Unsystematic:
         if without is None:
             return self.middle.typical(values) if middle is None else middle
         excluded, groups = without
-        if _WITHOUT and native.core is not None:  # (the same values, in one call)
-            out = np.empty(len(values))
-            f64 = np.ascontiguousarray(values, np.float64)
-            if native.core.typical_without(f64, self.keys, groups.grouping(), self.lower.grouping(), out):
-                return out
         kept = groups.typical(values)
         per_key = np.full(int(self.keys.max()) + 1, np.nan)
         held = (self.keys >= 0) & ~excluded

@@ -24,6 +24,7 @@ end, without a row of durations each (:class:`decompose.Rows`: bounded memory at
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -80,7 +81,7 @@ class StepWhatIf:
     peer_median: Floats  # per node: the median intrinsic duration of its replica peers (empty once released)
     rank_ends: Floats  # per rank: its last span's end, as observed
     ideal_rank_ends: Floats  # per rank: its last span's end in the ideal from peers (from observed starts)
-    healed_rank_ends: Floats | None  # per rank: its last span's end with the top rank candidate healed
+    top_rank: int | None  # the rank the first candidate heals (ranks are the first candidates; None: no rank)
     structural: Structural  # the ideal step from peers (not decomposed: see decomposed())
     pending: Pending | None  # None once the job has derived what it needs of the step (:meth:`released`)
 
@@ -93,6 +94,15 @@ class StepWhatIf:
         """This what-if without its pending decomposition (which holds the step's whole graph), nor its
         per-node rows (``ends``, ``peer_median``: read while the step is analysed, not after)."""
         return replace(self, pending=None, ends=_NONE, peer_median=_NONE)
+
+    def healed_rank_ends(self) -> Floats | None:
+        """Per rank: its last span's end with the top rank candidate healed (None: no rank candidate), while the
+        step is pending: made when asked (a straggler's cascade reads it, most steps do not)."""
+        if self.top_rank is None:
+            return None
+        assert self.pending is not None, "released"
+        g, d0 = self.pending.g, self.pending.d0
+        return last_end_per_rank(g, _row_ends(g, np.where(g.rank == self.top_rank, self.peer_median, d0)))
 
     def gains(self) -> dict[str, float]:
         """Seconds the step would have been shorter with each candidate healed (≥ 0)."""
@@ -150,6 +160,8 @@ class Roles:
     replicas_of: OfRank  # per rank, the replicas and the stages of its nodes
     stages_of: OfRank
     present: tuple[list[int], list[int]]  # the stages of program nodes, the links of asynchronous sends
+    sends: Mask  # the asynchronous sends, and the program nodes with stage peers (``stage_key >= 0``)
+    staged: Mask
     made_from: tuple[npt.NDArray[np.generic], ...] = field(default=(), compare=False, repr=False)
     layout: Any = field(default=None, compare=False, repr=False)  # (native/src/roles.rs; None: the definitions)
 
@@ -185,7 +197,7 @@ class Roles:
         of_rank = OfRank.of(g.rank, g.dp), OfRank.of(g.rank, g.pp)
         present = np.unique(g.pp[stage_key >= 0]).tolist(), np.unique(link[(link >= 0) & (g.kind == SEND)]).tolist()
         held = Grouping(position), stage_key, link, link_key, peers, owners, by_stage, by_link, *of_rank, present
-        made = cls(*held, _identity(g))
+        made = cls(*held, g.kind == SEND, stage_key >= 0, _identity(g))
         return replace(made, layout=_role_layout(made, g)) if _ROLES and native.core is not None else made
 
 
@@ -196,15 +208,18 @@ class OfRank:
 
     starts: Ints  # rank r's values: values[starts[r] : starts[r + 1]]
     values: Ints
+    sets: tuple[frozenset[int], ...]  # (the same, per rank: read at every step, made once)
 
     @classmethod
     def of(cls, rank: Ints, column: Ints) -> OfRank:
         ranked = rank >= 0
         pairs = np.unique(np.stack([rank[ranked].astype(np.int64), column[ranked].astype(np.int64)]), axis=1)
-        return cls(np.searchsorted(pairs[0], np.arange(int(rank.max(initial=0)) + 2)), pairs[1])
+        starts, values = np.searchsorted(pairs[0], np.arange(int(rank.max(initial=0)) + 2)), pairs[1]
+        bounds = starts.tolist()
+        return cls(starts, values, tuple(frozenset(values[a:b].tolist()) for a, b in itertools.pairwise(bounds)))
 
-    def at(self, r: int) -> set[int]:
-        return set(self.values[self.starts[r] : self.starts[r + 1]].tolist())
+    def at(self, r: int) -> frozenset[int]:
+        return self.sets[r]
 
 
 IDENTITY = ("rank", "dp", "pp", "tp", "op", "microbatch", "peer")  # the node columns roles are made of
@@ -317,10 +332,8 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     del ideal_ends
     peer_med, by_stage, by_link = _from_peers(g, roles, d0)
     cands, healing = _candidates(g, job, ops, baseline, roles, (peer_med, by_stage, by_link))
-    healed_rank_ends = None  # the top rank candidate healed (ranks are the first candidates)
-    if cands and cands[0].dimension == "rank":
-        healed_rank_ends = last_end_per_rank(g, _row_ends(g, np.where(healing[0].nodes(), healing[0].alt, d0)))
-    structural = Structural(actual_s, ideal_s, (), np.zeros(0), np.zeros(0), {}, decomposed=False)
+    top_rank = healing[0].value if cands and cands[0].dimension == "rank" else None  # (healed when asked)
+    structural = Structural(actual_s, ideal_s, (), _NONE, _NONE, {}, decomposed=False)
     at_baseline = [] if baseline is None else [Healing(baseline, None)]  # every node at the baseline
     healed = _healed_step_ends(g, d0, healing + at_baseline)
     baseline_s = float(healed[-1]) if at_baseline else None
@@ -334,7 +347,7 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         peer_median=peer_med,
         rank_ends=last_end_per_rank(g, ends),
         ideal_rank_ends=ideal_rank_ends,
-        healed_rank_ends=healed_rank_ends,
+        top_rank=top_rank,
         structural=structural,
         pending=Pending(g, job, ops, d0, ideal, roles.peers, roles.owners, evidence=evidence),
     )
@@ -369,12 +382,12 @@ def _candidates(
     for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
         inside = tuple(elements.rank(job, r) for r in top_ranks if d in where[r][0])
         add(elements.dp(job, d), "dp", Healing(peer_med, g.dp, d), inside)
-    chain = roles.stage_key >= 0
+    chain = roles.staged
     stage_alt = np.where(chain & np.isfinite(by_stage), by_stage, d0)
     for s in _top(by_stage, g.pp, d0, chain, roles.present[0]):
         inside = tuple(elements.rank(job, r) for r in top_ranks if s in where[r][1])
         add(elements.stage(job, s), "stage", Healing(stage_alt, g.pp, s), inside)
-    sends = g.kind == SEND
+    sends = roles.sends
     links = roles.link >= 0
     link_alt = np.where(sends & np.isfinite(by_link), by_link, d0)
     for lk in _top(by_link, roles.link, d0, links & sends, roles.present[1]):

@@ -8,7 +8,8 @@
 - The candidates' order by excess (numpy's stable sort, ``sorted``'s with NaN).
 - The systematic evidence's sums per unit in one pass (``unit_deviations``).
 - Each node's median over the other groups of its cell's medians in one call (``peer_medians_excluding``).
-- A peer group's middle without the systematically slow units in one call (``typical_without``).
+- A peer group's middle without the systematically slow units in one call (``PeerLayout.without`` of a
+  ``PeerTypical``: no stage crossed).
 - A step's ideal from peers and its evidence of systematic slowness in one call (``PeerLayout.at_ideal``).
 - The systematic test's statistic over a window of steps in one call (``window_z``).
 - A step's ideal from peers other than the slow ranks and links in one call (``PeerLayout.without``), and
@@ -27,9 +28,9 @@ import pytest
 
 from streams.engine import dag, ideal, systematic, whatif
 from streams.engine.decompose import Rows
-from streams.engine.ideal import Peers
+from streams.engine.ideal import Peers, PeerTypical
 from streams.engine.stepgraph import Codebook, Floats, Ints, StepGraph, build
-from streams.engine.systematic import Unsystematic
+from streams.engine.systematic import NONE, Unsystematic
 from streams.sim.scenarios import SCENARIOS
 from tests.unit.test_stepgraph import op_columns
 
@@ -188,12 +189,14 @@ class _Answers(list[bool]):
 
 
 class _Spied:
-    """A peer layout (native/src/peers.rs) whose calls keep what they answered."""
+    """A peer layout (native/src/peers.rs) whose calls keep what they answered (of a step's peers' ideal, or
+    of a ``PeerTypical``)."""
 
-    def __init__(self, peers: Peers) -> None:
-        self.layout = peers.ideal.layout()
+    def __init__(self, peers: Peers | PeerTypical) -> None:
+        owner = peers.ideal if isinstance(peers, Peers) else peers
+        self.layout = owner.layout()
         self.at_ideal, self.without = _Answers(self.layout.at_ideal), _Answers(self.layout.without)
-        peers.ideal._layout = self
+        owner._layout = self
 
     def units(self) -> tuple[int, int]:
         return self.layout.units()  # type: ignore[no-any-return]
@@ -241,43 +244,39 @@ def test_peer_medians_excluding_of_other_widths_are_the_definitions() -> None:
     assert np.isnan(narrow).sum() == np.isnan(expected).sum()
 
 
-@pytest.mark.skipif(not systematic._WITHOUT, reason="native core without typical_without")
+@pytest.mark.skipif(not ideal._SLOW, reason="native core without peer_layout")
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the definition on extreme values)
 @pytest.mark.parametrize("positions", [1, 7, 500])
-def test_the_typical_without_slow_units_in_one_call_is_the_definitions(
-    positions: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_peer_typical_without_slow_units_in_one_call_is_the_definitions(positions: int) -> None:
     """Each grouped position at its group's middle without the slow units' positions, its lower median where
-    that is NaN (every member slow, a NaN among the middle values), bit for bit: with NaN, infinities, ties,
-    keys int32 and int64, groups of one; with -0.0 the call may leave it to the definition, never answer
-    otherwise."""
+    that is NaN (every member slow, a NaN among the middle values), work and transfers apart, bit for bit
+    (:meth:`PeerTypical.typical`, as the typical replica takes it: its layout crosses no stage): with NaN,
+    infinities, ties, units -1, groups of one; with -0.0 the call may leave it to the definition, never
+    answer otherwise."""
     rng = np.random.default_rng(positions)
     special = np.array([np.nan, np.inf, -np.inf, 1.0, 2.0])
-    spy = _Answers(systematic.native.core.typical_without)  # type: ignore[union-attr]
-    monkeypatch.setattr(systematic.native.core, "typical_without", spy)
     for trial in range(30):
         keys = np.where(
             rng.random(positions) < 0.1, -1, rng.integers(0, max(1, positions // (trial % 5 + 1)), positions)
         )
-        unit = rng.integers(-1, 2 + trial % 9, positions)
+        units = [rng.integers(-1, 2 + trial % 9, positions) for _ in range(2)]
+        typical = PeerTypical(keys, rng.random(positions) < 0.7, *units)
+        spy = _Spied(typical)
         values = rng.lognormal(0.0, 0.5, positions)
         if trial % 2:
             odd = rng.random(positions) < 0.15
             values[odd] = rng.choice(special, int(odd.sum()))
         if trial % 10 == 9:
             values[rng.integers(0, positions, 2)] = -0.0
-        u = Unsystematic(keys, unit)
-        if trial % 3 == 1:
-            u.keys = u.keys.astype(np.int64)
-        for slow in (np.array([0]), np.unique(rng.integers(0, 2 + trial % 9, 3)), np.arange(10)):
-            spy.clear()
-            native = u.typical(values, slow)
-            with monkeypatch.context() as m:
-                m.setattr(systematic, "_WITHOUT", False)
-                definition = u.typical(values, slow)
+        some = np.unique(rng.integers(0, 2 + trial % 9, 3))
+        for slow in ((np.array([0]), NONE), (some, np.array([1])), (np.arange(10), np.arange(10)), (NONE, NONE)):
+            spy.without.clear()
+            native = typical.typical(values, slow)
+            with pytest.MonkeyPatch.context() as m:
+                m.setattr(ideal, "_SLOW", False)
+                definition = typical.typical(values, slow)
             assert np.array_equal(native.view(np.int64), definition.view(np.int64)), (trial, slow)
-            if trial % 10 != 9:
-                assert spy in ([], [True])  # (none: no paired position on a slow unit)
+            assert spy.without == [True] or (trial % 10 == 9 and spy.without == [False])
 
 
 @pytest.mark.skipif(not ideal._SLOW, reason="native core without peer_layout")
@@ -287,8 +286,8 @@ def test_the_ideal_without_slow_ranks_and_links_is_the_definitions(
     name: str, ranks: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A step's ideal from peers other than some ranks and links (:meth:`CrossStage.typical`), bit for bit: in
-    one call (``PeerLayout.without``), by the units' calls (``typical_without``) and by the definition; with NaN,
-    infinities, ties and -0.0 among the values (the calls may leave -0.0 to the definition)."""
+    one call (``PeerLayout.without``) and by the definition; with NaN, infinities, ties and -0.0 among the
+    values (the call may leave -0.0 to the definition)."""
     g = _step(name, ranks)
     peers = Peers.of(g)
     rng = np.random.default_rng(ranks)
@@ -306,11 +305,8 @@ def test_the_ideal_without_slow_ranks_and_links_is_the_definitions(
             native = peers.ideal.typical(values, slow)
             with monkeypatch.context() as m:
                 m.setattr(ideal, "_SLOW", False)
-                units = peers.ideal.typical(values, slow)
-                m.setattr(systematic, "_WITHOUT", False)
                 definition = peers.ideal.typical(values, slow)
             assert np.array_equal(native.view(np.int64), definition.view(np.int64)), (trial, slow)
-            assert np.array_equal(units.view(np.int64), definition.view(np.int64)), (trial, slow)
             if trial not in (5, 7):
                 assert spy == [True]
 
@@ -397,13 +393,15 @@ def test_the_windows_statistic_in_one_call_is_the_definitions(units: int, monkey
 @pytest.mark.skipif(not ideal._FUSED, reason="native core without peer_layout")
 def test_a_snapshots_peers_make_their_layout_again() -> None:
     """A step's peers in a snapshot (a pending decomposition, :mod:`structural`) without their native layout,
-    made again at the next call: the same ideal, evidence and ideal without slow units."""
+    made again at the next call: the same ideal, evidence, ideal and typical replica without slow units."""
     g = _step("realistic-slow-rank", 16)
     peers = Peers.of(g)
     values, slow = g.intrinsic, (np.array([2]), np.array([0]))
     made, without = peers.at_ideal(values), peers.ideal.typical(values, slow)
+    replica = peers.replica.typical(values, slow)
     again = pickle.loads(pickle.dumps(peers))
-    assert again.ideal._layout is None
+    assert again.ideal._layout is None and again.replica._layout is None
+    assert np.array_equal(again.replica.typical(values, slow), replica) and again.replica._layout is not None
     ideal_again, evidence = again.at_ideal(values)
     assert np.array_equal(ideal_again, made[0]) and np.array_equal(again.ideal.typical(values, slow), without)
     pairs = zip((*evidence[0], *evidence[1]), (*made[1][0], *made[1][1]), strict=True)
