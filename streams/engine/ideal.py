@@ -49,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from audit import native
-from streams.engine.codes import compact
+from streams.engine.codes import compact, distinct_pairs
 from streams.engine.stepgraph import BARRIER, CHAIN, MEMBER, TRANSFER_KINDS, Floats, Ints, StepGraph, dense
 from streams.engine.systematic import NONE, Grouped, Slow, Unsystematic
 
@@ -220,8 +220,8 @@ def _every_stage(g: StepGraph, work: npt.NDArray[np.bool_], key: Ints) -> Ints:
     stages = np.unique(g.pp[g.span >= 0])
     if len(stages) < 2 or not work.any():
         return np.full(len(key), -1, np.int64)
-    pairs = np.unique(np.stack([key[work], g.pp[work]]), axis=1)  # distinct (key, stage)
-    covered = np.bincount(pairs[0], minlength=int(key.max()) + 1) == len(stages)
+    keys, _ = distinct_pairs(key[work], g.pp[work])  # a key per distinct (key, stage)
+    covered = np.bincount(keys, minlength=int(key.max()) + 1) == len(stages)
     return np.where(work & covered[key], key, -1)
 
 

@@ -34,7 +34,7 @@ import numpy.typing as npt
 from audit import native
 from streams.engine import dag, elements
 from streams.engine.carry import Owners, last_end_per_rank
-from streams.engine.codes import compact
+from streams.engine.codes import compact, distinct_pairs
 from streams.engine.decompose import Mask, Pending, Rows, Structural
 from streams.engine.ideal import Peers, occurrences, peer_stage
 from streams.engine.medians import MIDDLE, NUMPY, grouped, nanmedian_excluding_each_row
@@ -213,8 +213,8 @@ class OfRank:
     @classmethod
     def of(cls, rank: Ints, column: Ints) -> OfRank:
         ranked = rank >= 0
-        pairs = np.unique(np.stack([rank[ranked].astype(np.int64), column[ranked].astype(np.int64)]), axis=1)
-        starts, values = np.searchsorted(pairs[0], np.arange(int(rank.max(initial=0)) + 2)), pairs[1]
+        ranks, values = distinct_pairs(rank[ranked], column[ranked])
+        starts = np.searchsorted(ranks, np.arange(int(rank.max(initial=0)) + 2))
         bounds = starts.tolist()
         return cls(starts, values, tuple(frozenset(values[a:b].tolist()) for a, b in itertools.pairwise(bounds)))
 

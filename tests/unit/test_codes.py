@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from streams.engine import codes
-from streams.engine.codes import Codebook, classes
+from streams.engine.codes import Codebook, classes, distinct_pairs
 
 NAMES = ["", "forward", "backward", "allreduce", "send", "recv", "optimizer", "comm", "sync", "compute"]
 CLASSES = ("comm", "sync", "compute")
@@ -166,3 +166,14 @@ def test_dense_numbers_the_distinct_tuples_in_their_sorted_order(seed: int) -> N
             got = dense(*cols)
             assert got.dtype == np.int64
             assert np.array_equal(got, np.asarray(want, np.int64).ravel())
+
+
+@pytest.mark.parametrize("scale", [1, 2**58])
+def test_distinct_pairs_are_numpys_unique_of_columns_by_either_form(scale: int) -> None:
+    """Values too wide for one int64 key per pair (``scale`` 2**58) take numpy's unique of columns instead."""
+    rng = np.random.default_rng(5)
+    first, second = rng.integers(-3, 40, 3_000), rng.integers(-1, 7, 3_000) * scale
+    expected = np.unique(np.stack([first, second]), axis=1)
+    for got, want in zip(distinct_pairs(first, second), expected, strict=True):
+        assert got.dtype == np.int64 and np.array_equal(got, want)
+    assert all(len(c) == 0 for c in distinct_pairs(first[:0], second[:0]))
