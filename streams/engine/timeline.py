@@ -194,8 +194,6 @@ class Timeline:
         yield from self._take(max(self._epochs, default=-1) + 1)
 
     def _take(self, limit: int) -> Iterator[tuple[float, list[Chunk]]]:
-        if self._released is not None and limit <= self._released:
-            return  # (every epoch buffered is at or after the released frontier: nothing to look through)
         for k in sorted(k for k in self._epochs if k < limit):
             epoch = self._epochs.pop(k)
             self._released, self.origin = k + 1, epoch.origin
