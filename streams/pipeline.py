@@ -160,7 +160,7 @@ class Processor:
                 if future.any():
                     detail = f"{batch.kind} sample more than {self.admission.max_future:g} s after its message's time"
                     rejects.extend(Reject("future", detail, int(i)) for i in batch.index[future])
-                kept.append(batch.select(~refused))
+                kept.append(batch.select(~refused) if refused.any() else batch)
                 refused_at.extend(batch.index[refused].tolist())
             if refused_at:
                 self._refuse(source, tuple(refused_at))

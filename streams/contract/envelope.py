@@ -57,12 +57,14 @@ class SampleBatch:
         times = self.columns[EVENT_TIME[self.kind]]
         if not len(times) or times.dtype != np.float64:
             return None
-        if len(times) > FEW_ROWS:
-            return float(times.min()), float(times.max())
-        listed = times.tolist()
-        if any(map(math.isnan, listed)):  # (min and max of Python numbers would pass a NaN by)
-            return math.nan, math.nan
-        return min(listed), max(listed)
+        if len(times) <= FEW_ROWS:
+            listed = times.tolist()
+            if any(map(math.isnan, listed)):  # (min and max of Python numbers would pass a NaN by)
+                return math.nan, math.nan
+            low, high = min(listed), max(listed)
+            if low != 0.0 and high != 0.0:  # (a zero end: its sign is numpy's pick among 0.0 and -0.0)
+                return low, high
+        return float(times.min()), float(times.max())
 
     def rows(self) -> list[dict[str, Any]]:
         """Row dicts (for low-volume kinds and tests; the hot path stays columnar)."""

@@ -105,3 +105,21 @@ def test_a_consumed_epoch_gives_the_same_batch_and_lets_go_of_its_parts() -> Non
     ((end, chunks),) = list(timeline.drain())
     assert end == 4.0 and not timeline._epochs
     assert [b.columns["time"].tolist() for c in chunks for b in c.batches] == [[3.0, 3.25, 3.5]]
+
+
+def test_a_sample_on_an_epochs_edge_after_its_release_is_released_again_not_held() -> None:
+    """With an epoch length that is not a power of two, a sample at exactly ``k * epoch_s`` (on time: not
+    before the frontier) can fall in epoch ``k - 1``, one already released: that epoch is released again at
+    the drain, never held back for good (review-series finding 1)."""
+
+    def metric(t: float) -> SampleBatch:
+        return SampleBatch("metric", np.arange(1), {"time": np.array([t]), "value": np.ones(1)})
+
+    timeline = Timeline(lateness=0.0, epoch_s=0.1)
+    timeline.add_samples("c", [metric(4.25)], 0)
+    timeline.heard("c", 4.35)
+    assert [len(chunk) for _, chunk in timeline.release()] == [1]
+    edge = 43 * 0.1  # (4.3000000000000003: in epoch 42 by its floor division, released above)
+    late = timeline.add_samples("c", [metric(edge)], 1)
+    assert late is None or not any(mask.any() for mask in late)  # (on time: the frontier is 4.3)
+    assert [len(chunk) for _, chunk in timeline.drain()] == [1]
