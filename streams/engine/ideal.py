@@ -121,7 +121,10 @@ class PeerTypical:
     def typical(self, values: Floats, slow: Slow = (NONE, NONE), middles: Middles | None = None) -> Floats:
         """``slow``: the systematically slow ranks and links; ``middles``: :meth:`middles` of ``values`` when
         already known (taken over: written into)."""
-        fused = _without(self.layout(), values, slow) if middles is None and _SLOW and native.core else None
+        # (the layout only for slow units to leave out: without any, each group's middle is one native call
+        # already, and a 16k-rank job's layout would hold ~40 MB for nothing)
+        asks = middles is None and _SLOW and native.core and any(map(len, slow))
+        fused = _without(self.layout(), values, slow) if asks else None
         if fused is not None:  # (the same values, in one call)
             return fused
         work, transfers = (None, None) if middles is None else middles

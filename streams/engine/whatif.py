@@ -24,7 +24,6 @@ end, without a row of durations each (:class:`decompose.Rows`: bounded memory at
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -208,18 +207,19 @@ class OfRank:
 
     starts: Ints  # rank r's values: values[starts[r] : starts[r + 1]]
     values: Ints
-    sets: tuple[frozenset[int], ...]  # (the same, per rank: read at every step, made once)
+    asked: dict[int, frozenset[int]] = field(default_factory=dict, compare=False, repr=False)  # (read every step)
 
     @classmethod
     def of(cls, rank: Ints, column: Ints) -> OfRank:
         ranked = rank >= 0
         ranks, values = distinct_pairs(rank[ranked], column[ranked])
-        starts = np.searchsorted(ranks, np.arange(int(rank.max(initial=0)) + 2))
-        bounds = starts.tolist()
-        return cls(starts, values, tuple(frozenset(values[a:b].tolist()) for a, b in itertools.pairwise(bounds)))
+        return cls(np.searchsorted(ranks, np.arange(int(rank.max(initial=0)) + 2)), values)
 
     def at(self, r: int) -> frozenset[int]:
-        return self.sets[r]
+        known = self.asked.get(r)
+        if known is None:  # (made when first asked: a few ranks of a 16k-rank job's are)
+            known = self.asked[r] = frozenset(self.values[self.starts[r] : self.starts[r + 1]].tolist())
+        return known
 
 
 IDENTITY = ("rank", "dp", "pp", "tp", "op", "microbatch", "peer")  # the node columns roles are made of
