@@ -618,7 +618,7 @@ impl Walk<'_> {
                 best = Some((e, i));
             }
         }
-        KEPT.with(|k| k.replace(kept));
+        kept.keep();
         best.map_or(f64::NAN, |(e, _)| e)
     }
 
@@ -713,7 +713,7 @@ impl Walk<'_> {
                 }
             }
         }
-        KEPT.with(|k| k.replace(kept));
+        kept.keep();
         again
     }
 }
@@ -733,6 +733,23 @@ struct Kept {
 
 thread_local! {
     static KEPT: std::cell::RefCell<Kept> = std::cell::RefCell::default();
+}
+
+/// The most scratch a thread keeps between calls (bytes): a 1,024-rank decomposition's ~17 MB is kept, a
+/// rare call's larger peak (rows x healed nodes) is given back, not held for good.
+const KEEP: usize = 32 << 20;
+
+impl Kept {
+    /// Back into the thread's keeping, or dropped when larger than `KEEP`.
+    fn keep(self) {
+        let bytes = self.ends.capacity() * 8
+            + self.changed.capacity() * std::mem::size_of::<(usize, f64)>()
+            + self.end.capacity() * std::mem::size_of::<usize>()
+            + self.row.capacity() * 8;
+        if bytes <= KEEP {
+            KEPT.with(|k| k.replace(self));
+        }
+    }
 }
 
 /// Checks of a row set given as masks (`mask_ptr` into `masks`, node indices): the pointers increase within
