@@ -204,9 +204,7 @@ async def handle_event(
 ) -> None:
     """One fetch of a partition (a :class:`~streams.kafka.batching.Batch`), message by message; acknowledged
     after the transaction that covers its last message (:meth:`WorkerState.commit`)."""
-    batch = event.message
-    state.taking(kind, batch.topic, batch.partition, batch.offset)
-    messages = batch.messages
+    messages = event.message.messages
     for n, message in enumerate(messages):
         if n:  # a loop turn per message, as Faust's stream gives: timers, /health, SIGTERM wait no fetch's end
             await asyncio.sleep(0)

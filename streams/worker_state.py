@@ -65,10 +65,11 @@ SNAPSHOT_SHARE = 0.2  # at most this share of the event loop's time goes to copy
 TRANSACTION_TIMEOUT_S = 30.0  # a commit that takes longer failed (the broker is away)
 RECOVER_TIMEOUT_S = 10.0  # for each step of getting a new producer after a failed commit
 READER_BACKOFF_S = (0.5, 10.0)  # the decision reader's wait after a failure: first, at most
-# a task that takes up a fetch of its own input when at least this many messages more are there already is in a
-# backlog: it commits as soon as it has caught up, so the end of a backlog is acknowledged at once, not on the
-# next timer (one commit per backlog; none at a steady rate, where each fetch is taken up before the next is in)
+# a task whose own input was at least this many messages behind, and stayed behind at least this long, commits
+# as soon as it has caught up: the end of a backlog is acknowledged at once, not on the next timer (one commit
+# per backlog; none at a steady rate, where a fetch of many messages — one per rank — is read before it is old)
 BACKLOG_MESSAGES = 100
+BACKLOG_S = 1.0
 READ_IN_FULL = ("decisions", "shared")  # kinds of input every task reads all partitions of (by its own reader)
 OWN_INPUT = ("telemetry", "metrics")  # kinds of input a task reads one partition of (through Faust)
 log = logging.getLogger("driftlog.worker")
@@ -109,7 +110,8 @@ class WorkerState:
     acks: list[tuple[Any, Any]] = field(default_factory=list)  # (stream, event) to ack after the commit
     pending: int = 0  # messages processed since the last commit (a batch is one entry of acks)
     dirty: bool = False
-    backlog: bool = False  # a fetch of its own input was taken up behind more of it (commits in a backlog included)
+    # (monotonic) since when its own input is BACKLOG_MESSAGES behind, commits in a backlog included
+    behind_since: float | None = None
     idle_since: float | None = None
     flushed: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -299,24 +301,22 @@ class WorkerState:
             known = self.named[tp] = (channel_of(*tp), self.kinds.get(tp[0]) == "shared", TopicPartition(*tp))
         return known
 
-    def taking(self, kind: str, topic: str, partition: int, last: int) -> None:
-        """A fetch of ``kind``'s partition, up to offset ``last``, is taken up: at least :data:`BACKLOG_MESSAGES`
-        more of the task's own input already there (the fetch holds part of what waits, as in a backlog, not
-        what came since the last one) and the task is behind until it has caught up (:meth:`backlog_ended`).
-        Counted in fetches, not in time: a backlog drained in a moment ends with a commit too."""
-        if kind in OWN_INPUT and not self.backlog:
-            high = self.highwater(topic, partition)
-            self.backlog = high is not None and high - last - 1 >= BACKLOG_MESSAGES
-
     def backlog_ended(self, caught_up: Iterable[str] | None = None) -> bool:
-        """Whether the task has just caught up with its own input after a backlog (:meth:`taking`): its commit
-        is due now. A task that was never a fetch behind leaves it to the timer. The decision and shared
-        channels, read in full by its own reader, do not count: their marks move only with the other tasks'
-        commits. ``caught_up``: :meth:`caught_up` already asked (e.g. :attr:`caught`)."""
-        if not self.backlog or not self.own_caught_up(caught_up):
+        """Whether the task has just caught up with its own input after a backlog (:data:`BACKLOG_MESSAGES`
+        behind for at least :data:`BACKLOG_S`): its commit is due now. Caught up sooner, it was a fetch read as
+        it came (the timer commits it). The decision and shared channels, read in full by its own reader, do
+        not count: their marks move only with the other tasks' commits. ``caught_up``: :meth:`caught_up`
+        already asked (e.g. :attr:`caught`)."""
+        if self.behind_since is None or not self.own_caught_up(caught_up):
             return False
-        self.backlog = False
-        return True
+        lasted, self.behind_since = time.monotonic() - self.behind_since, None
+        return lasted >= BACKLOG_S
+
+    def _behind(self, tp: tuple[str, int], offset: int) -> int:
+        """Messages after ``offset`` in partition ``tp`` as of the last fetch (0: not known), by the high
+        watermark :meth:`caught_up` has just read."""
+        high = self.highs.get(tp)
+        return 0 if high is None else high - offset - 1
 
     def own_caught_up(self, caught_up: Iterable[str] | None = None) -> bool:
         """Whether the task's own input (its telemetry and metrics partitions) is read to its end."""
@@ -347,7 +347,9 @@ class WorkerState:
         self.caught = None  # (until asked below: a message that fails before has the driver ask again)
         tp = (position.topic, position.partition)
         self.offsets[tp] = position.offset + 1
-        caught_up = self.caught = self.caught_up()  # (its high watermarks answer the lag gauge too)
+        caught_up = self.caught = self.caught_up()  # (its high watermarks answer _behind and the lag gauge too)
+        if self.behind_since is None and kind in OWN_INPUT and self._behind(tp, position.offset) >= BACKLOG_MESSAGES:
+            self.behind_since = time.monotonic()
         if kind == "metrics":
             out = self.processor.otlp(value, position, encoding, caught_up)
         elif kind == "telemetry":

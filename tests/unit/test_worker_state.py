@@ -19,7 +19,7 @@ from aiokafka.errors import KafkaConnectionError, ProducerFenced
 from streams.config import Settings
 from streams.durable import _HEADER, STATE_VERSION, Snapshot, StateVersionError, digest
 from streams.pipeline import Output, Processor, build_processor
-from streams.worker_state import BACKLOG_MESSAGES, TaskTakenOver, TransactionFailed, WorkerState
+from streams.worker_state import BACKLOG_MESSAGES, BACKLOG_S, TaskTakenOver, TransactionFailed, WorkerState
 
 
 @dataclass
@@ -393,18 +393,17 @@ def test_records_of_a_task_that_keeps_up_are_committed_at_once_a_backlogs_with_t
     assert stream.acked == ([] if behind else [0])
 
 
-@pytest.mark.parametrize(("backlog", "too_soon"), [(3 * BACKLOG_MESSAGES, False), (BACKLOG_MESSAGES // 2, False),
-                                                 (3 * BACKLOG_MESSAGES, True)],
+@pytest.mark.parametrize(("backlog", "too_soon"), [(BACKLOG_MESSAGES + 20, False), (BACKLOG_MESSAGES // 2, False),
+                                                 (BACKLOG_MESSAGES + 20, True)],
                          ids=["backlog", "a-few-behind", "backlog-ending-too-soon-after-a-snapshot"])  # fmt: skip
 def test_a_task_commits_and_acknowledges_at_once_when_a_backlog_ends(
     backlog: int, too_soon: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A task that drained a backlog of its own input (more of it there when it took up a fetch) commits as
-    soon as it has caught up, however short the drain (this one takes milliseconds): its input acknowledged
-    and the offsets committed, so the group's lag is 0 then, not after the next timers; or, too soon after
-    its last snapshot (``SNAPSHOT_SHARE``), as soon as that allows. One that was only a few messages behind
-    leaves its commit to the timer; nothing is committed while the backlog lasts (below
-    ``COMMIT_EVERY_MESSAGES``)."""
+    """A task that drained a backlog of its own input commits as soon as it has caught up (its input
+    acknowledged and the offsets committed: the group's lag is 0 then, not after the next timers), or, too
+    soon after its last snapshot (``SNAPSHOT_SHARE``), as soon as that allows; one that was only a few
+    messages behind, as at a steady rate, leaves its commit to the timer; nothing is committed while the
+    backlog lasts (below ``COMMIT_EVERY_MESSAGES``)."""
     import time
     from types import SimpleNamespace
 
@@ -412,11 +411,11 @@ def test_a_task_commits_and_acknowledges_at_once_when_a_backlog_ends(
 
     broker, stream = Broker(), Stream()
     state = task(broker, monkeypatch)
+    monkeypatch.setattr("streams.worker_state.BACKLOG_S", 0.0)  # (behind long enough: this drain takes ms)
     state.highwater = lambda t, p: backlog  # the telemetry partition's end: the whole backlog is there
     state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
     monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())  # (no records: no commit for them)
     offsets_commits: list[int] = []
-    fetch = BACKLOG_MESSAGES // 2  # messages per fetch
 
     async def commit() -> None:
         offsets_commits.append(len(stream.acked))
@@ -426,8 +425,8 @@ def test_a_task_commits_and_acknowledges_at_once_when_a_backlog_ends(
 
     async def drain() -> list[int]:
         seqs = []
-        for first in range(0, backlog, fetch):
-            event = fetched(*range(first, min(first + fetch, backlog)))
+        for offset in range(backlog):
+            event = fetched(offset)
             await handle_event(state, ops, stream, event, "telemetry", "auto")  # type: ignore[arg-type]
             seqs.append(state.seq)
         return seqs
@@ -443,43 +442,34 @@ def test_a_task_commits_and_acknowledges_at_once_when_a_backlog_ends(
         return seqs
 
     seqs = asyncio.run(drain_and_wait())
-    fetches = -(-backlog // fetch)
-    if backlog > BACKLOG_MESSAGES:
-        assert seqs == [0] * (fetches - 1) + [1], "one commit, when the last fetch of the backlog is in"
-        assert stream.acked == list(range(fetch - 1, backlog, fetch)) and offsets_commits == [fetches]
-        assert not state.backlog
+    if backlog >= BACKLOG_MESSAGES:
+        assert seqs == [0] * (backlog - 1) + [1], "one commit, when the last message of the backlog is in"
+        assert stream.acked == list(range(backlog)) and offsets_commits == [backlog]
     else:
-        assert seqs == [0] * fetches and stream.acked == [] and offsets_commits == []
+        assert seqs == [0] * backlog and stream.acked == [] and offsets_commits == []
 
 
 @pytest.mark.parametrize("fetch", [BACKLOG_MESSAGES // 2, BACKLOG_MESSAGES + 50, 10 * BACKLOG_MESSAGES])
-@pytest.mark.parametrize("pause_s", [0.0, 2.0])
 def test_a_task_keeping_up_with_large_fetches_leaves_its_commits_to_the_timer(
-    fetch: int, pause_s: float, monkeypatch: pytest.MonkeyPatch
+    fetch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A steady input read in fetches of many messages (one per rank and step), each taken up before the next
-    is there, puts a task more than ``BACKLOG_MESSAGES`` behind at each fetch's first message; that is no
-    backlog, however long a fetch takes to read (``pause_s`` on the task's clock after each message): no
-    snapshot and no offset commit per fetch (they would take the share of the loop snapshots may have, back
-    to back). Only ``COMMIT_EVERY_MESSAGES`` commits, as for any input."""
+    """A steady input read in fetches of many messages (one per rank and step) puts a task more than
+    ``BACKLOG_MESSAGES`` behind at each fetch's first message; read as it came, that is no backlog: no snapshot
+    and no offset commit per fetch (they would take the share of the loop snapshots may have, back to back).
+    Only ``COMMIT_EVERY_MESSAGES`` commits, as for any input."""
     from types import SimpleNamespace
 
     from streams import worker_state
     from streams.worker import COMMIT_EVERY_MESSAGES, handle_event
 
-    clock = [0.0]  # the task's clock (what a rule of time would read): each message takes pause_s
+    clock = [0.0]  # the task's clock: each message takes 10 µs, however loaded the machine running the test
     monkeypatch.setattr(worker_state, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     broker, stream = Broker(), Stream()
     state = task(broker, monkeypatch)
     end = [0]
     state.highwater = lambda t, p: end[0]
     state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
-
-    def telemetry(*_: Any) -> Output:
-        clock[0] += pause_s
-        return Output()
-
-    monkeypatch.setattr(state.processor, "telemetry", telemetry)
+    monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())
     offsets_commits: list[int] = []
 
     async def commit() -> None:
@@ -489,11 +479,18 @@ def test_a_task_keeping_up_with_large_fetches_leaves_its_commits_to_the_timer(
     ops = SimpleNamespace(app=app, status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
 
     async def steady() -> None:
+        offset = 0
         for _ in range(10):
-            first, end[0] = end[0], end[0] + fetch
-            await handle_event(state, ops, stream, fetched(*range(first, end[0])), "telemetry", "auto")  # type: ignore[arg-type]
+            end[0] += fetch
+            while offset < end[0]:
+                event = fetched(offset)
+                await handle_event(state, ops, stream, event, "telemetry", "auto")  # type: ignore[arg-type]
+                offset += 1
+                clock[0] += 1e-5
+            clock[0] += 0.01
             await asyncio.sleep(0)
 
+    assert BACKLOG_S >= 0.5  # (each fetch here is read in well under that: at most 10 ms)
     asyncio.run(steady())
     assert state.seq == 10 * fetch // COMMIT_EVERY_MESSAGES and offsets_commits == [] and state.deferred is None
 
@@ -528,8 +525,8 @@ def test_a_stopped_task_commits_and_defers_nothing(monkeypatch: pytest.MonkeyPat
 
 
 def test_a_backlog_lasts_across_the_commits_made_while_it_is_drained(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The commits made during a backlog (every ``COMMIT_EVERY_MESSAGES``, the timer's) do not end it: the
-    task is behind from the fetch it took up behind more input until it has caught up."""
+    """The commits made during a backlog (every ``COMMIT_EVERY_MESSAGES``, the timer's) do not restart it: how
+    long the task has been behind counts from its first message that far behind, until it has caught up."""
     from audit.records import SourcePosition
 
     broker = Broker()
@@ -537,20 +534,18 @@ def test_a_backlog_lasts_across_the_commits_made_while_it_is_drained(monkeypatch
     state.highwater = lambda t, p: 10 * BACKLOG_MESSAGES
     state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
     monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())
-    state.taking("telemetry", "telemetry", 0, 1)
     state.handle("telemetry", b"", SourcePosition("telemetry", 0, 0))
-    assert state.backlog
+    since = state.behind_since
+    assert since is not None
     asyncio.run(state.commit(force=True))
     state.handle("telemetry", b"", SourcePosition("telemetry", 0, 1))
-    state.taking("telemetry", "telemetry", 0, 3)
-    assert state.backlog and not state.backlog_ended()
+    assert state.behind_since == since
 
 
 def test_a_message_asks_each_channels_high_watermark_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each message asks every channel's high watermark once, the first one too: that one answer says which
-    channels are caught up (for its processor) and the lag gauge's value (the message's partition's high
-    watermark minus the next offset). A fetch asks its partition's once more, before its first message:
-    whether more is there already (a backlog)."""
+    channels are caught up (for its processor), whether the task is behind (a backlog) and the lag gauge's
+    value (the message's partition's high watermark minus the next offset)."""
     from collections import Counter
     from types import SimpleNamespace
 
@@ -573,13 +568,15 @@ def test_a_message_asks_each_channels_high_watermark_once(monkeypatch: pytest.Mo
     ops = SimpleNamespace(app=None, status=SimpleNamespace(committed=lambda: None), observe=observe)
 
     async def drain(offsets: range) -> None:
-        await handle_event(state, ops, stream, fetched(*offsets), "telemetry", "auto")  # type: ignore[arg-type]
+        for offset in offsets:
+            event = fetched(offset)
+            await handle_event(state, ops, stream, event, "telemetry", "auto")  # type: ignore[arg-type]
 
-    asyncio.run(drain(range(1)))  # (the fetch is taken up behind more input: the backlog starts)
-    assert state.backlog
-    assert asked == {("telemetry", 0): 2, **dict.fromkeys([("decisions", p) for p in range(4)], 1)}
-    asyncio.run(drain(range(1, 4)))  # (in a backlog already: not asked whether there is one)
-    assert asked == {("telemetry", 0): 2 + 3, **dict.fromkeys([("decisions", p) for p in range(4)], 4)}
+    asyncio.run(drain(range(1)))  # (the first message also asks whether the task is behind: the backlog starts)
+    assert state.behind_since is not None
+    assert asked == dict.fromkeys([("telemetry", 0)] + [("decisions", p) for p in range(4)], 1)
+    asyncio.run(drain(range(1, 4)))
+    assert asked == dict.fromkeys([("telemetry", 0)] + [("decisions", p) for p in range(4)], 4)
     assert lags == [10 * BACKLOG_MESSAGES - offset - 1 for offset in range(4)]
 
 
@@ -731,6 +728,7 @@ def test_a_backlog_that_ends_in_the_middle_of_a_fetch_is_committed_with_the_fetc
     """A backlog's end is committed, and the input offsets with it (the group's lag 0 at once), once the
     fetch's last message is in: a commit at an earlier message could not acknowledge the fetch, and the
     offsets committed then would stay behind until the next timer."""
+    import time
     from types import SimpleNamespace
 
     from streams.worker import handle_event
@@ -740,7 +738,7 @@ def test_a_backlog_that_ends_in_the_middle_of_a_fetch_is_committed_with_the_fetc
     state.highwater = lambda t, p: state.offsets.get((t, p), 0)  # each message the last one yet: caught up
     state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
     monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())
-    state.backlog = True  # (a backlog was being drained)
+    state.behind_since = time.monotonic() - 2 * BACKLOG_S  # (a backlog was being drained)
     offsets_commits: list[list[int]] = []
 
     async def commit() -> None:
