@@ -124,12 +124,7 @@ class Admission:
 
 
 def _usual(batch: SampleBatch, cutoff: float, horizon: float) -> float | None:
-    """The newest event time of a batch none of whose samples is late or in the future (told by its ends;
-    a NaN among them is looked at, and an object column's min/max would pass a NaN by), else None."""
+    """The newest event time of a batch none of whose samples is late or in the future (told by its ends:
+    :meth:`SampleBatch.time_bounds`; a NaN among them is looked at), else None."""
     ends = batch.time_bounds()
-    if ends is not None:
-        return ends[1] if ends[0] >= cutoff and ends[1] <= horizon else None
-    times = batch.columns[EVENT_TIME[batch.kind]]
-    if len(times) and times.dtype.kind in "fiu" and times.min() >= cutoff and (high := times.max()) <= horizon:
-        return float(high)
-    return None
+    return ends[1] if ends is not None and ends[0] >= cutoff and ends[1] <= horizon else None

@@ -51,11 +51,12 @@ class SampleBatch:
         return SampleBatch(self.kind, self.index[rows], {k: v[rows] for k, v in self.columns.items()})
 
     def time_bounds(self) -> tuple[float, float] | None:
-        """The lowest and highest event time, as ``times.min()``/``max()`` give them (NaN when a time is NaN);
-        None when there are none or they are not floats. A message's batch is mostly a few rows: those are
-        read as Python numbers (numpy's per-call cost was most of telling them)."""
+        """The lowest and highest event time, as ``float(times.min())``/``max()`` give them (NaN when a time
+        is NaN); None when there are none or they are not numbers (an object column's min/max would pass a NaN
+        by). A message's batch is mostly a few rows: those are read as Python numbers (numpy's per-call cost
+        was most of telling them)."""
         times = self.columns[EVENT_TIME[self.kind]]
-        if not len(times) or times.dtype != np.float64:
+        if not len(times) or times.dtype.kind not in "fiu":
             return None
         if len(times) <= FEW_ROWS:
             listed = times.tolist()
@@ -63,7 +64,7 @@ class SampleBatch:
                 return math.nan, math.nan
             low, high = min(listed), max(listed)
             if low != 0.0 and high != 0.0:  # (a zero end: its sign is numpy's pick among 0.0 and -0.0)
-                return low, high
+                return float(low), float(high)
         return float(times.min()), float(times.max())
 
     def rows(self) -> list[dict[str, Any]]:

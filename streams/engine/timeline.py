@@ -137,8 +137,8 @@ class Timeline:
         newest = self._newest.get(channel, -math.inf)
         for batch in batches:
             times = np.asarray(batch.columns[EVENT_TIME[batch.kind]], np.float64)
-            ends = batch.time_bounds() if times is batch.columns[EVENT_TIME[batch.kind]] else None
-            if ends is None and len(times):
+            ends = batch.time_bounds()
+            if ends is None and len(times):  # (an object column: its values as floats)
                 ends = float(times.min()), float(times.max())
             if ends is not None and ends[0] >= frontier:  # the usual message: nothing late
                 masks.append(None)

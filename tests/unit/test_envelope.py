@@ -141,7 +141,7 @@ def test_fast_and_precise_paths_give_the_same_batches() -> None:
 @pytest.mark.parametrize("rows", [1, 3, FEW_ROWS, FEW_ROWS + 1, 200])
 def test_a_batchs_time_bounds_are_numpys_min_and_max(rows: int) -> None:
     """Few rows are told as Python numbers, more by numpy: the same ends (NaN when one is NaN; infinities,
-    ties and -0.0 among them), and none for an empty batch or times that are not floats."""
+    ties and -0.0 among them; integer times as floats), and none for an empty batch or an object column."""
     rng = np.random.default_rng(rows)
     for _ in range(50):
         times = rng.choice(
@@ -153,4 +153,7 @@ def test_a_batchs_time_bounds_are_numpys_min_and_max(rows: int) -> None:
         want = (float(times.min()), float(times.max()))
         assert np.array(ends).tobytes() == np.array(want).tobytes(), (times, ends, want)  # (the zeros' signs too)
     assert SampleBatch("metric", np.arange(0), {"time": np.zeros(0)}).time_bounds() is None
-    assert SampleBatch("op", np.arange(2), {"start": np.array([1, 2])}).time_bounds() is None
+    for few in (np.array([3, -2]), np.arange(FEW_ROWS + 5, dtype=np.uint32)):  # (integer times: as floats)
+        ends = SampleBatch("op", np.arange(len(few)), {"start": few}).time_bounds()
+        assert ends == (float(few.min()), float(few.max())) and all(type(e) is float for e in ends)
+    assert SampleBatch("op", np.arange(2), {"start": np.array([1.0, None], object)}).time_bounds() is None
