@@ -207,19 +207,16 @@ _CLASS_NAMES = {CHAIN: "compute", MEMBER: "collective", SEND: "transfer", RECV: 
 
 
 def _totals(weights: Floats, *columns: npt.NDArray[np.int64]) -> list[dict[int, float]]:
-    """Per column (of one length), the sum of ``weights`` per distinct key, keys ascending (each key's weights
-    added in order, as :func:`key_sums` adds them): the columns one after another in one ``bincount`` (column
-    ``i``'s key ``k`` at ``i * width + k``) when their keys are small and not negative (a path's columns: a
-    few calls, not a few per column)."""
+    """Per column (of one length), the sum of ``weights`` per distinct key, keys ascending: the columns one
+    after another in one :func:`key_sums` (column ``i``'s key ``k`` at ``i * width + k``: the same sums, each
+    key's weights added in order) when no key is negative (a path's columns: one call, not one per column)."""
     joined = np.concatenate(columns).astype(np.int64, copy=False)
-    width = int(joined.max(initial=-1)) + 1
-    if int(joined.min(initial=0)) < 0 or width * len(columns) > 4 * len(joined) + 1024:
+    if int(joined.min(initial=0)) < 0:
         return [dict(zip(*(a.tolist() for a in key_sums(c, weights)), strict=True)) for c in columns]
-    n = len(weights)
+    width, n = int(joined.max(initial=-1)) + 1, len(weights)
     for i in range(1, len(columns)):
         joined[i * n : (i + 1) * n] += i * width
-    present = np.flatnonzero(np.bincount(joined))
-    sums = np.bincount(joined, np.concatenate([weights] * len(columns)))[present]
+    present, sums = key_sums(joined, np.concatenate([weights] * len(columns)))
     out: list[dict[int, float]] = [{} for _ in columns]
     for k, total in zip(present.tolist(), sums.tolist(), strict=True):
         out[k // width][k % width] = total
