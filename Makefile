@@ -18,7 +18,7 @@ NATIVE := $(VENV)/.native-built
 # or if the build fails, driftlog runs the definitions instead (Python chain, SQL classification): the same
 # results, a slower sink and verify (README, "Native core"). The stamp is only made by a successful build, so
 # a later run tries again; DRIFTLOG_REQUIRE_NATIVE=1 (CI) makes a failure fatal.
-$(NATIVE): $(VENV) native/Cargo.toml native/Cargo.lock native/pyproject.toml native/driftlog_native.pyi $(wildcard native/src/*.rs)
+$(NATIVE): $(VENV) native/Cargo.toml native/Cargo.lock native/pyproject.toml native/driftlog_native.pyi $(wildcard native/src/*.rs native/src/*/*.rs)
 	@if ! command -v cargo >/dev/null 2>&1; then \
 		echo "note: cargo not found, so the native core is not built: driftlog runs slower without it"; \
 		test "$$DRIFTLOG_REQUIRE_NATIVE" != 1; \

@@ -7,6 +7,8 @@ use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+mod sparse;
+
 pub(crate) fn items<'a, T: Element>(buf: &'a PyBuffer<T>, name: &str) -> PyResult<&'a [T]> {
     if !buf.is_c_contiguous() {
         return Err(PyValueError::new_err(format!("{name}: not contiguous")));
@@ -105,6 +107,7 @@ pub struct Layout {
     slot: Vec<u32>,  // per place: where a walk keeps its ends (`Layout::slots`)
     live: usize,     // slots
     sinks: Vec<u32>, // the places without successors, ascending
+    successors: std::sync::OnceLock<sparse::Successors>, // made when first needed (`Walk::sparse`)
 }
 
 impl Layout {
@@ -131,6 +134,7 @@ impl Layout {
             slot: Vec::new(),
             live: 0,
             sinks: Vec::new(),
+            successors: std::sync::OnceLock::new(),
         };
         (layout.slot, layout.live) = layout.slots();
         let mut read = vec![false; n];
@@ -445,6 +449,13 @@ pub(crate) trait Healed {
     /// The rows `rows` listed: where each begins, its nodes, and their values (`Walk::step_ends` evaluates
     /// a few rows again from them).
     fn listed(&self, rows: &[usize]) -> (Vec<i64>, Vec<i64>, Vec<f64>);
+
+    /// Row `r`'s healed (node, value) into `out` (cleared; in order: a node healed twice, its later value
+    /// last), when they are at hand without a walk over every node; else false (`Walk::sparse` then leaves
+    /// every row to the blocks).
+    fn row(&self, _r: usize, _out: &mut Vec<(usize, f64)>) -> bool {
+        false
+    }
 }
 
 /// Rows given as masks (checked: `rows_of`): row `k` heals the nodes `masks[mask_ptr[k]..mask_ptr[k + 1]]`, each
@@ -515,6 +526,15 @@ impl<V: Fn(usize, usize) -> f64> Healed for Listed<'_, V> {
         }
     }
 
+    fn row(&self, r: usize, out: &mut Vec<(usize, f64)>) -> bool {
+        out.clear();
+        out.extend(self.span(r).map(|at| {
+            let i = self.masks[at] as usize;
+            (i, (self.value)(at, i))
+        }));
+        true
+    }
+
     fn listed(&self, rows: &[usize]) -> (Vec<i64>, Vec<i64>, Vec<f64>) {
         let (mut ptr, mut nodes, mut values) = (vec![0i64], Vec::new(), Vec::new());
         for &r in rows {
@@ -574,26 +594,46 @@ impl Walk<'_> {
             *one = self.row_step_end(base, rows);
             return;
         }
-        let again = self.blocks(base, result, rows, false);
+        let again = match self.sparse(base, result, rows) {
+            None => self.blocks(base, result, rows, false),
+            Some(left) => self.listed_blocks(base, result, rows, &left, false),
+        };
         if again.is_empty() {
             return;
         }
-        let (mask_ptr, masks, values) = rows.listed(&again);
-        let value = |at: usize, _: usize| values[at];
-        let mut ends = vec![0.0; again.len()];
-        self.blocks(
-            base,
-            &mut ends,
-            &Listed {
-                mask_ptr: &mask_ptr,
-                masks: &masks,
-                value,
-            },
-            true,
-        );
-        for (r, e) in again.into_iter().zip(ends) {
+        self.listed_blocks(base, result, rows, &again, true);
+    }
+
+    /// The rows of a block (`BLOCK`, `SCRATCH`), of `rows` in all (a graph of a node at least).
+    fn block_rows(&self, rows: usize) -> usize {
+        (SCRATCH / (self.live * 8)).clamp(1, BLOCK).min(rows.max(1))
+    }
+
+    /// `blocks` of the rows `left` of `rows` (ascending) into their places in `result`; the rows of
+    /// `rows` to evaluate again.
+    fn listed_blocks(
+        &self,
+        base: &[f64],
+        result: &mut [f64],
+        rows: &impl Healed,
+        left: &[usize],
+        exact: bool,
+    ) -> Vec<usize> {
+        if left.is_empty() {
+            return Vec::new();
+        }
+        let (mask_ptr, masks, values) = rows.listed(left);
+        let listed = Listed {
+            mask_ptr: &mask_ptr,
+            masks: &masks,
+            value: |at: usize, _: usize| values[at],
+        };
+        let mut ends = vec![0.0; left.len()];
+        let again = self.blocks(base, &mut ends, &listed, exact);
+        for (&r, e) in left.iter().zip(ends) {
             result[r] = e;
         }
+        again.into_iter().map(|j| left[j]).collect()
     }
 
     /// `step_ends` of one row (a step's group cause, a group of parts healed together): its durations made
@@ -646,7 +686,7 @@ impl Walk<'_> {
         // end makes its successors' NaN: each row's latest end (or NaN) is then one of the sinks', so the
         // plain maximum is kept over them only (a zero is evaluated again all the same)
         let mut monotone = !exact && base.iter().all(|&d| d >= 0.0);
-        let block_rows = (SCRATCH / (live * 8)).clamp(1, BLOCK).min(rows.max(1));
+        let block_rows = self.block_rows(rows);
         let mut kept = KEPT.with(|k| k.take());
         let Kept {
             ends, changed, end, ..

@@ -147,3 +147,54 @@ def test_step_ends_do_not_depend_on_the_calls_before() -> None:
         rows = Rows(g.intrinsic, alt, [rng.random(g.nodes) < p for _ in range(70)])
         full = np.array([g.evaluate(np.where(m, alt, g.intrinsic)[None])[0].max() for m in rows.masks])
         assert np.array_equal(rows.step_ends(g), full)
+
+
+@pytest.mark.parametrize(("name", "ranks"), CASES)
+def test_rows_healing_a_few_nodes_equal_the_full_rows(name: str, ranks: int) -> None:
+    """More rows than a block, each healing a few nodes (a rank's, a handful, one node twice, none): the
+    native core evaluates again only the nodes whose end such a row changes (``native/src/dag/sparse.rs``),
+    and still gives each row's full evaluation, bit for bit, with NaN, infinite, negative and zero values
+    among the healed ones and zero durations at base."""
+    g = build(op_columns(SCENARIOS[name](2, ranks, 12), 10), Codebook(), Codebook(), {})
+    rng = np.random.default_rng(9)
+    base = np.where(rng.random(g.nodes) < 0.1, 0.0, g.intrinsic)
+    alt = g.intrinsic * rng.uniform(0.3, 1.5, g.nodes)
+    few = [rng.choice(g.nodes, k, replace=False) for k in rng.integers(1, 6, 150)]
+    few += [np.flatnonzero(g.rank == r)[:8] for r in range(ranks)] + [np.zeros(0, np.int64)]
+    few += [np.r_[few[0], few[0]], np.flatnonzero(g.rank == 0)]
+    odd = alt.copy()
+    odd[few[3]] = np.nan
+    odd[few[4][0]] = np.inf
+    odd[few[5][0]] = -0.05
+    odd[few[6]] = 0.0
+    floor = np.where(np.isfinite(g.floor), g.floor - rng.uniform(0.0, 0.01, g.nodes), g.floor)
+    for rows, floors in ((Rows(base, alt, few), None), (Rows(alt, base, few), floor), (Rows(base, odd, few), None),
+                         (Rows(g.intrinsic, odd, few), floor), (Rows(np.zeros(g.nodes), alt, few), None)):  # fmt: skip
+        full = [g.evaluate(np.where(np.isin(np.arange(g.nodes), m), rows.alt, rows.base)[None], floors)[0].max()
+                for m in rows.masks]  # fmt: skip
+        assert np.array_equal(rows.step_ends(g, floors), full, equal_nan=True)
+
+
+def test_rows_healing_a_few_nodes_end_at_numpys_zero() -> None:
+    """More rows than a block, each healing a node of a graph of zeros of both signs (and of nodes from
+    -inf, which end at NaN healed to inf): a row's step end is the one the row evaluated alone gives (the
+    first NaN, else the first of the largest in index order: its sign too), though the rows are evaluated
+    from the step as it is."""
+    assert dag.native.core is not None
+    n = 64
+    layout = dag.native.core.dag_layout(np.arange(n)[::-1].copy(), np.zeros(n + 1, np.int64), np.zeros(0, np.int64))
+    rng = np.random.default_rng(3)
+    floor, base = rng.choice([0.0, -0.0, -np.inf], n, p=[0.45, 0.45, 0.1]), rng.choice([0.0, -0.0], n)
+    floor[0] = base[0] = -0.0  # (the first node in index order: a step of zeros ends at -0.0 unless it is healed)
+    nodes, alt = rng.integers(0, n, 300), rng.choice([0.0, -0.0, 1.0, np.inf], 300, p=[0.4, 0.4, 0.05, 0.15])
+    ends = {}
+    for name, durations in (("zeros", base), ("one later", np.r_[base[:-1], 1.0])):  # (a NaN among ends > 0)
+        out = ends[name] = np.zeros(len(nodes))
+        dag.native.core.dag_valued_step_ends(layout, floor, durations, np.arange(len(nodes) + 1), nodes, alt, out)
+        for got, i, v in zip(out, nodes, alt, strict=True):
+            alone = np.zeros(1)
+            one = (np.array([0, 1]), np.array([i]), np.array([v]))
+            dag.native.core.dag_valued_step_ends(layout, floor, durations, *one, alone)
+            assert np.array_equal([got], alone, equal_nan=True) and np.signbit(got) == np.signbit(alone[0])
+    zeros = ends["zeros"][ends["zeros"] == 0.0]
+    assert np.signbit(zeros).any() and not np.signbit(zeros).all() and np.isnan(ends["one later"]).any()
