@@ -153,19 +153,25 @@ def test_key_sums_are_the_sums_over_the_distinct_keys(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_dense_numbers_the_distinct_tuples_in_their_sorted_order(seed: int) -> None:
-    """As np.unique's inverse over the radix keys: with few possible keys (marked in a table) and with keys
-    spread far wider than their count (sorted), negative values and empty columns included."""
-    from streams.engine.codes import dense, radix_key
+    """As np.unique's inverse over the tuples: with few possible keys (marked in a table) and with keys spread
+    far wider than their count (sorted), narrow columns after wide ones (the tuples so far numbered again
+    before a column: the same order), int32 columns, negative values and empty columns included."""
+    from streams.engine.codes import dense
 
     rng = np.random.default_rng(seed)
     for high in (3, 50, 10**6):
-        for width in (1, 2, 3):
-            cols = [rng.integers(-5, high, size=int(rng.integers(0, 3000))) for _ in range(1)]
-            cols += [rng.integers(-5, high, size=len(cols[0])) for _ in range(width - 1)]
-            want = np.unique(radix_key(*cols), return_inverse=True)[1] if len(cols[0]) else np.zeros(0, np.int64)
+        for width in (1, 2, 3, 5):
+            n = int(rng.integers(0, 3000))
+            cols = [rng.integers(-5, h, size=n) for h in rng.choice([high, 4, 2000], width)]
+            if width > 1:
+                cols[1] = cols[1].astype(np.int32)
+            want = np.unique(np.stack(cols), axis=1, return_inverse=True)[1] if n else np.zeros(0, np.int64)
             got = dense(*cols)
             assert got.dtype == np.int64
             assert np.array_equal(got, np.asarray(want, np.int64).ravel())
+    wide = [np.array([5, 5, -3, 5]), np.array([2**40, 0, 7, 2**40]), np.array([0, 2**40, 1, 0])]
+    assert dense(*wide).tolist() == [2, 1, 0, 2]  # (one key of all three would not fit an int64)
+    assert dense(*wide).tolist() == np.unique(np.stack(wide), axis=1, return_inverse=True)[1].tolist()
 
 
 @pytest.mark.parametrize("scale", [1, 2**58])
