@@ -46,14 +46,15 @@ log = logging.getLogger("driftlog.durable")
 PART_BYTES = 900_000
 # The shape of the pickled state. Bump it whenever a change to the engine, the timeline or the admission
 # state would make an older snapshot restore into objects the new code cannot use (missing or retyped fields).
-STATE_VERSION = 9  # 1: before the version was recorded (a 2-tuple); 2: the whole processor, its buffer included;
+STATE_VERSION = 10  # 1: before the version was recorded (a 2-tuple); 2: the whole processor, its buffer included;
 # 3: the processor without its event-time buffer (re-read on restore); 4: a job keeps its pending decompositions
 # 5: a job keeps where its last analysed step ended on its actual and ideal timelines (engine/carry.py)
 # 6: a job keeps its ranks' and links' evidence of systematic slowness; a pending decomposition its peers
 # (engine/systematic.py); 7: the timeline knows which channels delivered decisions; 8: a job's peer groupings
 # share arrays and keep int32 keys, a schedule builds its gathers on first use, an early warning's default trigger
 # is the joint test of the variance's and the autocovariance's taus; zstd instead of zlib (older bodies still read);
-# 9: a series-drift detector keeps the metric of each of its series (SeriesDrift._metrics, _metric_of)
+# 9: a series-drift detector keeps the metric of each of its series (SeriesDrift._metrics, _metric_of);
+# 10: a job's operator graph keeps its nodes and edges as of its last snapshot sorted too (OperatorGraph._sorted)
 _HEADER = struct.Struct(">QII")  # sequence, part, parts
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # a zstd frame's first bytes (a zlib stream starts with 0x78)
 Offsets = dict[tuple[str, int], int]  # (topic, partition) -> next offset to process

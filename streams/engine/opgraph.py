@@ -70,6 +70,7 @@ class OperatorGraph:
     _changed: bool = False
     _nodes: set[str] = field(default_factory=set)  # as of the last snapshot
     _edges: set[tuple[str, str, str]] = field(default_factory=set)
+    _sorted: tuple[list[str], list[tuple[str, str, str]]] = field(default_factory=lambda: ([], []))  # the same
 
     def link(self, src: str, dst: str, kind: str) -> None:
         if not self.graph.has_edge(src, dst):
@@ -77,9 +78,15 @@ class OperatorGraph:
             self._changed = True
 
     def add_relations(self, relations: Iterable[tuple[str, str, str]]) -> None:
-        """Topology samples: (relation, src, dst)."""
+        """Topology samples: (relation, src, dst): :meth:`link` of each, in one call to networkx (a job of
+        16k ranks reports ~100k relations at once)."""
+        has, new = self.graph.has_edge, {}
         for relation, src, dst in relations:
-            self.link(src, dst, relation)
+            if (src, dst) not in new and not has(src, dst):
+                new[src, dst] = relation  # (the first of a pair's relations, as link keeps it)
+        if new:
+            self.graph.add_edges_from((s, d, {"kind": k}) for (s, d), k in new.items())
+            self._changed = True
 
     def add_ranks(self, positions: dict[int, tuple[int, int, int]]) -> None:
         """Ranks seen in op spans with their (dp, pp, tp): replica and stage membership, pipeline links."""
@@ -138,12 +145,13 @@ class OperatorGraph:
         self._changed = False
         nodes = set(self.graph.nodes)
         edges = {(s, d, k) for s, d, k in self.graph.edges(data="kind")}
-        digest = hashlib.sha256(repr((sorted(nodes), sorted(edges))).encode()).hexdigest()[:32]
-        if digest == self._digest:
-            return []
         added_n, added_e = sorted(nodes - self._nodes), sorted(edges - self._edges)
         gone_n, gone_e = tuple(sorted(self._nodes - nodes)), tuple(sorted(self._edges - edges))
-        self._digest, self._nodes, self._edges = digest, nodes, edges
+        every = _merged(self._sorted[0], added_n, gone_n), _merged(self._sorted[1], added_e, gone_e)
+        digest = hashlib.sha256(repr(every).encode()).hexdigest()[:32]
+        if digest == self._digest:
+            return []
+        self._digest, self._nodes, self._edges, self._sorted = digest, nodes, edges, every
         items: list[tuple[str, Any]] = [("n", n) for n in added_n] + [("e", e) for e in added_e]
         chunks = [items[i : i + MAX_ITEMS] for i in range(0, len(items), MAX_ITEMS)] or [[]]
         return [
@@ -160,3 +168,12 @@ class OperatorGraph:
             )
             for i, chunk in enumerate(chunks)
         ]
+
+
+def _merged(before: list[Any], added: list[Any], gone: tuple[Any, ...]) -> list[Any]:
+    """``before`` (sorted) without ``gone`` and with ``added`` (sorted), sorted: two runs merged, not a sort
+    of the whole graph at every change."""
+    if gone:
+        left = set(gone)
+        before = [x for x in before if x not in left]
+    return sorted(before + added) if added else before
