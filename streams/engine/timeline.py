@@ -136,14 +136,16 @@ class Timeline:
         masks: list[npt.NDArray[np.bool_] | None] = []
         newest = self._newest.get(channel, -math.inf)
         for batch in batches:
-            times = np.asarray(batch.columns[EVENT_TIME[batch.kind]], np.float64)
             ends = batch.time_bounds()
-            if ends is None and len(times):  # (an object column: its values as floats)
+            times = None  # (made only when rows are looked at: the usual batch is told by its ends)
+            if ends is None and len(batch):  # (an object column: its values as floats)
+                times = _times(batch)
                 ends = float(times.min()), float(times.max())
             if ends is not None and ends[0] >= frontier:  # the usual message: nothing late
                 masks.append(None)
                 kept, (low, high) = batch, ends
             else:
+                times = _times(batch) if times is None else times
                 late = times < frontier
                 masks.append(late)
                 if late.all():  # nothing to buffer (also: an empty batch)
@@ -159,7 +161,7 @@ class Timeline:
             ):  # the usual message: one epoch, buffered without a copy
                 self._buffer(math.floor(low / self.epoch_s), kept, channel, offset)
                 continue
-            for k, part in _by_epoch(kept, times, self.epoch_s):
+            for k, part in _by_epoch(kept, _times(kept) if times is None else times, self.epoch_s):
                 self._buffer(k, part, channel, offset)
         self._newest[channel] = newest
         return masks
@@ -200,6 +202,10 @@ class Timeline:
             yield (k + 1) * self.epoch_s, _chunks(epoch)
         if self._released is None or limit > self._released:
             self._released = limit
+
+
+def _times(batch: SampleBatch) -> npt.NDArray[np.float64]:
+    return np.asarray(batch.columns[EVENT_TIME[batch.kind]], np.float64)
 
 
 def _by_epoch(batch: SampleBatch, times: npt.NDArray[np.float64], epoch_s: float) -> Iterator[tuple[int, SampleBatch]]:
