@@ -211,14 +211,15 @@ def _times(batch: SampleBatch) -> npt.NDArray[np.float64]:
 def _by_epoch(batch: SampleBatch, times: npt.NDArray[np.float64], epoch_s: float) -> Iterator[tuple[int, SampleBatch]]:
     """A batch's rows per epoch, epochs in increasing order, each one's rows in their order in the batch. A
     message's rows usually come in event-time order: then each epoch's rows are a slice of the batch (views, no
-    copy); otherwise one stable sort by epoch gathers them (rows never move to Python, whatever their number)."""
+    copy); otherwise one stable sort by epoch gathers each column once, and the epochs are slices of that
+    (rows never move to Python, whatever their number; a gather per column, not per column and epoch)."""
     epochs = np.floor(times / epoch_s).astype(np.int64)
-    order = None if (epochs[1:] >= epochs[:-1]).all() else np.argsort(epochs, kind="stable")
-    ordered = epochs if order is None else epochs[order]
-    starts = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist()]
-    for start, end in zip(starts, [*starts[1:], len(ordered)], strict=True):
-        rows = slice(start, end) if order is None else order[start:end]
-        yield int(ordered[start]), batch.select(rows)  # type: ignore[arg-type]
+    if not (epochs[1:] >= epochs[:-1]).all():
+        order = np.argsort(epochs, kind="stable")
+        batch, epochs = batch.select(order), epochs[order]
+    starts = [0, *(np.flatnonzero(epochs[1:] != epochs[:-1]) + 1).tolist()]
+    for start, end in zip(starts, [*starts[1:], len(epochs)], strict=True):
+        yield int(epochs[start]), batch.select(slice(start, end))  # type: ignore[arg-type]
 
 
 def _chunks(epoch: _Epoch) -> list[Chunk]:
