@@ -53,8 +53,17 @@ class SampleBatch:
     def time_bounds(self) -> tuple[float, float] | None:
         """The lowest and highest event time, as ``float(times.min())``/``max()`` give them (NaN when a time
         is NaN); None when there are none or they are not numbers (an object column's min/max would pass a NaN
-        by). A message's batch is mostly a few rows: those are read as Python numbers (numpy's per-call cost
-        was most of telling them)."""
+        by). Told once per batch (admission and the timeline both ask; a batch is never changed in place;
+        not a functools.cached_property: Python 3.11's takes a lock each time it is read)."""
+        try:
+            ends: tuple[float, float] | None = self.__dict__["_ends"]
+        except KeyError:
+            ends = self.__dict__["_ends"] = self._ends()
+        return ends
+
+    def _ends(self) -> tuple[float, float] | None:
+        """(A message's batch is mostly a few rows: those are read as Python numbers; numpy's per-call cost
+        was most of telling them.)"""
         times = self.columns[EVENT_TIME[self.kind]]
         if not len(times) or times.dtype.kind not in "fiu":
             return None

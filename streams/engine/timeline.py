@@ -136,14 +136,16 @@ class Timeline:
         masks: list[npt.NDArray[np.bool_] | None] = []
         newest = self._newest.get(channel, -math.inf)
         for batch in batches:
-            times = np.asarray(batch.columns[EVENT_TIME[batch.kind]], np.float64)
             ends = batch.time_bounds()
-            if ends is None and len(times):  # (an object column: its values as floats)
+            times = None  # (made only when rows are looked at: the usual batch is told by its ends)
+            if ends is None and len(batch):  # (an object column: its values as floats)
+                times = _times(batch)
                 ends = float(times.min()), float(times.max())
             if ends is not None and ends[0] >= frontier:  # the usual message: nothing late
                 masks.append(None)
                 kept, (low, high) = batch, ends
             else:
+                times = _times(batch) if times is None else times
                 late = times < frontier
                 masks.append(late)
                 if late.all():  # nothing to buffer (also: an empty batch)
@@ -159,7 +161,7 @@ class Timeline:
             ):  # the usual message: one epoch, buffered without a copy
                 self._buffer(math.floor(low / self.epoch_s), kept, channel, offset)
                 continue
-            for k, part in _by_epoch(kept, times, self.epoch_s):
+            for k, part in _by_epoch(kept, _times(kept) if times is None else times, self.epoch_s):
                 self._buffer(k, part, channel, offset)
         self._newest[channel] = newest
         return masks
@@ -202,17 +204,22 @@ class Timeline:
             self._released = limit
 
 
+def _times(batch: SampleBatch) -> npt.NDArray[np.float64]:
+    return np.asarray(batch.columns[EVENT_TIME[batch.kind]], np.float64)
+
+
 def _by_epoch(batch: SampleBatch, times: npt.NDArray[np.float64], epoch_s: float) -> Iterator[tuple[int, SampleBatch]]:
     """A batch's rows per epoch, epochs in increasing order, each one's rows in their order in the batch. A
     message's rows usually come in event-time order: then each epoch's rows are a slice of the batch (views, no
-    copy); otherwise one stable sort by epoch gathers them (rows never move to Python, whatever their number)."""
+    copy); otherwise one stable sort by epoch gathers each column once, and the epochs are slices of that
+    (rows never move to Python, whatever their number; a gather per column, not per column and epoch)."""
     epochs = np.floor(times / epoch_s).astype(np.int64)
-    order = None if (epochs[1:] >= epochs[:-1]).all() else np.argsort(epochs, kind="stable")
-    ordered = epochs if order is None else epochs[order]
-    starts = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist()]
-    for start, end in zip(starts, [*starts[1:], len(ordered)], strict=True):
-        rows = slice(start, end) if order is None else order[start:end]
-        yield int(ordered[start]), batch.select(rows)  # type: ignore[arg-type]
+    if not (epochs[1:] >= epochs[:-1]).all():
+        order = np.argsort(epochs, kind="stable")
+        batch, epochs = batch.select(order), epochs[order]
+    starts = [0, *(np.flatnonzero(epochs[1:] != epochs[:-1]) + 1).tolist()]
+    for start, end in zip(starts, [*starts[1:], len(epochs)], strict=True):
+        yield int(epochs[start]), batch.select(slice(start, end))  # type: ignore[arg-type]
 
 
 def _chunks(epoch: _Epoch) -> list[Chunk]:

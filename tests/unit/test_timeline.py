@@ -39,7 +39,8 @@ def test_a_message_goes_to_the_epochs_of_its_samples() -> None:
 
 def test_a_message_over_several_epochs_is_split_keeping_its_rows_order() -> None:
     """Each epoch gets the message's rows of its times in their order in the message; rows in time order are
-    buffered as slices of the message's columns (views), others gathered by one sort by epoch."""
+    buffered as slices of the message's columns (views), others gathered once by one sort by epoch (each
+    epoch's rows a slice of that one gather)."""
     timeline = Timeline(lateness=100.0, epoch_s=1.0)
     ordered, mixed = metrics([5.0, 5.5, 6.25, 6.0, 8.5]), metrics([7.5, 9.0, 7.25, 9.5, 7.0, 8.0])
     timeline.add_samples("t/0", [ordered, mixed])
@@ -48,6 +49,10 @@ def test_a_message_over_several_epochs_is_split_keeping_its_rows_order() -> None
     (six,) = timeline._epochs[6].parts["metric"]
     assert np.shares_memory(six.columns["time"], ordered.columns["time"])
     assert timeline._epochs[8].parts["metric"][1].index.tolist() == [5]
+    seven, nine = timeline._epochs[7].parts["metric"][0], timeline._epochs[9].parts["metric"][0]
+    gathered = seven.columns["value"].base
+    assert gathered is not None and nine.columns["value"].base is gathered  # (one gather, sliced)
+    assert not np.shares_memory(gathered, mixed.columns["value"])
 
 
 def test_late_samples_are_reported_and_not_buffered() -> None:
