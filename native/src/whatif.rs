@@ -8,7 +8,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::dag::{healed_step_ends, items, DagLayout, Healed};
+use crate::dag::{healed_step_ends, items, to_starts, DagLayout, Healed};
 use crate::median::{excluding_each_row, medians_of};
 
 /// A key column as the engine keeps it: int32 (compact) or int64.
@@ -259,13 +259,7 @@ impl Healed for Keyed<'_> {
         for &i in nodes.iter().flatten() {
             end[place[i as usize] as usize] += 1;
         }
-        let mut total = 0;
-        for e in end.iter_mut() {
-            total += *e;
-            *e = total - *e; // where the place's values begin, moved to their end as they are placed
-        }
-        changed.clear();
-        changed.resize(total, (0, 0.0));
+        to_starts(end, changed);
         for (j, list) in nodes.iter().enumerate() {
             let alt = self.alts[self.alt_of[first + j] as usize];
             for &i in list {
