@@ -458,6 +458,18 @@ pub(crate) trait Healed {
     }
 }
 
+/// `Healed::by_place`'s counting sort by place: `end` (each place's count of values on entry) set to where
+/// each place's values begin, to be moved to their end as they are placed, and `changed` sized for them all.
+pub(crate) fn to_starts(end: &mut [usize], changed: &mut Vec<(usize, f64)>) {
+    let mut total = 0;
+    for e in end.iter_mut() {
+        total += *e;
+        *e = total - *e;
+    }
+    changed.clear();
+    changed.resize(total, (0, 0.0));
+}
+
 /// Rows given as masks (checked: `rows_of`): row `k` heals the nodes `masks[mask_ptr[k]..mask_ptr[k + 1]]`, each
 /// to `value(at, node)` (`at`: its position in `masks`).
 struct Listed<'a, V> {
@@ -509,13 +521,7 @@ impl<V: Fn(usize, usize) -> f64> Healed for Listed<'_, V> {
                 end[place[node as usize] as usize] += 1;
             }
         }
-        let mut total = 0;
-        for e in end.iter_mut() {
-            total += *e;
-            *e = total - *e; // where the place's values begin, moved to their end as they are placed
-        }
-        changed.clear();
-        changed.resize(total, (0, 0.0));
+        to_starts(end, changed);
         for j in 0..width {
             for at in self.span(first + j) {
                 let i = self.masks[at] as usize;

@@ -8,7 +8,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::dag::{healed_step_ends, items, DagLayout, Healed};
+use crate::dag::{healed_step_ends, items, to_starts, DagLayout, Healed};
 use crate::median::{excluding_each_row, medians_of};
 
 /// A key column as the engine keeps it: int32 (compact) or int64.
@@ -165,9 +165,8 @@ impl<'a> Wanted<'a> {
         }
     }
 
-    /// The candidates that want node `i`'s value.
-    fn at(&self, i: usize) -> &[(i64, usize)] {
-        let k = self.column.get(i);
+    /// The candidates that want the value `k`.
+    fn of_value(&self, k: i64) -> &[(i64, usize)] {
         match &self.table {
             Some((lo, first)) => match usize::try_from(k.wrapping_sub(*lo)) {
                 Ok(at) if k >= *lo && at + 1 < first.len() => {
@@ -179,6 +178,22 @@ impl<'a> Wanted<'a> {
                 let from = self.wanted.partition_point(|w| w.0 < k);
                 let to = self.wanted.partition_point(|w| w.0 <= k);
                 &self.wanted[from..to]
+            }
+        }
+    }
+
+    /// Each wanting candidate's nodes appended to its list (`nodes[c - first]`), in node order.
+    fn nodes(&self, first: usize, nodes: &mut [Vec<u32>]) {
+        match self.column {
+            Slice::Narrow(s) => self.scan(s, first, nodes),
+            Slice::Wide(s) => self.scan(s, first, nodes),
+        }
+    }
+
+    fn scan<T: Copy + Into<i64>>(&self, column: &[T], first: usize, nodes: &mut [Vec<u32>]) {
+        for (i, &k) in column.iter().enumerate() {
+            for &(_, c) in self.of_value(k.into()) {
+                nodes[c - first].push(i as u32);
             }
         }
     }
@@ -208,16 +223,18 @@ impl Healed for Keyed<'_> {
         self.alt_of.len()
     }
 
+    /// A counting sort by place of the block's healed values (as `Listed`'s): each candidate's nodes found
+    /// first, a key column at a time in node order (read one after another, not in the walk's order all
+    /// over them); a row heals a node once, so the order of a place's values among rows is free.
     fn by_place(
         &self,
-        order: &[u32],
         _: &[u32],
+        place: &[u32],
         first: usize,
         width: usize,
         changed: &mut Vec<(usize, f64)>,
         end: &mut [usize],
     ) {
-        changed.clear();
         let block = first..first + width;
         let everywhere: Vec<usize> = self
             .everywhere
@@ -227,7 +244,7 @@ impl Healed for Keyed<'_> {
             .collect();
         // the block's candidates by column: a column none of them reads is not read (many blocks, when the
         // graph is wide, each with a few)
-        let mut wanted = Vec::new();
+        let mut nodes = vec![Vec::new(); width];
         for (&column, w) in self.columns.iter().zip(&self.wanted) {
             let w: Vec<_> = w
                 .iter()
@@ -235,20 +252,29 @@ impl Healed for Keyed<'_> {
                 .filter(|(_, c)| block.contains(c))
                 .collect();
             if !w.is_empty() {
-                wanted.push(Wanted::of(column, w));
+                Wanted::of(column, w).nodes(first, &mut nodes);
             }
         }
-        for (k, &i) in order.iter().enumerate() {
-            let i = i as usize;
-            for w in &wanted {
-                for &(_, c) in w.at(i) {
-                    changed.push((c - first, self.value(c, i)));
-                }
+        end.fill(everywhere.len()); // (a place per node)
+        for &i in nodes.iter().flatten() {
+            end[place[i as usize] as usize] += 1;
+        }
+        to_starts(end, changed);
+        for (j, list) in nodes.iter().enumerate() {
+            let alt = self.alts[self.alt_of[first + j] as usize];
+            for &i in list {
+                let at = &mut end[place[i as usize] as usize];
+                changed[*at] = (j, alt[i as usize]);
+                *at += 1;
             }
-            for &c in &everywhere {
-                changed.push((c - first, self.value(c, i)));
+        }
+        for &c in &everywhere {
+            let alt = self.alts[self.alt_of[c] as usize];
+            for (&k, &v) in place.iter().zip(alt) {
+                let at = &mut end[k as usize];
+                changed[*at] = (c - first, v);
+                *at += 1;
             }
-            end[k] = changed.len();
         }
     }
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from streams.engine.codes import classes
 from streams.engine.medians import median
@@ -28,8 +29,7 @@ class RankCompute:
             return
         steps, ranks = c["step"][mask], c["rank"][mask]
         key = steps * (int(ranks.max()) + 1) + ranks
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        sums = np.bincount(inverse.ravel(), c["duration"][mask])
+        first, sums = _first_and_sums(key, c["duration"][mask])
         idx = np.flatnonzero(mask)[first]
         for step, rank, pp, tp, total in zip(c["step"][idx].tolist(), c["rank"][idx].tolist(),
                                              c["pp"][idx].tolist(), c["tp"][idx].tolist(), sums.tolist(),
@@ -54,3 +54,20 @@ class RankCompute:
         excess = {r: t / medians[self._position[r]] for r, t in per_rank.items() if medians[self._position[r]] > 0}
         top = max(sorted(excess), key=excess.__getitem__, default=None)
         return top if top is not None and excess[top] > MIN_EXCESS else None
+
+
+def _first_and_sums(
+    key: npt.NDArray[np.int64], weights: npt.NDArray[np.float64]
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+    """Per distinct key, ascending: the first row holding it and the sum of its rows' ``weights`` (added in
+    row order), as ``np.unique``'s index and ``np.bincount`` over its inverse give them; a batch's few steps
+    x its ranks (dense keys) binned without a sort."""
+    lo, hi = int(key.min()), int(key.max())
+    if hi - lo > 4 * len(key) + 1024:
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        return first, np.asarray(np.bincount(inverse.ravel(), weights), np.float64)
+    at = key - lo
+    present = np.flatnonzero(np.bincount(at))
+    first = np.full(hi - lo + 1, len(at), np.intp)
+    np.minimum.at(first, at, np.arange(len(at)))
+    return first[present], np.asarray(np.bincount(at, weights), np.float64)[present]

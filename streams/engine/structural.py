@@ -127,9 +127,7 @@ class JobDerivations:
         w = r.whatif
         chained = self._timeline.chain(r.step, r.t0, p.g, p.owners)
         s = w.structural
-        floor = chained.floor
-        fresh = floor is None and p is w.pending  # the what-if's ideal row: its ends are known
-        ideal_end, ideal_ranks = (s.ideal_s, w.ideal_rank_ends) if fresh else p.ideal_ends(floor)
+        ideal_end, ideal_ranks = p.ideal_ends(chained.floor)  # (the what-if's are made when asked: not here)
         self._timeline.advance(r.step, r.t0, (s.actual_s, ideal_end), (w.rank_ends, ideal_ranks))
         actual, ideal = s.actual_s - chained.actual_before, ideal_end - chained.ideal_before
         return replace(s, actual_s=actual, ideal_s=ideal), chained

@@ -79,10 +79,19 @@ class StepWhatIf:
     ends: Floats  # per node end times as observed (for the critical path; empty once released)
     peer_median: Floats  # per node: the median intrinsic duration of its replica peers (empty once released)
     rank_ends: Floats  # per rank: its last span's end, as observed
-    ideal_rank_ends: Floats  # per rank: its last span's end in the ideal from peers (from observed starts)
     top_rank: int | None  # the rank the first candidate heals (ranks are the first candidates; None: no rank)
     structural: Structural  # the ideal step from peers (not decomposed: see decomposed())
     pending: Pending | None  # None once the job has derived what it needs of the step (:meth:`released`)
+    _ideal_ranks: list[Floats] = field(default_factory=list, compare=False, repr=False)  # (made when asked)
+
+    @property
+    def ideal_rank_ends(self) -> Floats:
+        """Per rank: its last span's end in the ideal from peers (from observed starts), while the step is
+        pending: a job reads its ideal from its timeline's starts (:mod:`carry`), not these."""
+        if not self._ideal_ranks:
+            assert self.pending is not None, "released"
+            self._ideal_ranks.append(self.pending.ideal_ends()[1])
+        return self._ideal_ranks[0]
 
     def decomposed(self) -> Structural:
         """The step's blocking slowdown decomposed over its candidate elements (:mod:`decompose`)."""
@@ -321,22 +330,20 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
     peers (its decomposition is left to :meth:`StepWhatIf.decomposed`). ``roles``: ``Roles.of(g)``, or roles
     made for an earlier graph that they fit (:meth:`Roles.fits`, which the caller has asked: not again here)."""
     d0 = g.intrinsic
-    # every node's end only where it is read (the step as modelled, its ideal, the top rank healed), a row at a
-    # time (no stack of rows, no row kept longer than it is read); the other candidates' step ends without a
-    # row of durations each (:class:`decompose.Rows`)
+    # every node's end only where it is read (the step as modelled, the top rank healed), a row at a time (no
+    # stack of rows, no row kept longer than it is read); the ideal's, the baseline's and the other candidates'
+    # step ends without a row of durations each (:class:`decompose.Rows`)
     ends = _row_ends(g, d0)
     ideal, evidence = roles.peers.at_ideal(d0)  # (each peer group's middle found once for both)
-    ideal_ends = _row_ends(g, ideal)
-    actual_s, ideal_s = float(ends.max()), float(ideal_ends.max())
-    ideal_rank_ends = last_end_per_rank(g, ideal_ends)
-    del ideal_ends
+    actual_s = float(ends.max())
     peer_med, by_stage, by_link = _from_peers(g, roles, d0)
     cands, healing = _candidates(g, job, ops, baseline, roles, (peer_med, by_stage, by_link))
     top_rank = healing[0].value if cands and cands[0].dimension == "rank" else None  # (healed when asked)
+    every = [Healing(ideal, None)] + ([] if baseline is None else [Healing(baseline, None)])  # (every node)
+    healed = _healed_step_ends(g, d0, healing + every)
+    ideal_s = float(healed[len(healing)])
+    baseline_s = None if baseline is None else float(healed[len(healing) + 1])
     structural = Structural(actual_s, ideal_s, (), _NONE, _NONE, {}, decomposed=False)
-    at_baseline = [] if baseline is None else [Healing(baseline, None)]  # every node at the baseline
-    healed = _healed_step_ends(g, d0, healing + at_baseline)
-    baseline_s = float(healed[-1]) if at_baseline else None
     return StepWhatIf(
         step_s=actual_s,
         observed_s=g.observed_s,
@@ -346,7 +353,6 @@ def what_if(g: StepGraph, job: str, ops: list[str], baseline: Floats | None, rol
         ends=ends,
         peer_median=peer_med,
         rank_ends=last_end_per_rank(g, ends),
-        ideal_rank_ends=ideal_rank_ends,
         top_rank=top_rank,
         structural=structural,
         pending=Pending(g, job, ops, d0, ideal, roles.peers, roles.owners, evidence=evidence),

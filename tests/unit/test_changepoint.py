@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from streams.engine.detectors.changepoint import Change, ChangePoint, _nanmedian_of_tails
+from streams.engine.detectors.changepoint import Change, ChangePoint, _fit, _nanmedian_of_tails
 
 
 def run(x: np.ndarray) -> list[Change]:
@@ -220,3 +220,13 @@ def test_changes_not_kept_restart_their_series_all_the_same() -> None:
     assert kept == [c for c in every if c.series % 2 == 0]
     for name in ("_x", "_y", "_n", "_seen", "_sigma"):
         assert getattr(picky, name).tobytes() == getattr(plain, name).tobytes(), name
+
+
+def test_a_reports_line_is_polyfits_bit_for_bit() -> None:
+    rng = np.random.default_rng(4)
+    for n in [2, 3, 7, 40, 128]:
+        for x in (rng.random(n) * 1e9 + 1e6, rng.random(n) * 1e-9, np.ones(n), np.zeros(n)):
+            for at in (-0.5, n - 1.0):
+                slope, intercept = np.polyfit(np.arange(n, dtype=np.float64), x, 1)
+                expected = np.array([slope, intercept + slope * at])
+                assert np.array(_fit(x, at)).tobytes() == expected.tobytes()
