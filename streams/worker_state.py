@@ -69,7 +69,7 @@ READER_BACKOFF_S = (0.5, 10.0)  # the decision reader's wait after a failure: fi
 # a backlog, however short, is acknowledged at once, not on the next timer. That commit takes the place of the
 # timer's next one (WorkerState.early): a steady input read in large fetches (a step's messages, one per rank,
 # in one or more fetches, each step a "backlog" drained in ms) is not committed per step but, as without this,
-# once a timer period (at a step's end rather than on the timer)
+# once a timer period; a backlog that ends after such a commit is left to the timer's next round
 BACKLOG_MESSAGES = 100
 READ_IN_FULL = ("decisions", "shared")  # kinds of input every task reads all partitions of (by its own reader)
 OWN_INPUT = ("telemetry", "metrics")  # kinds of input a task reads one partition of (through Faust)
@@ -112,8 +112,10 @@ class WorkerState:
     pending: int = 0  # messages processed since the last commit (a batch is one entry of acks)
     dirty: bool = False
     behind: bool = False  # its own input was BACKLOG_MESSAGES behind since it last caught up (commits in between too)
-    # it committed at a backlog's end since the timer's last round, which therefore leaves it out (see BACKLOG_MESSAGES)
+    # a commit at a backlog's end took the timer's next round's place (see BACKLOG_MESSAGES); ``ended``: a backlog
+    # ended after it, whose commit that round makes
     early: bool = False
+    ended: bool = False
     idle_since: float | None = None
     flushed: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -305,21 +307,23 @@ class WorkerState:
 
     def backlog_ended(self, caught_up: Iterable[str] | None = None) -> bool:
         """Whether the task has just caught up with its own input after a backlog (:data:`BACKLOG_MESSAGES`
-        behind), and no such commit was made since the timer's last round (:meth:`timer_due`): its commit is
-        due now. The decision and shared channels, read in full by its own reader, do not count: their marks
-        move only with the other tasks' commits. ``caught_up``: :meth:`caught_up` already asked (e.g.
-        :attr:`caught`)."""
+        behind) and its commit is due now: unless such a commit already took the timer's next round's place
+        (:attr:`early`; that round commits it instead, :meth:`timer_due`). The decision and shared channels,
+        read in full by its own reader, do not count: their marks move only with the other tasks' commits.
+        ``caught_up``: :meth:`caught_up` already asked (e.g. :attr:`caught`)."""
         if not self.behind or not self.own_caught_up(caught_up):
             return False
         self.behind = False
+        self.ended = self.early
         return not self.early
 
     def timer_due(self, out: Output | None) -> bool:
         """The state timer's round, after :meth:`tick` gave ``out``: whether it should commit the task. Not if
-        the task committed at a backlog's end since the last round (that commit took this one's place), unless
-        the tick has records (they wait no longer than without it) or a failed transaction waits for a retry."""
-        early, self.early = self.early, False
-        return not early or self.unresolved is not None or bool(out is not None and out.audit)
+        a commit at a backlog's end took this round's place, unless a backlog ended after that one (this round
+        commits it, and takes the next round's place in turn: one commit a round at most), the tick has
+        records (they wait no longer than without it) or a failed transaction waits for a retry."""
+        early, ended, self.early, self.ended = self.early, self.ended, self.ended, False
+        return not early or ended or self.unresolved is not None or bool(out is not None and out.audit)
 
     def _behind(self, tp: tuple[str, int], offset: int) -> int:
         """Messages after ``offset`` in partition ``tp`` as of the last fetch (0: not known), by the high

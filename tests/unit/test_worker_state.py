@@ -461,8 +461,9 @@ def test_a_task_keeping_up_with_large_fetches_commits_no_more_often_than_the_tim
     """A steady input of steps of many messages (one per rank), each step there at once (the high watermark
     at its end) and read in several fetches, puts a task ``BACKLOG_MESSAGES`` behind at a step's first
     message, and each step is drained in ms. Its end commits at once only in place of the timer's next round:
-    no more snapshots or offset commits than the timer's rounds (and ``COMMIT_EVERY_MESSAGES``) make, at a
-    step a round or several (they would take the share of the loop snapshots may have, back to back)."""
+    no more snapshots or offset commits than the timer's rounds (and ``COMMIT_EVERY_MESSAGES``) make, but for
+    the first step's, before the first round; at a step a round or several (they would take the share of the
+    loop snapshots may have, back to back)."""
     from types import SimpleNamespace
 
     from streams import worker_state
@@ -504,7 +505,7 @@ def test_a_task_keeping_up_with_large_fetches_commits_no_more_often_than_the_tim
 
     asyncio.run(steady())
     forced = steps * fetch // COMMIT_EVERY_MESSAGES
-    assert state.seq <= rounds + forced and len(offsets_commits) <= rounds
+    assert state.seq <= 1 + rounds + forced and len(offsets_commits) <= 1 + rounds
     assert state.deferred is None
     # (each step's end commits as the timer's round would, but at once: the group's lag is 0 then)
     assert ends[0] == (1 if fetch > BACKLOG_MESSAGES else 0)
@@ -824,15 +825,32 @@ def test_only_the_tasks_own_input_starts_a_backlog(monkeypatch: pytest.MonkeyPat
 
 
 def test_a_commit_at_a_backlogs_end_takes_the_place_of_the_timers_next_round(monkeypatch: pytest.MonkeyPatch) -> None:
-    """After a commit at a backlog's end, the timer's next round leaves the task out, and only that one;
-    unless the round's tick has records (they wait no longer than without that commit) or a failed
-    transaction waits to be retried."""
+    """After a commit at a backlog's end, the timer's next round leaves the task out, and only that one. A
+    backlog that ends before that round is committed by it (not one round later), and that commit takes the
+    next round's place in turn. The round commits anyway if its tick has records (they wait no longer than
+    without the early commit) or a failed transaction waits to be retried."""
     from audit.records import AuditRecord, SourcePosition
 
     state = task(Broker(), monkeypatch)
-    record = AuditRecord("finding", "f0", SourcePosition("telemetry", 0, 0), {"kind": "k"}, key="k")
-    state.early = True
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    state.offsets[("telemetry", 0)] = 5
+    state.highwater = lambda t, p: 5  # (caught up)
+
+    def backlog_ends() -> bool:
+        state.behind = True
+        return state.backlog_ended()
+
+    def commit_at_once() -> None:  # (as the driver does when backlog_ended() says so)
+        state.early = True
+
+    assert backlog_ends()
+    commit_at_once()
     assert [state.timer_due(None), state.timer_due(None)] == [False, True]
+    assert backlog_ends()
+    commit_at_once()
+    assert not backlog_ends() and not backlog_ends(), "left to the round"
+    assert [state.timer_due(None), state.timer_due(None), state.timer_due(None)] == [True, False, True]
+    record = AuditRecord("finding", "f0", SourcePosition("telemetry", 0, 0), {"kind": "k"}, key="k")
     state.early = True
     assert state.timer_due(Output(audit=[record])) and not state.early
     state.early = True
