@@ -455,15 +455,16 @@ def test_a_task_commits_and_acknowledges_at_once_when_a_backlog_ends(
 
 @pytest.mark.parametrize("fetch", [BACKLOG_MESSAGES // 2, BACKLOG_MESSAGES + 50, 10 * BACKLOG_MESSAGES])
 @pytest.mark.parametrize("steps_a_round", [1, 2, 5])
+@pytest.mark.parametrize("mid_step", [False, True], ids=["rounds-between-steps", "rounds-mid-step"])
 def test_a_task_keeping_up_with_large_fetches_commits_no_more_often_than_the_timer(
-    fetch: int, steps_a_round: int, monkeypatch: pytest.MonkeyPatch
+    fetch: int, steps_a_round: int, mid_step: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A steady input of steps of many messages (one per rank), each step there at once (the high watermark
     at its end) and read in several fetches, puts a task ``BACKLOG_MESSAGES`` behind at a step's first
     message, and each step is drained in ms. Its end commits at once only in place of the timer's next round:
     no more snapshots or offset commits than the timer's rounds (and ``COMMIT_EVERY_MESSAGES``) make, but for
-    the first step's, before the first round; at a step a round or several (they would take the share of the
-    loop snapshots may have, back to back)."""
+    the first step's, before the first round; at a step a round or several, the round between two steps or
+    in the middle of one (they would take the share of the loop snapshots may have, back to back)."""
     from types import SimpleNamespace
 
     from streams import worker_state
@@ -486,29 +487,33 @@ def test_a_task_keeping_up_with_large_fetches_commits_no_more_often_than_the_tim
     app = SimpleNamespace(consumer=SimpleNamespace(commit=commit))
     ops = SimpleNamespace(app=app, status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
     steps, rounds = 10 * steps_a_round, 10
-    ends: list[int] = []  # the commits made when each step's messages are in (before the timer's round)
+    at_ends: list[int] = []  # the commits made by each step's last fetch
 
     async def steady() -> None:
         offset = 0
         for step in range(1, steps + 1):
             end[0] += fetch
             while offset < end[0]:
+                seq = state.seq
                 event = fetched(*range(offset, min(offset + 40, end[0])))  # (fetches of 40 messages)
                 await handle_event(state, ops, stream, event, "telemetry", "auto")  # type: ignore[arg-type]
                 offset = event.message.offset + 1
                 clock[0] += 1e-5 * len(event.message.messages)
+                if offset == end[0]:
+                    at_ends.append(state.seq - seq)
+                elif mid_step and step % steps_a_round == 0 and offset == end[0] - fetch + 40:
+                    await commit_round(app, ops, [state], 2.0)  # type: ignore[arg-type]
             clock[0] += 0.01
             await asyncio.sleep(0)
-            ends.append(state.seq)
-            if step % steps_a_round == 0:
+            if not mid_step and step % steps_a_round == 0:
                 await commit_round(app, ops, [state], 2.0)  # type: ignore[arg-type]
 
     asyncio.run(steady())
     forced = steps * fetch // COMMIT_EVERY_MESSAGES
     assert state.seq <= 1 + rounds + forced and len(offsets_commits) <= 1 + rounds
     assert state.deferred is None
-    # (each step's end commits as the timer's round would, but at once: the group's lag is 0 then)
-    assert ends[0] == (1 if fetch > BACKLOG_MESSAGES else 0)
+    # (the first step's end commits as the timer's round would, but at once: the group's lag is 0 then)
+    assert at_ends[0] == (1 if fetch > BACKLOG_MESSAGES else 0)
 
 
 def test_a_stopped_task_commits_and_defers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
