@@ -333,8 +333,8 @@ async def commit_task(app: faust.App, ops_service: OpsService, task: WorkerState
 
 
 async def commit_round(app: faust.App, ops_service: OpsService, tasks: list[WorkerState], interval_s: float) -> None:
-    """The state timer's round (every ``interval_s``): each task ticks and commits, unless it committed at a
-    backlog's end since the last round (:meth:`WorkerState.timer_due`)."""
+    """The state timer's round (every ``interval_s``): each task ticks and commits, unless a commit at a
+    backlog's end took this round's place (:meth:`WorkerState.timer_due`)."""
     committed = False
     for task in tasks:
         if not task.ready.is_set():
