@@ -579,8 +579,8 @@ def rss_child(ranks: int, steps: int, lateness: float) -> None:
 
 SECTIONS = ("inprocess", "ceiling", "live", "workers", "replay", "analyze", "sink", "rss", "latency")
 # 2 workers against 1: jobs alike, one per partition (the FULL_JOBS workload is 99.5% one job, so one partition)
-# (600 steps: 4.6 M samples, ~5 s for one worker; at 150 two workers drain their halves in well under a second
-# and most of a run is the drain's end waiting for the state timer: BACKLOG_S in streams/worker_state.py)
+# (600 steps: 4.6 M samples, ~5 s for one worker; at 150 two workers drain their halves in well under a second,
+# and what a run costs whatever its length weighs more)
 BALANCED = ("training-fabric", 32, 600)
 SMOKE_BALANCED = ("training-fabric", 16, 20)
 BALANCED_LABEL = "workers, balanced jobs"
@@ -619,7 +619,7 @@ def main() -> int:
     parser.add_argument("--workers", default="1,2", help="live runs: worker counts, e.g. 1,2")
     parser.add_argument("--balanced-steps", type=int, default=BALANCED[2],
                         help="workers section: steps of each of the four jobs (longer: less of each run is the "
-                             "drain's end waiting for the state timer and the idle flush)")  # fmt: skip
+                             "start and end of its drain and the idle flush)")  # fmt: skip
     parser.add_argument("--rss-child", nargs=3, metavar=("RANKS", "STEPS", "LATENESS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:

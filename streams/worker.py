@@ -284,6 +284,7 @@ async def after_message(state: WorkerState, ops_service: OpsService, msg: Any, o
     due = ended or state.pending >= COMMIT_EVERY_MESSAGES or (out.audit and state.live(caught))
     if not due or state.unresolved is not None:  # (a failed transaction: the timer retries)
         return
+    state.early = state.early or ended  # (the timer's next round leaves the task out: WorkerState.timer_due)
     if await commit_task(ops_service.app, ops_service, state) and ended:
         await end_of_backlog(ops_service, state)
 
@@ -331,6 +332,25 @@ async def commit_task(app: faust.App, ops_service: OpsService, task: WorkerState
     return True
 
 
+async def commit_round(app: faust.App, ops_service: OpsService, tasks: list[WorkerState], interval_s: float) -> None:
+    """The state timer's round (every ``interval_s``): each task ticks and commits, unless a commit at a
+    backlog's end took this round's place (:meth:`WorkerState.timer_due`)."""
+    committed = False
+    for task in tasks:
+        if not task.ready.is_set():
+            continue
+        out, seq = task.tick(), task.seq
+        if out is not None:
+            publish_metrics(out)
+        if task.timer_due(out) and not await commit_task(app, ops_service, task):
+            return
+        committed = committed or task.seq > seq
+    # at the input's end, the offsets at once rather than on Faust's timer (not more often than Faust does)
+    at_end = committed and all(t.own_caught_up() and not t.dirty for t in tasks)
+    if at_end and interval_s >= OFFSETS_COMMIT_INTERVAL_S:
+        await commit_offsets(app)
+
+
 async def commit_offsets(app: faust.App) -> None:
     """Commit the acknowledged input offsets now (Faust does every ``broker_commit_interval``); they are
     monitoring only (a restarted task resumes from its snapshot's offsets), so a failure is left to Faust's
@@ -371,20 +391,7 @@ def build_app(settings: Settings) -> tuple[faust.App, OpsService]:
 
     @app.timer(interval=settings.state_interval_s)  # type: ignore[untyped-decorator]
     async def commit() -> None:
-        committed = False
-        for task in tasks.each():
-            if not task.ready.is_set():
-                continue
-            out, seq = task.tick(), task.seq
-            if out is not None:
-                publish_metrics(out)
-            if not await commit_task(app, ops_service, task):
-                return
-            committed = committed or task.seq > seq
-        # at the input's end, the offsets at once rather than on Faust's timer (not more often than Faust does)
-        at_end = committed and all(t.own_caught_up() and not t.dirty for t in tasks.each())
-        if at_end and settings.state_interval_s >= OFFSETS_COMMIT_INTERVAL_S:
-            await commit_offsets(app)
+        await commit_round(app, ops_service, tasks.each(), settings.state_interval_s)
 
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
     async def broker() -> None:

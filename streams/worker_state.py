@@ -65,11 +65,12 @@ SNAPSHOT_SHARE = 0.2  # at most this share of the event loop's time goes to copy
 TRANSACTION_TIMEOUT_S = 30.0  # a commit that takes longer failed (the broker is away)
 RECOVER_TIMEOUT_S = 10.0  # for each step of getting a new producer after a failed commit
 READER_BACKOFF_S = (0.5, 10.0)  # the decision reader's wait after a failure: first, at most
-# a task whose own input was at least this many messages behind, and stayed behind at least this long, commits
-# as soon as it has caught up: the end of a backlog is acknowledged at once, not on the next timer (one commit
-# per backlog; none at a steady rate, where a fetch of many messages — one per rank — is read before it is old)
+# a task whose own input was at least this many messages behind commits as soon as it has caught up: the end of
+# a backlog, however short, is acknowledged at once, not on the next timer. That commit takes the place of the
+# timer's next one (WorkerState.early): a steady input read in large fetches (a step's messages, one per rank,
+# in one or more fetches, each step a "backlog" drained in ms) is not committed per step but, as without this,
+# once a timer period; a backlog that ends after such a commit is left to the timer's next round
 BACKLOG_MESSAGES = 100
-BACKLOG_S = 1.0
 READ_IN_FULL = ("decisions", "shared")  # kinds of input every task reads all partitions of (by its own reader)
 OWN_INPUT = ("telemetry", "metrics")  # kinds of input a task reads one partition of (through Faust)
 log = logging.getLogger("driftlog.worker")
@@ -110,8 +111,11 @@ class WorkerState:
     acks: list[tuple[Any, Any]] = field(default_factory=list)  # (stream, event) to ack after the commit
     pending: int = 0  # messages processed since the last commit (a batch is one entry of acks)
     dirty: bool = False
-    # (monotonic) since when its own input is BACKLOG_MESSAGES behind, commits in a backlog included
-    behind_since: float | None = None
+    behind: bool = False  # its own input was BACKLOG_MESSAGES behind since it last caught up (commits in between too)
+    # a commit at a backlog's end took the timer's next round's place (see BACKLOG_MESSAGES); ``ended``: a backlog
+    # ended after it, whose commit that round makes
+    early: bool = False
+    ended: bool = False
     idle_since: float | None = None
     flushed: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -303,14 +307,23 @@ class WorkerState:
 
     def backlog_ended(self, caught_up: Iterable[str] | None = None) -> bool:
         """Whether the task has just caught up with its own input after a backlog (:data:`BACKLOG_MESSAGES`
-        behind for at least :data:`BACKLOG_S`): its commit is due now. Caught up sooner, it was a fetch read as
-        it came (the timer commits it). The decision and shared channels, read in full by its own reader, do
-        not count: their marks move only with the other tasks' commits. ``caught_up``: :meth:`caught_up`
-        already asked (e.g. :attr:`caught`)."""
-        if self.behind_since is None or not self.own_caught_up(caught_up):
+        behind) and its commit is due now: unless such a commit already took the timer's next round's place
+        (:attr:`early`; that round commits it instead, :meth:`timer_due`). The decision and shared channels,
+        read in full by its own reader, do not count: their marks move only with the other tasks' commits.
+        ``caught_up``: :meth:`caught_up` already asked (e.g. :attr:`caught`)."""
+        if not self.behind or not self.own_caught_up(caught_up):
             return False
-        lasted, self.behind_since = time.monotonic() - self.behind_since, None
-        return lasted >= BACKLOG_S
+        self.behind = False
+        self.ended = self.early
+        return not self.early
+
+    def timer_due(self, out: Output | None) -> bool:
+        """The state timer's round, after :meth:`tick` gave ``out``: whether it should commit the task. Not if
+        a commit at a backlog's end took this round's place, unless a backlog ended after that one (this round
+        commits it, and takes the next round's place in turn: one commit a round at most), the tick has
+        records (they wait no longer than without it) or a failed transaction waits for a retry."""
+        early, ended, self.early, self.ended = self.early, self.ended, self.ended, False
+        return not early or ended or self.unresolved is not None or bool(out is not None and out.audit)
 
     def _behind(self, tp: tuple[str, int], offset: int) -> int:
         """Messages after ``offset`` in partition ``tp`` as of the last fetch (0: not known), by the high
@@ -348,8 +361,8 @@ class WorkerState:
         tp = (position.topic, position.partition)
         self.offsets[tp] = position.offset + 1
         caught_up = self.caught = self.caught_up()  # (its high watermarks answer _behind and the lag gauge too)
-        if self.behind_since is None and kind in OWN_INPUT and self._behind(tp, position.offset) >= BACKLOG_MESSAGES:
-            self.behind_since = time.monotonic()
+        if not self.behind and kind in OWN_INPUT and self._behind(tp, position.offset) >= BACKLOG_MESSAGES:
+            self.behind = True
         if kind == "metrics":
             out = self.processor.otlp(value, position, encoding, caught_up)
         elif kind == "telemetry":

@@ -19,7 +19,7 @@ from aiokafka.errors import KafkaConnectionError, ProducerFenced
 from streams.config import Settings
 from streams.durable import _HEADER, STATE_VERSION, Snapshot, StateVersionError, digest
 from streams.pipeline import Output, Processor, build_processor
-from streams.worker_state import BACKLOG_MESSAGES, BACKLOG_S, TaskTakenOver, TransactionFailed, WorkerState
+from streams.worker_state import BACKLOG_MESSAGES, TaskTakenOver, TransactionFailed, WorkerState
 
 
 @dataclass
@@ -394,16 +394,19 @@ def test_records_of_a_task_that_keeps_up_are_committed_at_once_a_backlogs_with_t
 
 
 @pytest.mark.parametrize(("backlog", "too_soon"), [(BACKLOG_MESSAGES + 20, False), (BACKLOG_MESSAGES // 2, False),
+                                                 (BACKLOG_MESSAGES + 1, False), (BACKLOG_MESSAGES, False),
                                                  (BACKLOG_MESSAGES + 20, True)],
-                         ids=["backlog", "a-few-behind", "backlog-ending-too-soon-after-a-snapshot"])  # fmt: skip
+                         ids=["backlog", "a-few-behind", "at-the-threshold", "one-short-of-it",
+                              "backlog-ending-too-soon-after-a-snapshot"])  # fmt: skip
 def test_a_task_commits_and_acknowledges_at_once_when_a_backlog_ends(
     backlog: int, too_soon: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A task that drained a backlog of its own input commits as soon as it has caught up (its input
+    """A task that drained a backlog of its own input (its first message ``BACKLOG_MESSAGES`` or more before
+    the partition's end) commits as soon as it has caught up, though the drain took only ms (its input
     acknowledged and the offsets committed: the group's lag is 0 then, not after the next timers), or, too
     soon after its last snapshot (``SNAPSHOT_SHARE``), as soon as that allows; one that was only a few
-    messages behind, as at a steady rate, leaves its commit to the timer; nothing is committed while the
-    backlog lasts (below ``COMMIT_EVERY_MESSAGES``)."""
+    messages behind leaves its commit to the timer; nothing is committed while the backlog lasts (below
+    ``COMMIT_EVERY_MESSAGES``)."""
     import time
     from types import SimpleNamespace
 
@@ -411,7 +414,6 @@ def test_a_task_commits_and_acknowledges_at_once_when_a_backlog_ends(
 
     broker, stream = Broker(), Stream()
     state = task(broker, monkeypatch)
-    monkeypatch.setattr("streams.worker_state.BACKLOG_S", 0.0)  # (behind long enough: this drain takes ms)
     state.highwater = lambda t, p: backlog  # the telemetry partition's end: the whole backlog is there
     state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
     monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())  # (no records: no commit for them)
@@ -442,25 +444,31 @@ def test_a_task_commits_and_acknowledges_at_once_when_a_backlog_ends(
         return seqs
 
     seqs = asyncio.run(drain_and_wait())
-    if backlog >= BACKLOG_MESSAGES:
+    if backlog - 1 >= BACKLOG_MESSAGES:  # (messages after the first one)
         assert seqs == [0] * (backlog - 1) + [1], "one commit, when the last message of the backlog is in"
         assert stream.acked == list(range(backlog)) and offsets_commits == [backlog]
+        assert state.early, "the timer's next round leaves the task out"
     else:
         assert seqs == [0] * backlog and stream.acked == [] and offsets_commits == []
+        assert not state.early
 
 
 @pytest.mark.parametrize("fetch", [BACKLOG_MESSAGES // 2, BACKLOG_MESSAGES + 50, 10 * BACKLOG_MESSAGES])
-def test_a_task_keeping_up_with_large_fetches_leaves_its_commits_to_the_timer(
-    fetch: int, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("steps_a_round", [1, 2, 5])
+@pytest.mark.parametrize("mid_step", [False, True], ids=["rounds-between-steps", "rounds-mid-step"])
+def test_a_task_keeping_up_with_large_fetches_commits_no_more_often_than_the_timer(
+    fetch: int, steps_a_round: int, mid_step: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A steady input read in fetches of many messages (one per rank and step) puts a task more than
-    ``BACKLOG_MESSAGES`` behind at each fetch's first message; read as it came, that is no backlog: no snapshot
-    and no offset commit per fetch (they would take the share of the loop snapshots may have, back to back).
-    Only ``COMMIT_EVERY_MESSAGES`` commits, as for any input."""
+    """A steady input of steps of many messages (one per rank), each step there at once (the high watermark
+    at its end) and read in several fetches, puts a task ``BACKLOG_MESSAGES`` behind at a step's first
+    message, and each step is drained in ms. Its end commits at once only in place of the timer's next round:
+    no more snapshots or offset commits than the timer's rounds (and ``COMMIT_EVERY_MESSAGES``) make, but for
+    the first step's, before the first round; at a step a round or several, the round between two steps or
+    in the middle of one (they would take the share of the loop snapshots may have, back to back)."""
     from types import SimpleNamespace
 
     from streams import worker_state
-    from streams.worker import COMMIT_EVERY_MESSAGES, handle_event
+    from streams.worker import COMMIT_EVERY_MESSAGES, commit_round, handle_event
 
     clock = [0.0]  # the task's clock: each message takes 10 µs, however loaded the machine running the test
     monkeypatch.setattr(worker_state, "time", SimpleNamespace(monotonic=lambda: clock[0]))
@@ -469,6 +477,7 @@ def test_a_task_keeping_up_with_large_fetches_leaves_its_commits_to_the_timer(
     end = [0]
     state.highwater = lambda t, p: end[0]
     state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    state.ready.set()
     monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())
     offsets_commits: list[int] = []
 
@@ -477,22 +486,34 @@ def test_a_task_keeping_up_with_large_fetches_leaves_its_commits_to_the_timer(
 
     app = SimpleNamespace(consumer=SimpleNamespace(commit=commit))
     ops = SimpleNamespace(app=app, status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
+    steps, rounds = 10 * steps_a_round, 10
+    at_ends: list[int] = []  # the commits made by each step's last fetch
 
     async def steady() -> None:
         offset = 0
-        for _ in range(10):
+        for step in range(1, steps + 1):
             end[0] += fetch
             while offset < end[0]:
-                event = fetched(offset)
+                seq = state.seq
+                event = fetched(*range(offset, min(offset + 40, end[0])))  # (fetches of 40 messages)
                 await handle_event(state, ops, stream, event, "telemetry", "auto")  # type: ignore[arg-type]
-                offset += 1
-                clock[0] += 1e-5
+                offset = event.message.offset + 1
+                clock[0] += 1e-5 * len(event.message.messages)
+                if offset == end[0]:
+                    at_ends.append(state.seq - seq)
+                elif mid_step and step % steps_a_round == 0 and offset == end[0] - fetch + 40:
+                    await commit_round(app, ops, [state], 2.0)  # type: ignore[arg-type]
             clock[0] += 0.01
             await asyncio.sleep(0)
+            if not mid_step and step % steps_a_round == 0:
+                await commit_round(app, ops, [state], 2.0)  # type: ignore[arg-type]
 
-    assert BACKLOG_S >= 0.5  # (each fetch here is read in well under that: at most 10 ms)
     asyncio.run(steady())
-    assert state.seq == 10 * fetch // COMMIT_EVERY_MESSAGES and offsets_commits == [] and state.deferred is None
+    forced = steps * fetch // COMMIT_EVERY_MESSAGES
+    assert state.seq <= 1 + rounds + forced and len(offsets_commits) <= 1 + rounds
+    assert state.deferred is None
+    # (the first step's end commits as the timer's round would, but at once: the group's lag is 0 then)
+    assert at_ends[0] == (1 if fetch > BACKLOG_MESSAGES else 0)
 
 
 def test_a_stopped_task_commits_and_defers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -525,8 +546,8 @@ def test_a_stopped_task_commits_and_defers_nothing(monkeypatch: pytest.MonkeyPat
 
 
 def test_a_backlog_lasts_across_the_commits_made_while_it_is_drained(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The commits made during a backlog (every ``COMMIT_EVERY_MESSAGES``, the timer's) do not restart it: how
-    long the task has been behind counts from its first message that far behind, until it has caught up."""
+    """The commits made during a backlog (every ``COMMIT_EVERY_MESSAGES``, the timer's) do not end it: the task
+    is in a backlog from its first message that far behind until it has caught up."""
     from audit.records import SourcePosition
 
     broker = Broker()
@@ -535,11 +556,11 @@ def test_a_backlog_lasts_across_the_commits_made_while_it_is_drained(monkeypatch
     state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
     monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())
     state.handle("telemetry", b"", SourcePosition("telemetry", 0, 0))
-    since = state.behind_since
-    assert since is not None
+    assert state.behind
     asyncio.run(state.commit(force=True))
+    state.highwater = lambda t, p: 3  # (no longer that far behind, but not caught up)
     state.handle("telemetry", b"", SourcePosition("telemetry", 0, 1))
-    assert state.behind_since == since
+    assert state.behind and not state.backlog_ended()
 
 
 def test_a_message_asks_each_channels_high_watermark_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -573,7 +594,7 @@ def test_a_message_asks_each_channels_high_watermark_once(monkeypatch: pytest.Mo
             await handle_event(state, ops, stream, event, "telemetry", "auto")  # type: ignore[arg-type]
 
     asyncio.run(drain(range(1)))  # (the first message also asks whether the task is behind: the backlog starts)
-    assert state.behind_since is not None
+    assert state.behind
     assert asked == dict.fromkeys([("telemetry", 0)] + [("decisions", p) for p in range(4)], 1)
     asyncio.run(drain(range(1, 4)))
     assert asked == dict.fromkeys([("telemetry", 0)] + [("decisions", p) for p in range(4)], 4)
@@ -728,7 +749,6 @@ def test_a_backlog_that_ends_in_the_middle_of_a_fetch_is_committed_with_the_fetc
     """A backlog's end is committed, and the input offsets with it (the group's lag 0 at once), once the
     fetch's last message is in: a commit at an earlier message could not acknowledge the fetch, and the
     offsets committed then would stay behind until the next timer."""
-    import time
     from types import SimpleNamespace
 
     from streams.worker import handle_event
@@ -738,7 +758,7 @@ def test_a_backlog_that_ends_in_the_middle_of_a_fetch_is_committed_with_the_fetc
     state.highwater = lambda t, p: state.offsets.get((t, p), 0)  # each message the last one yet: caught up
     state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
     monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())
-    state.behind_since = time.monotonic() - 2 * BACKLOG_S  # (a backlog was being drained)
+    state.behind = True  # (a backlog was being drained)
     offsets_commits: list[list[int]] = []
 
     async def commit() -> None:
@@ -791,3 +811,53 @@ def test_a_fetch_whose_acknowledgement_fails_stops_the_worker(monkeypatch: pytes
     ops = SimpleNamespace(app=SimpleNamespace(crash=crash), status=status)
     asyncio.run(handle_event(state, ops, Failing(), fetched(0), "telemetry", "auto"))  # type: ignore[arg-type]
     assert processed == [] and crashed == ["a bug in acknowledging"] and state.stopped
+
+
+def test_only_the_tasks_own_input_starts_a_backlog(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decision partition far behind (read in full by the task's own reader, moved by the other tasks'
+    commits) is no backlog of the task; its telemetry partition as far behind is."""
+    from audit.records import SourcePosition
+
+    state = task(Broker(), monkeypatch)
+    state.highwater = lambda t, p: 10 * BACKLOG_MESSAGES
+    state.configure({"telemetry": "telemetry", "decisions": "decisions"}, [("telemetry", 0), ("decisions", 0)])
+    monkeypatch.setattr(state.processor, "decision", lambda *_: Output())
+    monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())
+    state.handle("decisions", b"", SourcePosition("decisions", 0, 0))
+    assert not state.behind
+    state.handle("telemetry", b"", SourcePosition("telemetry", 0, 0))
+    assert state.behind
+
+
+def test_a_commit_at_a_backlogs_end_takes_the_place_of_the_timers_next_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a commit at a backlog's end, the timer's next round leaves the task out, and only that one. A
+    backlog that ends before that round is committed by it (not one round later), and that commit takes the
+    next round's place in turn. The round commits anyway if its tick has records (they wait no longer than
+    without the early commit) or a failed transaction waits to be retried."""
+    from audit.records import AuditRecord, SourcePosition
+
+    state = task(Broker(), monkeypatch)
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    state.offsets[("telemetry", 0)] = 5
+    state.highwater = lambda t, p: 5  # (caught up)
+
+    def backlog_ends() -> bool:
+        state.behind = True
+        return state.backlog_ended()
+
+    def commit_at_once() -> None:  # (as the driver does when backlog_ended() says so)
+        state.early = True
+
+    assert backlog_ends()
+    commit_at_once()
+    assert [state.timer_due(None), state.timer_due(None)] == [False, True]
+    assert backlog_ends()
+    commit_at_once()
+    assert not backlog_ends() and not backlog_ends(), "left to the round"
+    assert [state.timer_due(None), state.timer_due(None), state.timer_due(None)] == [True, False, True]
+    record = AuditRecord("finding", "f0", SourcePosition("telemetry", 0, 0), {"kind": "k"}, key="k")
+    state.early = True
+    assert state.timer_due(Output(audit=[record])) and not state.early
+    state.early = True
+    state.unresolved = object()  # type: ignore[assignment]
+    assert state.timer_due(Output()) and not state.early
