@@ -344,6 +344,7 @@ async def commit_round(app: faust.App, ops_service: OpsService, tasks: list[Work
             publish_metrics(out)
         if task.timer_due(out) and not await commit_task(app, ops_service, task):
             return
+        task.early = task.early and task.seq > seq  # (a round that did not commit leaves the next one its place)
         committed = committed or task.seq > seq
     # at the input's end, the offsets at once rather than on Faust's timer (not more often than Faust does)
     at_end = committed and all(t.own_caught_up() and not t.dirty for t in tasks)

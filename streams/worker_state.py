@@ -112,10 +112,10 @@ class WorkerState:
     pending: int = 0  # messages processed since the last commit (a batch is one entry of acks)
     dirty: bool = False
     behind: bool = False  # its own input was BACKLOG_MESSAGES behind since it last caught up (commits in between too)
-    # a commit at a backlog's end took the timer's next round's place (see BACKLOG_MESSAGES); ``ended``: a backlog
-    # ended after it, whose commit that round makes
+    # a commit at a backlog's end took the timer's next round's place (see BACKLOG_MESSAGES); ``left_to_round``: a
+    # backlog ended after it, whose commit that round makes
     early: bool = False
-    ended: bool = False
+    left_to_round: bool = False
     idle_since: float | None = None
     flushed: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -314,7 +314,7 @@ class WorkerState:
         if not self.behind or not self.own_caught_up(caught_up):
             return False
         self.behind = False
-        self.ended = self.early
+        self.left_to_round = self.early
         return not self.early
 
     def timer_due(self, out: Output | None) -> bool:
@@ -322,8 +322,9 @@ class WorkerState:
         a commit at a backlog's end took this round's place, unless a backlog ended after that one (this round
         commits it, and takes the next round's place in turn: one commit a round at most), the tick has
         records (they wait no longer than without it) or a failed transaction waits for a retry."""
-        early, ended, self.early, self.ended = self.early, self.ended, self.ended, False
-        return not early or ended or self.unresolved is not None or bool(out is not None and out.audit)
+        due = not self.early or self.left_to_round or self.unresolved is not None or bool(out is not None and out.audit)
+        self.early, self.left_to_round = self.left_to_round, False  # (a round that commits takes the next one's place)
+        return due
 
     def _behind(self, tp: tuple[str, int], offset: int) -> int:
         """Messages after ``offset`` in partition ``tp`` as of the last fetch (0: not known), by the high

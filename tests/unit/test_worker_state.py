@@ -861,3 +861,32 @@ def test_a_commit_at_a_backlogs_end_takes_the_place_of_the_timers_next_round(mon
     state.early = True
     state.unresolved = object()  # type: ignore[assignment]
     assert state.timer_due(Output()) and not state.early
+
+
+def test_a_round_that_could_not_commit_leaves_the_next_round_its_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round that commits a backlog ended after an early commit takes the next round's place; but if its
+    commit was refused (too soon after the last snapshot, ``SNAPSHOT_SHARE``), the next round commits."""
+    import time
+    from types import SimpleNamespace
+
+    from streams.worker import commit_round
+
+    broker, stream = Broker(), Stream()
+    state = task(broker, monkeypatch)
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    state.ready.set()
+    monkeypatch.setattr(state, "tick", lambda: None)
+    take(state, stream, 0, "r0")
+    state.dirty = True
+    state.early, state.left_to_round = True, True  # (an early commit, then a backlog that ended before the round)
+    state.committed_at, state.encode_s = time.monotonic(), 60.0  # (a snapshot held the loop: the next one waits)
+    ops = SimpleNamespace(status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
+
+    async def round_() -> None:
+        await commit_round(SimpleNamespace(), ops, [state], 2.0)  # type: ignore[arg-type]
+
+    asyncio.run(round_())
+    assert state.seq == 0 and not state.early, "refused: the next round is the task's"
+    state.encode_s = 0.0
+    asyncio.run(round_())
+    assert state.seq == 1 and broker.records == ["r0"]
