@@ -53,8 +53,9 @@ class SampleBatch:
     def time_bounds(self) -> tuple[float, float] | None:
         """The lowest and highest event time, as ``float(times.min())``/``max()`` give them (NaN when a time
         is NaN); None when there are none or they are not numbers (an object column's min/max would pass a NaN
-        by). Told once per batch (admission and the timeline both ask; a batch is never changed in place;
-        not a functools.cached_property: Python 3.11's takes a lock each time it is read)."""
+        by). Told once per batch and kept (admission and the timeline both ask): a batch's event-time column
+        is never written after it is made — code that changes times makes a new batch (not a
+        functools.cached_property: Python 3.11's takes a lock each time it is read)."""
         try:
             ends: tuple[float, float] | None = self.__dict__["_ends"]
         except KeyError:
@@ -62,8 +63,8 @@ class SampleBatch:
         return ends
 
     def _ends(self) -> tuple[float, float] | None:
-        """(A message's batch is mostly a few rows: those are read as Python numbers; numpy's per-call cost
-        was most of telling them.)"""
+        """:meth:`time_bounds`, told: a message's batch is mostly a few rows, read as Python numbers (numpy's
+        per-call cost was most of telling them)."""
         times = self.columns[EVENT_TIME[self.kind]]
         if not len(times) or times.dtype.kind not in "fiu":
             return None
