@@ -106,9 +106,14 @@ def dense(*cols: Ints) -> Ints:
 
 
 def _offsets(col: Ints) -> tuple[Ints, int]:
-    """The column less its lowest value, and how many values it may take."""
-    low = int(col.min())
-    return col.astype(np.int64) - low, int(col.max()) - low + 1
+    """The column less its lowest value, and how many values it may take; a column spread wider than an
+    int64 key may hold (its difference would wrap) numbered by its distinct values instead (the same order)."""
+    low, high = int(col.min()), int(col.max())
+    if high - low >= 1 << 62:
+        _, inverse = np.unique(col, return_inverse=True)
+        ranked = np.asarray(inverse, np.int64).ravel()
+        return ranked, int(ranked.max()) + 1
+    return col.astype(np.int64) - low, high - low + 1
 
 
 def _ranks(key: Ints, span: int) -> Ints:

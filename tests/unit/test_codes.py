@@ -172,6 +172,14 @@ def test_dense_numbers_the_distinct_tuples_in_their_sorted_order(seed: int) -> N
     wide = [np.array([5, 5, -3, 5]), np.array([2**40, 0, 7, 2**40]), np.array([0, 2**40, 1, 0])]
     assert dense(*wide).tolist() == [2, 1, 0, 2]  # (one key of all three would not fit an int64)
     assert dense(*wide).tolist() == np.unique(np.stack(wide), axis=1, return_inverse=True)[1].tolist()
+    extreme = np.iinfo(np.int64)
+    for cols in (
+        [np.array([2**61, 0, 2**61, 3]), np.array([0, 2**61, 0, 2**61])],  # (two numbered columns past one key)
+        [np.array([extreme.max, extreme.min, 0, extreme.max]), np.array([1, 0, 1, 1])],  # (a difference past int64)
+        [np.array([2**64 - 1, 0, 2**63, 0], np.uint64), np.array([-1, 2, 0, 3])],
+    ):
+        tuples = list(zip(*(c.tolist() for c in cols), strict=True))  # (Python ints: exact at any width)
+        assert dense(*cols).tolist() == [sorted(set(tuples)).index(t) for t in tuples]
 
 
 @pytest.mark.parametrize("scale", [1, 2**58])
