@@ -198,3 +198,20 @@ def test_rows_healing_a_few_nodes_end_at_numpys_zero() -> None:
             assert np.array_equal([got], alone, equal_nan=True) and np.signbit(got) == np.signbit(alone[0])
     zeros = ends["zeros"][ends["zeros"] == 0.0]
     assert np.signbit(zeros).any() and not np.signbit(zeros).all() and np.isnan(ends["one later"]).any()
+
+
+def test_rows_healing_a_node_below_zero_are_left_to_the_blocks() -> None:
+    """More rows than a block, each healing the only last node of a chain to a negative duration: that node
+    ends before its predecessor, so the step ends at its predecessor's end, which the step as it is does not
+    have as an end of a sink (such rows are evaluated in full: each row's end is the one it gives alone)."""
+    assert dag.native.core is not None
+    n = 32
+    layout = dag.native.core.dag_layout(np.arange(n), np.r_[0, np.arange(n)], np.arange(n - 1))
+    floor, durations = np.zeros(n), np.ones(n)
+    rows = 200
+    nodes, alt = np.full(rows, n - 1), np.full(rows, -5.0)
+    out = np.zeros(rows)
+    dag.native.core.dag_valued_step_ends(layout, floor, durations, np.arange(rows + 1), nodes, alt, out)
+    alone = np.zeros(1)
+    dag.native.core.dag_valued_step_ends(layout, floor, durations, np.array([0, 1]), nodes[:1], alt[:1], alone)
+    assert alone[0] == n - 1 and np.array_equal(out, np.full(rows, alone[0]))
