@@ -66,7 +66,7 @@ def test_keyed_step_ends_equal_the_masks_rows(name: str, ranks: int) -> None:
     keys = [g.rank.astype(np.int32), g.dp.astype(np.int64), g.pp, wide, np.where(g.rank % 2 == 0, -1, g.op)]
     rows = [(int(rng.integers(0, 4)), k, int(v)) for k in range(len(keys)) for v in np.unique(keys[k])]
     rows += [(0, 0, 0), (1, 0, 0), (2, -1, 0), (0, 0, ranks + 5), (3, 3, 10**12), (0, 4, -1), (1, 2, -3)]
-    rows *= 3  # (more than a block of rows, dag.rs BLOCK: each block finds its own candidates' nodes)
+    rows *= -(-3 * 128 // len(rows))  # (three blocks of rows or more, dag.rs BLOCK: each its own candidates)
     rng.shuffle(rows)
     a, k, v = ([row[i] for row in rows] for i in range(3))
     got = dag.keyed_step_ends(g.schedule, g.indptr, g.indices, g.floor, g.intrinsic, alts, keys, a, k, v)
