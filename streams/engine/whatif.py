@@ -82,16 +82,12 @@ class StepWhatIf:
     top_rank: int | None  # the rank the first candidate heals (ranks are the first candidates; None: no rank)
     structural: Structural  # the ideal step from peers (not decomposed: see decomposed())
     pending: Pending | None  # None once the job has derived what it needs of the step (:meth:`released`)
-    _ideal_ranks: list[Floats] = field(default_factory=list, compare=False, repr=False)  # (made when asked)
 
-    @property
     def ideal_rank_ends(self) -> Floats:
         """Per rank: its last span's end in the ideal from peers (from observed starts), while the step is
         pending: a job reads its ideal from its timeline's starts (:mod:`carry`), not these."""
-        if not self._ideal_ranks:
-            assert self.pending is not None, "released"
-            self._ideal_ranks.append(self.pending.ideal_ends()[1])
-        return self._ideal_ranks[0]
+        assert self.pending is not None, "released"
+        return self.pending.ideal_ends()[1]
 
     def decomposed(self) -> Structural:
         """The step's blocking slowdown decomposed over its candidate elements (:mod:`decompose`)."""

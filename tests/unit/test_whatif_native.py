@@ -118,6 +118,9 @@ def test_a_what_ifs_candidates_with_and_without_the_native_call(
         assert native.candidates == definition.candidates
         assert np.array_equal(native.counterfactual_s, definition.counterfactual_s, equal_nan=True)
         assert native.baseline_s == definition.baseline_s
+        for w in (native, definition):  # (the ideal a row of the healed step ends: every node at its ideal, alone)
+            assert w.pending is not None
+            assert np.float64(w.structural.ideal_s).tobytes() == np.float64(w.pending.ideal_ends()[0]).tobytes()
 
 
 def test_candidates_by_excess_are_sorteds_order() -> None:

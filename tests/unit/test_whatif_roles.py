@@ -55,7 +55,7 @@ def _same(a: StepReport, b: StepReport) -> None:
     wa, wb = a.whatif, b.whatif
     assert [c.element for c in wa.candidates] == [c.element for c in wb.candidates]
     np.testing.assert_array_equal(wa.counterfactual_s, wb.counterfactual_s)
-    np.testing.assert_array_equal(wa.ideal_rank_ends, wb.ideal_rank_ends)
+    np.testing.assert_array_equal(wa.ideal_rank_ends(), wb.ideal_rank_ends())
     assert (wa.step_s, wa.structural.ideal_s, wa.baseline_s) == (wb.step_s, wb.structural.ideal_s, wb.baseline_s)
     da, db = wa.decomposed(), wb.decomposed()
     assert (da.ideal_s, da.elements, da.contains) == (db.ideal_s, db.elements, db.contains)
