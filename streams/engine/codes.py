@@ -83,6 +83,12 @@ def _native(values: npt.NDArray[Any], codes: dict[str, int], missing: int) -> In
     return out if answer else None
 
 
+def few_keys(largest: int, rows: int) -> bool:
+    """Whether keys up to ``largest`` (from 0) over ``rows`` rows are few enough to be marked in a table of
+    them rather than sorted (a few steps x ranks, stages, codes)."""
+    return largest <= 4 * rows + 1024
+
+
 def dense(*cols: Ints) -> Ints:
     """One small integer per distinct tuple of the integer columns (0, 1, ... in the tuples' sorted order).
     The columns are combined one at a time, the tuples so far numbered again (:func:`_ranks`) before a column
@@ -90,11 +96,10 @@ def dense(*cols: Ints) -> Ints:
     in a few tables, where one key of all of them would be sorted."""
     if not len(cols[0]):
         return np.zeros(0, np.int64)
-    bound = 4 * len(cols[0]) + 1024
     key, span = _offsets(cols[0])
     for col in cols[1:]:
         more, width = _offsets(col)
-        if span * width > bound:
+        if not few_keys(span * width, len(key)):
             key = _ranks(key, span)
             span = int(key.max()) + 1
         if span * width >= 1 << 62:  # (too wide for one int64 key: numpy's unique of the two columns)
@@ -118,7 +123,7 @@ def _offsets(col: Ints) -> tuple[Ints, int]:
 
 def _ranks(key: Ints, span: int) -> Ints:
     """Per key (0 <= key < span): how many distinct keys are below it."""
-    if span <= 4 * len(key) + 1024:  # (few possible keys: marked in a table, not sorted)
+    if few_keys(span, len(key)):
         seen = np.zeros(span, bool)
         seen[key] = True
         below = np.cumsum(seen, dtype=np.int64) - 1  # per possible key: the distinct keys below it
@@ -164,7 +169,7 @@ def key_sums(keys: Ints, weights: Floats) -> tuple[Ints, Floats]:
     ``np.bincount`` over ``np.unique``'s inverse adds them): small non-negative keys (ranks, stages, codes)
     without a sort."""
     sums: Floats
-    if not len(keys) or keys.min() < 0 or keys.max() > 4 * len(keys) + 1024:
+    if not len(keys) or keys.min() < 0 or not few_keys(int(keys.max()), len(keys)):
         present, inverse = np.unique(keys, return_inverse=True)
         sums = np.asarray(np.bincount(inverse.ravel(), weights, minlength=len(present)), np.float64)
         return present, sums

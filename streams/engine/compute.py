@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from streams.engine.codes import classes
+from streams.engine.codes import classes, few_keys
 from streams.engine.medians import median
 
 KEEP_STEPS = 8
@@ -63,7 +63,7 @@ def _first_and_sums(
     row order), as ``np.unique``'s index and ``np.bincount`` over its inverse give them; a batch's few steps
     x its ranks (dense keys) binned without a sort."""
     lo, hi = int(key.min()), int(key.max())
-    if hi - lo > 4 * len(key) + 1024:
+    if not few_keys(hi - lo, len(key)):
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         return first, np.asarray(np.bincount(inverse.ravel(), weights), np.float64)
     at = key - lo
