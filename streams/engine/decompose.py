@@ -30,7 +30,7 @@ decompositions stop with its finding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from itertools import pairwise
 from typing import Any
 
@@ -96,6 +96,19 @@ class Candidates:
         self.nodes[element] = nodes
         if contains:
             self.contains[element] = contains
+
+    def sharing(self, other: Candidates | None) -> Candidates:
+        """These candidates with each element's nodes (and the own nodes) equal to ``other``'s taken from
+        ``other``: kept with a pending step (:meth:`Pending.sharing`), a structure's replicas and stages are
+        held once, not once per step of an episode."""
+        if other is None:
+            return self
+
+        def theirs(mine: npt.NDArray[Any], them: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
+            return them if them is not None and np.array_equal(mine, them) else mine
+
+        nodes = {e: theirs(n, other.nodes.get(e)) for e, n in self.nodes.items()}
+        return Candidates(nodes, self.contains, theirs(self.own, other.own))
 
     def mask(self, elements: tuple[str, ...]) -> Mask:
         """The nodes of any of ``elements`` (those that are candidates) as a mask."""
@@ -168,6 +181,20 @@ class Pending:
     owners: Owners  # whose clock each observed start is on (:mod:`carry`)
     slow: Slow = (NONE, NONE)  # the job's systematically slow ranks and links, left out of every peer group
     evidence: Evidence | None = None  # the step's evidence of systematic slowness (None: found when asked)
+    _found: list[Candidates] = field(default_factory=list, init=False, compare=False, repr=False)  # (found())
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_found": []}  # (found again when asked: not in a snapshot)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update({**state, "_found": []})  # (a snapshot made before the cache: without it)
+
+    def found(self) -> Candidates:
+        """The step's candidates (:func:`candidates`), found once: its decomposition and, at its episode's
+        finding, the parts healed together read the same."""
+        if not self._found:
+            self._found.append(candidates(self.g, self.job, self.ops, self.d0, self.ideal))
+        return self._found[0]
 
     def deviations(self) -> Evidence:
         """The step's evidence that a rank or link is systematically slow (:meth:`Peers.deviations`)."""
@@ -182,7 +209,7 @@ class Pending:
     def run(self, actual_s: float, ideal_s: float, chained: Chained | None = None) -> Structural:
         """The decomposition; ``actual_s``, ``ideal_s``: the step's times on its timelines (``chained``;
         default: a fresh step)."""
-        found = plan(self.g, self.job, self.ops, self.d0, self.ideal, self.peers.replica.typical(self.d0, self.slow))
+        found = plan(self.found(), self.job, self.d0, self.ideal, self.peers.replica.typical(self.d0, self.slow))
         return found.result(actual_s, ideal_s, self, chained or Chained(None))
 
     def sharing(self, other: Pending | None) -> Pending:
@@ -199,7 +226,10 @@ class Pending:
         shared = {n: getattr(other.g, n) for n in names if same(getattr(self.g, n), getattr(other.g, n))}
         g = replace(self.g, **shared)
         d0 = g.intrinsic if self.d0 is self.g.intrinsic else self.d0
-        return replace(self, g=g, d0=d0, ideal=other.ideal if same(self.ideal, other.ideal) else self.ideal)
+        out = replace(self, g=g, d0=d0, ideal=other.ideal if same(self.ideal, other.ideal) else self.ideal)
+        if self._found:  # (the same content: its candidates are these)
+            out._found.append(self._found[0].sharing(other._found[0] if other._found else None))
+        return out
 
     def ideal_ends(self, floor: Floats | None = None) -> tuple[float, Floats]:
         """The ideal step from other starts (:mod:`carry`; None: the observed ones): its end and each rank's
@@ -216,7 +246,7 @@ class Pending:
         left out; the group cause's nodes are every span)."""
         if not groups:
             return []
-        found = candidates(self.g, self.job, self.ops, self.d0, self.ideal)
+        found = self.found()
         healed = [found.mask(parts) for _, parts in groups]
         shares = []
         for (container, _), mask in zip(groups, healed, strict=True):
@@ -257,9 +287,9 @@ def candidates(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats
     return out
 
 
-def plan(g: StepGraph, job: str, ops: list[str], d0: Floats, ideal: Floats, typical_replica: Floats) -> Plan:
-    """The candidates of one step and their two rows each (heal only; leave only unhealed)."""
-    found = candidates(g, job, ops, d0, ideal)
+def plan(found: Candidates, job: str, d0: Floats, ideal: Floats, typical_replica: Floats) -> Plan:
+    """The candidates of one step (:func:`candidates`) and their two rows each (heal only; leave only
+    unhealed)."""
     out = Plan(list(found.nodes), list(found.nodes.values()), dict(found.contains))
     replicas = [e for e in out.elements if elements.is_kind(e, "dp")]
     if len(replicas) > 1:  # within a stage, peers differ by replica: a replica or a stage may locate the spread
