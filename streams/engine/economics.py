@@ -52,9 +52,11 @@ class StepCost:
         return StepCost(self.allocated_s * factor, self.compute_s * factor, waste)
 
 
-def compute_seconds(columns: dict[str, npt.NDArray[Any]]) -> float:
-    """A step's compute op seconds (every rank's): its productive time."""
-    return float(columns["duration"][classes(columns["op_class"], ("compute",)) == 1].sum())
+def compute_seconds(columns: dict[str, npt.NDArray[Any]], compute: npt.NDArray[np.bool_] | None = None) -> float:
+    """A step's compute op seconds (every rank's): its productive time. ``compute``: which spans are compute
+    ops, when the caller knows (else read from their op class)."""
+    mask = classes(columns["op_class"], ("compute",)) == 1 if compute is None else compute
+    return float(columns["duration"][mask].sum())
 
 
 _COMMUNICATION = np.isin(np.arange(KINDS), (MEMBER, *TRANSFER_KINDS))  # per node kind: a communication node

@@ -67,6 +67,8 @@ KINDS = 6
 CHAIN, MEMBER, SEND, RECV, BARRIER, BLOCKING = range(KINDS)  # node kinds (BLOCKING: a blocking transfer)
 PROGRAM_KINDS = (CHAIN, MEMBER, BLOCKING)  # nodes in their rank's program order
 TRANSFER_KINDS = (SEND, RECV, BLOCKING)
+OP_CLASSES = ("comm", "sync", "compute")  # a span's op class, as its code (1, 2, 3; 0: any other)
+COMPUTE = 1 + OP_CLASSES.index("compute")
 
 
 class StepGraphError(DriftlogError):
@@ -164,16 +166,22 @@ class StepGraph:
 
 
 def build(
-    c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook, cache: dict[bytes, Schedule]
+    c: Mapping[str, npt.NDArray[Any]],
+    ops: Codebook,
+    groups: Codebook,
+    cache: dict[bytes, Schedule],
+    op_class: Ints | None = None,
 ) -> StepGraph:
     """The graph of one step from its op span columns (the contract's op fields, all of one job and step;
     ``p2p`` and ``blocking`` may be absent, as from producers that predate them). When pairing blocking
     transfers by order makes a cycle (their order differs between the two ranks, e.g. a span missing from a
-    trace), the step is rebuilt with every blocking transfer treated as waiting for an untraced peer."""
+    trace), the step is rebuilt with every blocking transfer treated as waiting for an untraced peer.
+    ``op_class``: ``classes(c["op_class"], OP_CLASSES)``, when the caller reads it too (not found twice)."""
+    classed = classes(c["op_class"], OP_CLASSES) if op_class is None else op_class
     try:
-        return _build(c, ops, groups, cache, pair_blocking=True)
+        return _build(c, ops, groups, cache, classed, pair_blocking=True)
     except _PairingCycle:
-        return _build(c, ops, groups, cache, pair_blocking=False)
+        return _build(c, ops, groups, cache, classed, pair_blocking=False)
 
 
 def _build(
@@ -181,9 +189,10 @@ def _build(
     ops: Codebook,
     groups: Codebook,
     cache: dict[bytes, Schedule],
+    op_class: Ints,
     pair_blocking: bool,
 ) -> StepGraph:
-    step = _laid_out(c, ops, groups, pair_blocking)  # (the per-span temporaries go before the CSR is made)
+    step = _laid_out(c, ops, groups, op_class, pair_blocking)  # (the per-span temporaries go before the CSR is made)
     layout = step.layout
     edges = layout.edges if pair_blocking else None
     if edges is None or not edges.same(step.src, step.dst):
@@ -241,7 +250,9 @@ class _LaidOut:
     dst: Ints
 
 
-def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook, pair_blocking: bool) -> _LaidOut:
+def _laid_out(
+    c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook, op_class: Ints, pair_blocking: bool
+) -> _LaidOut:
     """The step's nodes (on a kept layout when there is one), their floors and intrinsic durations, and the
     edges its times decide."""
     start_abs = np.asarray(c["start"], np.float64)
@@ -250,7 +261,6 @@ def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook
     end = start + np.asarray(c["duration"], np.float64)
     rank, mb, peer, seq = (np.asarray(c[k], np.int64) for k in ("rank", "microbatch", "peer", "seq"))
     op, grp = ops.encode(c["op"]), groups.encode(c["group"])
-    op_class = classes(c["op_class"], ("comm", "sync", "compute"))
     flag = c.get("blocking")
     rows = noderows.rows(
         start, end, (rank, mb, peer, seq, op, grp, op_class), transfers.inferred(ops), transfers.declared(c),
@@ -275,7 +285,7 @@ def _laid_out(c: Mapping[str, npt.NDArray[Any]], ops: Codebook, groups: Codebook
     plan = layout.plan  # (made on the step that laid it out, or found it kept without one)
     if plan is None:
         node_of = _node_of(order) if node_of is None else node_of
-        flags = (blocks, op_class == 3, op_class == 2)  # (blocks, compute, sync)
+        flags = (blocks, op_class == COMPUTE, op_class == 2)  # (blocks, compute, sync)
         plan = _plan(layout, (rank, mb, direction, *flags), partner, ci, pi, node_of)
     del op_class
     n = plan.n

@@ -24,13 +24,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from streams.engine.codes import key_sums
+from streams.engine.codes import classes, key_sums
 from streams.engine.economics import StepCost, compute_seconds, step_cost
 from streams.engine.medians import nanmedian
 from streams.engine.stepgraph import (
     BLOCKING,
     CHAIN,
+    COMPUTE,
     MEMBER,
+    OP_CLASSES,
     RECV,
     SEND,
     Codebook,
@@ -130,8 +132,9 @@ class JobSteps:
         """The step's analysis; its columns are let go once its graph is built (the what-if is the peak of
         a large job's memory)."""
         cache = {sig: s.schedule for sig, s in self._structures.items()}
-        g = build(columns, self.ops, self.groups, cache)
-        replica_phase, compute = phases(columns), compute_seconds(columns)
+        op_class = classes(columns["op_class"], OP_CLASSES)  # (the graph's and the compute seconds': read once)
+        g = build(columns, self.ops, self.groups, cache, op_class)
+        replica_phase, compute = phases(columns), compute_seconds(columns, op_class == COMPUTE)
         columns.clear()
         structure = self._structures.get(g.signature)
         if structure is None:
