@@ -13,7 +13,9 @@ in every repeat, so that their ratio is measured side by side):
 - **workers, balanced jobs**: 1 and 2 workers (each pinned to its own CPU) on four alike jobs keyed to four
   partitions (``Workload.balanced``: the mixed workload above is 99.5% one job, which one worker must carry),
   draining a pre-filled topic: the workload is held back in one producer transaction until the group has
-  formed, and timed from its commit (the producer is not on the workers' cores while they are timed);
+  formed, and timed from its commit (the producer is not on the workers' cores while they are timed); where
+  the drain's machine time went (:func:`cpu_accounting`): a worker that waits for a core is not a worker that
+  costs more, nor one that waits for its input;
 - **replay** of the topics' whole range and **analyze** of the same messages as a JSONL file;
 - **sink**: audit records drained from Kafka into DuckDB (``bench_sink_kafka``), beside aiokafka alone;
 - **finding latency** p50/p99 of a job whose exporters send ~10 k and ~100 k samples/s **in real time** (each
@@ -24,7 +26,8 @@ in every repeat, so that their ratio is measured side by side):
   window that is buffered), with its samples/s and CPU µs per sample.
 
 ``--smoke`` is the one-minute form CI runs (small workload, one run, figures printed, nothing asserted).
-Uses KAFKA_BOOTSTRAP_SERVERS if set, else starts the local broker (bench/_broker.py).
+Uses KAFKA_BOOTSTRAP_SERVERS if set, else starts the local broker (bench/_broker.py); deletes the topics it
+creates (each live run's at its end, the rest at the suite's).
 """
 
 from __future__ import annotations
@@ -338,24 +341,32 @@ class Cpu:
 
     at: float
     workers: list[float]
+    loops: list[tuple[float, float]]  # each worker's main thread (its event loop): seconds on a core, waiting for one
     sink: float
     broker: float | None  # (a broker this machine runs, whose process is known)
     bench: float
 
     @staticmethod
     def take(workers: list[Child], sink: Child, broker: int | None) -> Cpu:
-        return Cpu(time.perf_counter(), [cpu_seconds(c.proc.pid) for c in workers], cpu_seconds(sink.proc.pid),
+        return Cpu(time.perf_counter(), [cpu_seconds(c.proc.pid) for c in workers],
+                   [main_thread(c.proc.pid) for c in workers], cpu_seconds(sink.proc.pid),
                    None if broker is None else cpu_seconds(broker), time.process_time())  # fmt: skip
 
 
 def cpu_accounting(name: str, start: Cpu, end: Cpu, samples: int, figures: Figures) -> None:
-    """Where a drain's machine time went, from ``start`` to ``end`` (lag 0): how busy the workers were (1: never
-    waiting for input nor for a core), their samples per CPU-second (flat as workers are added: no overhead
-    that does not shrink), and the cores the broker, the sink and this process (its polling) took meanwhile
-    (on a machine with as many cores as workers, theirs)."""
+    """Where a drain's machine time went, from ``start`` to ``end`` (lag 0): the workers' CPU over the wall time
+    (their threads' too), their event loops' time running, waiting for a core (another process, or one of the
+    worker's own threads, had it) and idle (nothing to do: waiting for the broker's answers), each a share of
+    the wall time averaged over the workers; their samples per CPU-second (flat as workers are added: no
+    overhead that does not shrink); the cores the broker, the sink and this process (its polling) took."""
     wall, used = end.at - start.at, [b - a for a, b in zip(start.workers, end.workers, strict=True)]
     figures.add(f"{name}: workers busy, to lag 0", sum(used) / wall / len(used), "share",
-                "their CPU time over the wall time, each")  # fmt: skip
+                "their CPU time (every thread's) over the wall time, each")  # fmt: skip
+    running = sum(b[0] - a[0] for a, b in zip(start.loops, end.loops, strict=True)) / wall / len(used)
+    waiting = sum(b[1] - a[1] for a, b in zip(start.loops, end.loops, strict=True)) / wall / len(used)
+    figures.add(f"{name}: event loops running, to lag 0", running, "share")
+    figures.add(f"{name}: event loops waiting for a core, to lag 0", waiting, "share")
+    figures.add(f"{name}: event loops idle, to lag 0", 1 - running - waiting, "share")
     figures.add(f"{name}: samples per worker CPU-second, to lag 0", samples / sum(used), "samples/s")
     others = {"broker": (start.broker, end.broker), "sink": (start.sink, end.sink), "bench": (start.bench, end.bench)}
     for who, (a, b) in others.items():
@@ -800,6 +811,12 @@ def cpu_seconds(pid: int) -> float:
 
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main_thread(pid: int) -> tuple[float, float]:
+    """Seconds process ``pid``'s main thread has run on a core and waited for one (Linux schedstat)."""
+    ran, waited, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+    return int(ran) / 1e9, int(waited) / 1e9
 
 
 def _cpus() -> int:
