@@ -13,7 +13,9 @@ in every repeat, so that their ratio is measured side by side):
 - **workers, balanced jobs**: 1 and 2 workers (each pinned to its own CPU) on four alike jobs keyed to four
   partitions (``Workload.balanced``: the mixed workload above is 99.5% one job, which one worker must carry),
   draining a pre-filled topic: the workload is held back in one producer transaction until the group has
-  formed, and timed from its commit (the producer is not on the workers' cores while they are timed);
+  formed, and timed from its commit (the producer is not on the workers' cores while they are timed); where
+  the drain's machine time went (:func:`cpu_accounting`): a worker that waits for a core is not a worker that
+  costs more, nor one that waits for its input;
 - **replay** of the topics' whole range and **analyze** of the same messages as a JSONL file;
 - **sink**: audit records drained from Kafka into DuckDB (``bench_sink_kafka``), beside aiokafka alone;
 - **finding latency** p50/p99 of a job whose exporters send ~10 k and ~100 k samples/s **in real time** (each
@@ -24,7 +26,8 @@ in every repeat, so that their ratio is measured side by side):
   window that is buffered), with its samples/s and CPU µs per sample.
 
 ``--smoke`` is the one-minute form CI runs (small workload, one run, figures printed, nothing asserted).
-Uses KAFKA_BOOTSTRAP_SERVERS if set, else starts the local broker (bench/_broker.py).
+Uses KAFKA_BOOTSTRAP_SERVERS if set, else starts the local broker (bench/_broker.py); deletes the topics it
+creates (each live run's at its end, the rest at the suite's).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson
 from aiokafka import AIOKafkaConsumer
 
-from bench._broker import bench_settings
+from bench._broker import bench_settings, broker_pid, drop_topics
 from streams.config import Settings, to_env
 from streams.demo import input_ended
 from streams.kafka.admin import ensure_topics, group_lag, partitions
@@ -209,7 +212,7 @@ def live(
     ``prefilled``: the workload is produced in one transaction and measured from its commit (the workers read
     ``read_committed``: they see all of it at once), so the producer is not on the workers' cores while
     they are timed: a drain of a pre-filled topic by a group already formed."""
-    from tests.integration.test_scale_out import produce_keyed, wait_for_split
+    from tests.integration.test_scale_out import wait_for_split
 
     tag = f"{workers}w-{time.monotonic_ns()}"
     names = ("telemetry_topic", "decisions_topic", "worker_group", "sink_group", "audit_topic", "state_topic",
@@ -228,58 +231,45 @@ def live(
         cpus = sorted(os.sched_getaffinity(0))
         for i, child in enumerate(children):
             os.sched_setaffinity(child.proc.pid, {cpus[i % len(cpus)]})  # (its threads start later: they inherit)
+    broker = broker_pid(run.kafka_bootstrap_servers)
     try:
         sink.wait_healthy(run.sink_http_port)
         for child, port in zip(children, ports, strict=True):
             child.wait_healthy(port, timeout=180)
         if workers > 1:
             wait_for_split(run.telemetry_topic, ports)
-        topics, parts = {"telemetry": run.telemetry_topic, "decisions": run.decisions_topic}, run.topic_partitions
-        held = started = time.perf_counter()
-        cpu = [cpu_seconds(c.proc.pid) for c in children]
-        if prefilled:
-            started = asyncio.run(produce_in_one_transaction(run.kafka_bootstrap_servers, topics, w.items, parts))
-            cpu = [cpu_seconds(c.proc.pid) for c in children]  # (idle while it was held back)
-        else:
-            asyncio.run(produce_keyed(run.kafka_bootstrap_servers, topics, w.items))
-        producing = time.perf_counter() - held
-        messages = sum(1 for k, _, _ in w.items if k == "telemetry")
-        processed = _until(lambda: sum(map(processed_messages, ports)) >= messages, children, 900)
-        lag = _lag(run, run.worker_group, run.telemetry_topic)
-        drained = _until(lambda: lag() == 0, children, 900)
-        _until(lambda: all(input_ended(p) for p in ports), children, 300)
-        used = sum(cpu_seconds(c.proc.pid) for c in children) - sum(cpu)
-        sink_lag = _lag(run, run.sink_group, run.audit_topic)
-        committed = _until(lambda: sink_lag() == 0, [sink], 300)
+        t = timed(run, w, children, sink, ports, broker, prefilled)
     finally:
         for child in [*children, sink]:
             child.stop()
+        drop_topics(run.kafka_bootstrap_servers, lambda topic: topic.endswith(f"-{tag}"))
     name = f"{label}, {workers} worker{'s' * (workers > 1)}"
     since = "from the commit of the transaction holding the workload" if prefilled else "from the first message sent"
     figures.add(
         f"{name}: to every message processed",
-        w.samples / (processed - started),
+        w.samples / (t.processed - t.started),
         "samples/s",
         f"{since}; the workers' own count (lag 0 trails it by the acknowledgements)",
     )
-    figures.add(f"{name}: to lag 0", w.samples / (drained - started), "samples/s", since)
+    figures.add(f"{name}: to lag 0", w.samples / (t.drained - t.started), "samples/s", since)
     figures.add(
         f"{name}: producing the workload",
-        producing,
+        t.producing,
         "s",
         "before the timing, held back in one transaction" if prefilled else "while the workers consume it",
     )
-    figures.add(f"{name}: to lag 0, per worker", w.samples / (drained - started) / workers, "samples/s")
+    figures.add(f"{name}: to lag 0, per worker", w.samples / (t.drained - t.started) / workers, "samples/s")
     figures.add(
         f"{name}: CPU",
-        used / w.samples * 1e6,
+        (sum(t.ended.workers) - sum(t.start.workers)) / w.samples * 1e6,
         "CPU µs/sample",
         "the workers' own CPU time to their input's end, idle flush included: "
         "what the work costs whatever the machine's load",
     )
+    cpu_accounting(name, t.start, t.drained_cpu, w.samples, figures)
     figures.add(
         f"{name}: to audit rows committed",
-        w.samples / (committed - started),
+        w.samples / (t.committed - t.started),
         "samples/s",
         f"includes the idle flush of {run.idle_flush_s:g} s",
     )
@@ -291,14 +281,109 @@ def live(
     )
 
 
-async def produce_in_one_transaction(bootstrap: str, topics: dict[str, str], items: list[Item], parts: int) -> float:
+@dataclass(frozen=True)
+class Timed:
+    """A live run's times (``time.perf_counter``) and its processes' CPU at its start, lag 0 and input's end."""
+
+    producing: float  # seconds
+    processed: float
+    drained: float
+    committed: float
+    start: Cpu
+    drained_cpu: Cpu
+    ended: Cpu
+
+    @property
+    def started(self) -> float:
+        return self.start.at
+
+
+def timed(
+    run: Settings,
+    w: Workload,
+    children: list[Child],
+    sink: Child,
+    ports: list[int],
+    broker: int | None,
+    prefilled: bool,
+) -> Timed:
+    """Produce the workload, then wait for every message processed, lag 0, the input's end and every audit row
+    committed (see :func:`live`)."""
+    from tests.integration.test_scale_out import produce_keyed
+
+    topics, parts = {"telemetry": run.telemetry_topic, "decisions": run.decisions_topic}, run.topic_partitions
+    held = time.perf_counter()
+    start = [Cpu.take(children, sink, broker)]
+    if prefilled:  # (the workers idle while it is held back: time and CPU count from the commit)
+
+        def at_commit() -> None:
+            start[0] = Cpu.take(children, sink, broker)
+
+        asyncio.run(produce_in_one_transaction(run.kafka_bootstrap_servers, topics, w.items, parts, at_commit))
+    else:
+        asyncio.run(produce_keyed(run.kafka_bootstrap_servers, topics, w.items))
+    producing = time.perf_counter() - held
+    messages = sum(1 for k, _, _ in w.items if k == "telemetry")
+    processed = _until(lambda: sum(map(processed_messages, ports)) >= messages, children, 900)
+    lag = _lag(run, run.worker_group, run.telemetry_topic)
+    drained = _until(lambda: lag() == 0, children, 900)
+    drained_cpu = Cpu.take(children, sink, broker)
+    _until(lambda: all(input_ended(p) for p in ports), children, 300)
+    ended = Cpu.take(children, sink, broker)
+    sink_lag = _lag(run, run.sink_group, run.audit_topic)
+    committed = _until(lambda: sink_lag() == 0, [sink], 300)
+    return Timed(producing, processed, drained, committed, start[0], drained_cpu, ended)
+
+
+@dataclass(frozen=True)
+class Cpu:
+    """The CPU seconds so far of a live run's processes, and when (``time.perf_counter``) they were read."""
+
+    at: float
+    workers: list[float]
+    loops: list[tuple[float, float]]  # each worker's main thread (its event loop): seconds on a core, waiting for one
+    sink: float
+    broker: float | None  # (a broker this machine runs, whose process is known)
+    bench: float
+
+    @staticmethod
+    def take(workers: list[Child], sink: Child, broker: int | None) -> Cpu:
+        return Cpu(time.perf_counter(), [cpu_seconds(c.proc.pid) for c in workers],
+                   [main_thread(c.proc.pid) for c in workers], cpu_seconds(sink.proc.pid),
+                   None if broker is None else cpu_seconds(broker), time.process_time())  # fmt: skip
+
+
+def cpu_accounting(name: str, start: Cpu, end: Cpu, samples: int, figures: Figures) -> None:
+    """Where a drain's machine time went, from ``start`` to ``end`` (lag 0): the workers' CPU over the wall time
+    (their threads' too), their event loops' time running, waiting for a core (another process, or one of the
+    worker's own threads, had it) and idle (nothing to do: waiting for the broker's answers), each a share of
+    the wall time averaged over the workers; their samples per CPU-second (flat as workers are added: no
+    overhead that does not shrink); the cores the broker, the sink and this process (its polling) took."""
+    wall, used = end.at - start.at, [b - a for a, b in zip(start.workers, end.workers, strict=True)]
+    figures.add(f"{name}: workers busy, to lag 0", sum(used) / wall / len(used), "share",
+                "their CPU time (every thread's) over the wall time, each")  # fmt: skip
+    running = sum(b[0] - a[0] for a, b in zip(start.loops, end.loops, strict=True)) / wall / len(used)
+    waiting = sum(b[1] - a[1] for a, b in zip(start.loops, end.loops, strict=True)) / wall / len(used)
+    figures.add(f"{name}: event loops running, to lag 0", running, "share")
+    figures.add(f"{name}: event loops waiting for a core, to lag 0", waiting, "share")
+    figures.add(f"{name}: event loops idle, to lag 0", 1 - running - waiting, "share")
+    figures.add(f"{name}: samples per worker CPU-second, to lag 0", samples / sum(used), "samples/s")
+    others = {"broker": (start.broker, end.broker), "sink": (start.sink, end.sink), "bench": (start.bench, end.bench)}
+    for who, (a, b) in others.items():
+        if a is not None and b is not None:
+            figures.add(f"{name}: {who} CPU, to lag 0", (b - a) / wall, "cores")
+
+
+async def produce_in_one_transaction(
+    bootstrap: str, topics: dict[str, str], items: list[Item], parts: int, at_commit: Callable[[], None] = lambda: None
+) -> None:
     """``items`` keyed by job, all but each telemetry partition's last message in one producer transaction: a
     ``read_committed`` reader sees none of them until the commit, then all of them (a topic pre-filled under
     the nose of a formed consumer group). The last ones are sent just after the commit: the commit's marker
     takes an offset after a partition's messages, and a worker that never sees a message there would never
     count itself caught up (its idle flush, the end of its input, wait for that); they wait for the markers
-    (which the broker writes after it has answered the commit). Returns when the commit was done
-    (``time.perf_counter``)."""
+    (which the broker writes after it has answered the commit). ``at_commit`` is called once the commit is
+    done (the workers' timing starts)."""
     from uuid import uuid4
 
     from aiokafka import AIOKafkaProducer, TopicPartition
@@ -319,7 +404,7 @@ async def produce_in_one_transaction(bootstrap: str, topics: dict[str, str], ite
             for n, (kind, key, value) in enumerate(items):
                 if n not in by_partition.values():
                     await held.send(topics[kind], value, key=key.encode())
-        committed = time.perf_counter()
+        at_commit()
         markers = AIOKafkaConsumer(bootstrap_servers=bootstrap)  # (a partition's end: its messages + 1 marker)
         await markers.start()
         try:
@@ -330,7 +415,6 @@ async def produce_in_one_transaction(bootstrap: str, topics: dict[str, str], ite
         for n in last:
             kind, key, value = items[n]
             await tail.send_and_wait(topics[kind], value, key=key.encode())
-        return committed
     finally:
         await held.stop()
         await tail.stop()
@@ -420,6 +504,7 @@ def latency(cfg: Settings, job: tuple[str, int, int], profile: str, figures: Fig
     finally:
         for child in children:
             child.stop()
+        drop_topics(run.kafka_bootstrap_servers, lambda topic: topic.endswith(f"-{tag}"))
     name = f"finding latency, {profile}, {job[1]} ranks in real time"
     figures.add(f"{name}: offered", offered, "samples/s", f"{job[0]}, {samples:,} samples")
     latency_figures(name, run, sent, seen, expected, figures)
@@ -667,7 +752,7 @@ def main() -> int:
     for name in [n for n in figures.runs if n.startswith("live") and n.endswith(": CPU")]:
         figures.ratio(name, "in-process engine CPU")
     figures.ratio("live, 2 workers: CPU", "live, 1 worker: CPU")
-    for what in ("to every message processed", "to lag 0", "CPU"):
+    for what in ("to every message processed", "to lag 0", "CPU", "samples per worker CPU-second, to lag 0"):
         figures.ratio(f"{BALANCED_LABEL}, 2 workers: {what}", f"{BALANCED_LABEL}, 1 worker: {what}")
     figures.ratio("in-process engine", "raw ceiling (aiokafka + orjson)")
     print(figures.table())
@@ -726,6 +811,12 @@ def cpu_seconds(pid: int) -> float:
 
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main_thread(pid: int) -> tuple[float, float]:
+    """Seconds process ``pid``'s main thread has run on a core and waited for one (Linux schedstat)."""
+    ran, waited, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+    return int(ran) / 1e9, int(waited) / 1e9
 
 
 def _cpus() -> int:

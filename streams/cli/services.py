@@ -35,7 +35,8 @@ def kafka_start(ctx: click.Context, name: str | None) -> None:
     """Start the broker (idempotent) and print its bootstrap address once it accepts produce/consume.
 
     After `driftlog kafka stop` this restarts the same broker: same data (topics, records, offsets) and
-    same port. `driftlog kafka wipe` deletes it to start afresh."""
+    same port. `driftlog kafka wipe` deletes it to start afresh. A broker still loading many partitions
+    when the wait (90 s) runs out is left running, and the error says so."""
     s = settings_of(ctx)
     if s.kafka_bootstrap_servers:
         click.echo(f"KAFKA_BOOTSTRAP_SERVERS is set ({s.kafka_bootstrap_servers}); not starting a local broker")

@@ -1,23 +1,29 @@
 """`make bench-smoke`: the benchmark suite's one-minute form runs end to end on the real broker and writes its
-figures (printed; no speed is asserted: these machines are shared and noisy)."""
+figures (printed; no speed is asserted: these machines are shared and noisy), and leaves none of the topics it
+created behind (a broker that keeps them all ends up too slow to start)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 
 from streams.config import Settings
+from streams.kafka.admin import delete_topics, ensure_topics
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_smoke_prints_every_figure(fresh_settings: Settings, tmp_path: Path) -> None:
+    before = topics(fresh_settings.kafka_bootstrap_servers)
     out = tmp_path / "smoke.json"
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": fresh_settings.kafka_bootstrap_servers}
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "suite.py"), "--smoke", "--json", str(out)],
@@ -34,3 +40,45 @@ def test_bench_smoke_prints_every_figure(fresh_settings: Settings, tmp_path: Pat
         assert figures[f"live, {workers}: records stored / expected"]["median"] == 1.0
         assert figures[f"workers, balanced jobs, {workers}: records stored / expected"]["median"] == 1.0
     assert "figure" in done.stdout and "machine:" in done.stdout
+    assert created_since(fresh_settings.kafka_bootstrap_servers, before) == set()
+
+
+def test_bench_settings_deletes_the_topics_named_under_its_prefix(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its own topics and those a run derives from their names (``<topic>-<tag>``); no other topic."""
+    from bench._broker import bench_settings
+
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap)
+    other = f"not-bench-{time.monotonic_ns()}"
+    asyncio.run(ensure_topics(kafka_bootstrap, [other], 1))
+    before = topics(kafka_bootstrap)
+    with bench_settings() as cfg:
+        made = [*cfg.all_topics, f"{cfg.telemetry_topic}-2w-1"]
+        asyncio.run(ensure_topics(kafka_bootstrap, made, 2))
+        assert set(made) <= topics(kafka_bootstrap)
+    try:
+        assert created_since(kafka_bootstrap, before) == set()
+        assert other in topics(kafka_bootstrap)
+    finally:
+        asyncio.run(delete_topics(kafka_bootstrap, [other]))
+
+
+def topics(bootstrap: str) -> set[str]:
+    async def listed() -> set[str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            return set(await admin.list_topics())
+        finally:
+            await admin.close()
+
+    return asyncio.run(listed())
+
+
+def created_since(bootstrap: str, before: set[str], wait_s: float = 15.0) -> set[str]:
+    """Topics that exist now and did not in ``before``, once the broker's deletions have settled."""
+    deadline = time.monotonic() + wait_s
+    while (left := topics(bootstrap) - before) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left

@@ -1,16 +1,20 @@
 """A local broker keeps its ports across restarts; a port taken meanwhile is a one-line error naming the way
-out; wiping forgets them. (No broker is started: the port bookkeeping is checked on its own.)"""
+out; wiping forgets them; one still loading many partitions when its start gives up says so. (No broker is
+started: the bookkeeping is checked on its own.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import socket
 from pathlib import Path
 
 import pytest
 
-from streams.errors import LauncherError
-from streams.kafka.launcher import LocalKafka
+from streams.errors import BrokerError, LauncherError
+from streams.kafka import launcher
+from streams.kafka.launcher import LOADING_PARTITIONS, BrokerState, LocalKafka, partition_dirs, still_loading
 
 
 def test_ports_are_recorded_once_and_reused(tmp_path: Path) -> None:
@@ -38,3 +42,43 @@ def test_wipe_forgets_data_and_ports(tmp_path: Path) -> None:
     (broker.dir / "data").mkdir()
     assert broker.wipe() and not broker.dir.exists()
     assert not broker.wipe()
+
+
+def test_a_broker_still_loading_many_partitions_says_so_and_what_to_do() -> None:
+    message = still_loading("dev", 78_000, 90.0)
+    assert message.startswith("broker 'dev' is still loading 78,000 partitions after 90s: wait")
+    assert "`driftlog kafka start --name dev` again" in message and "`driftlog kafka wipe --name dev`" in message
+    assert "\n" not in message
+
+
+def test_partitions_are_counted_from_the_data_directory(tmp_path: Path) -> None:
+    for name in ("bench-1.telemetry-0", "bench-1.telemetry-1", "__consumer_offsets-3", "t-1w-7-2"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "meta.properties").write_text("")
+    (tmp_path / "recovery-point-offset-checkpoint").write_text("")
+    (tmp_path / "bootstrap.checkpoint").mkdir()  # (not a partition: no number after its last dash)
+    assert partition_dirs(tmp_path) == 4
+    assert partition_dirs(tmp_path / "missing") == 0
+
+
+@pytest.mark.parametrize("held", [LOADING_PARTITIONS - 1, LOADING_PARTITIONS])
+def test_start_of_a_running_broker_not_ready_in_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: int
+) -> None:
+    """A running broker that does not answer within the timeout: with many partitions in its data, the loading
+    message (it is left running); with fewer, the bootstrap error as it was."""
+    broker = LocalKafka(tmp_path, "3.9.1", "x")
+    for p in range(held):
+        (broker.dir / "data" / f"t-{p}").mkdir(parents=True)
+    state = BrokerState(os.getpid(), 1, 2, "3.9.1", "log")
+    (broker.dir / "state.json").write_text(json.dumps(dataclasses.asdict(state)))
+
+    async def not_ready(bootstrap: str, timeout: float) -> None:
+        raise BrokerError(f"Kafka at {bootstrap} did not accept produce/consume within {timeout:.0f}s")
+
+    monkeypatch.setattr(launcher, "wait_until_ready", not_ready)
+    loading = held >= LOADING_PARTITIONS
+    with pytest.raises(BrokerError, match="still loading" if loading else "did not accept") as raised:
+        broker.start(timeout=5)
+    assert isinstance(raised.value, LauncherError) == loading
+    assert broker.state() == state  # (never stopped: a running broker is left alone)
