@@ -69,6 +69,7 @@ PROGRAM_KINDS = (CHAIN, MEMBER, BLOCKING)  # nodes in their rank's program order
 TRANSFER_KINDS = (SEND, RECV, BLOCKING)
 OP_CLASSES = ("comm", "sync", "compute")  # a span's op class, as its code (1, 2, 3; 0: any other)
 COMPUTE = 1 + OP_CLASSES.index("compute")
+SYNC = 1 + OP_CLASSES.index("sync")
 
 
 class StepGraphError(DriftlogError):
@@ -285,7 +286,7 @@ def _laid_out(
     plan = layout.plan  # (made on the step that laid it out, or found it kept without one)
     if plan is None:
         node_of = _node_of(order) if node_of is None else node_of
-        flags = (blocks, op_class == COMPUTE, op_class == 2)  # (blocks, compute, sync)
+        flags = (blocks, op_class == COMPUTE, op_class == SYNC)
         plan = _plan(layout, (rank, mb, direction, *flags), partner, ci, pi, node_of)
     del op_class
     n = plan.n

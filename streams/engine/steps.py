@@ -136,6 +136,7 @@ class JobSteps:
         g = build(columns, self.ops, self.groups, cache, op_class)
         replica_phase, compute = phases(columns), compute_seconds(columns, op_class == COMPUTE)
         columns.clear()
+        del op_class
         structure = self._structures.get(g.signature)
         if structure is None:
             structure = self._structures[g.signature] = _Structure(cache[g.signature])

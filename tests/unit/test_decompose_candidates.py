@@ -52,7 +52,10 @@ def test_candidates_kept_with_a_pending_step_are_those_found_again() -> None:
     holds none: found again, the same rows (a kept candidate another step's, or lost in a copy, fails)."""
     scenario = SCENARIOS["training-fabric"](2, 32, 12)
     ops, groups, cache = Codebook(), Codebook(), {}
-    names = lambda: [f"op{i}" for i in range(len(ops.names))]  # noqa: E731
+
+    def names() -> list[str]:
+        return [f"op{i}" for i in range(len(ops.names))]
+
     kept: list[Pending] = []
     for step, scale in ((8, 1.3), (9, 1.6)):
         g = build(op_columns(scenario, step), ops, groups, cache)

@@ -196,3 +196,25 @@ def test_graph_changes_replayed_by_sql_give_the_graph_at_each_time(tmp_path: Pat
     assert at[15.0]["edge_count"] == at_10
     assert at[25.0]["edge_count"] == graph.graph.number_of_edges()
     assert at[25.0]["node_count"] == graph.graph.number_of_nodes()
+
+
+def test_a_steps_compute_seconds_are_its_compute_spans_durations() -> None:
+    """The productive time a step's cost starts from: its compute spans' durations, not its sync or comm spans'
+    (the op class column is read once for the graph and this sum)."""
+    scenario = SCENARIOS["training-fabric"](1, 32, 12)
+    steps, expected, reports = JobSteps("llm-pretrain"), dict[int, float](), []
+    for kind, _, value in scenario.run():
+        if kind == "telemetry":
+            for b in decode_telemetry(value).batches:
+                if b.kind == "op":
+                    c = b.columns
+                    for step in np.unique(c["step"]):
+                        mask = (c["step"] == step) & (np.asarray(c["op_class"]) == "compute")
+                        expected[int(step)] = expected.get(int(step), 0.0) + float(c["duration"][mask].sum())
+                    reports += steps.add(c["step"], c)
+    reports += steps.flush()
+    assert len(reports) == 12
+    classes = {str(x) for x in op_columns(scenario, 3)["op_class"]}
+    assert {"compute", "comm", "sync"} <= classes  # (others in the step too: the sum is of compute spans only)
+    for r in reports:
+        assert r.cost.compute_s == pytest.approx(expected[r.step], rel=1e-9)
