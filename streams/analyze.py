@@ -100,13 +100,13 @@ def parquet_columns(path: Path) -> Iterator[Message]:
     """A Parquet file of sample rows as columnar messages of ``ROWS_PER_MESSAGE`` rows (per kind), cut where
     the row-wise reading cuts its messages, so the provenance (the row number ending each message) is the
     same. Valid columns go to the engine as they are (:mod:`streams.formats.parquet`), converted and checked
-    ``CHUNK_MESSAGES`` messages at a time; the envelope's JSON is made only for a message the decoder must
-    judge, or for a dead letter's original bytes."""
+    ``CHUNK_MESSAGES`` messages at a time, on a thread ahead of the engine (:func:`_ahead`); the envelope's
+    JSON is made only for a message the decoder must judge, or for a dead letter's original bytes."""
     source = f"file:{path.name}"
     position = seq = 0
     size = CHUNK_MESSAGES * ROWS_PER_MESSAGE
-    for chunk in _ahead(_slices(read_batches(path, size), size), READ_AHEAD):
-        columns = Columns(chunk)
+    chunks = ((chunk, Columns(chunk)) for chunk in _slices(read_batches(path, size), size))
+    for chunk, columns in _ahead(chunks, READ_AHEAD):
         for start in range(0, chunk.num_rows, ROWS_PER_MESSAGE):
             stop = min(start + ROWS_PER_MESSAGE, chunk.num_rows)
             position += stop - start
