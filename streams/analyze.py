@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import heapq
 import math
+import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
@@ -37,7 +39,9 @@ from streams.produce import Report, rows_of
 
 ROWS_PER_MESSAGE = 5000
 CHUNK_MESSAGES = 20  # a Parquet file's rows are converted and checked this many messages at a time
+READ_AHEAD = 1  # a Parquet file's chunks read and converted on a thread ahead of the one the engine is given
 Progress = Callable[[int, int], None]  # (bytes read, bytes in all)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -96,13 +100,13 @@ def parquet_columns(path: Path) -> Iterator[Message]:
     """A Parquet file of sample rows as columnar messages of ``ROWS_PER_MESSAGE`` rows (per kind), cut where
     the row-wise reading cuts its messages, so the provenance (the row number ending each message) is the
     same. Valid columns go to the engine as they are (:mod:`streams.formats.parquet`), converted and checked
-    ``CHUNK_MESSAGES`` messages at a time; the envelope's JSON is made only for a message the decoder must
-    judge, or for a dead letter's original bytes."""
+    ``CHUNK_MESSAGES`` messages at a time, on a thread ahead of the engine (:func:`_ahead`); the envelope's
+    JSON is made only for a message the decoder must judge, or for a dead letter's original bytes."""
     source = f"file:{path.name}"
     position = seq = 0
     size = CHUNK_MESSAGES * ROWS_PER_MESSAGE
-    for chunk in _slices(read_batches(path, size), size):
-        columns = Columns(chunk)
+    chunks = ((chunk, Columns(chunk)) for chunk in _slices(read_batches(path, size), size))
+    for chunk, columns in _ahead(chunks, READ_AHEAD):
         for start in range(0, chunk.num_rows, ROWS_PER_MESSAGE):
             stop = min(start + ROWS_PER_MESSAGE, chunk.num_rows)
             position += stop - start
@@ -154,6 +158,46 @@ def _slices(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.Table]:
             held = held.slice(size)
     if held.num_rows:
         yield held
+
+
+def _ahead(items: Iterator[T], depth: int) -> Iterator[T]:
+    """``items``, made on a thread of their own up to ``depth`` ahead of the one read: reading and decoding
+    a file (Arrow and numpy let go of the GIL meanwhile) overlaps the engine. The same items in the same
+    order; an exception raised making one is raised here, where it would have been read."""
+    made: queue.Queue[tuple[bool, Any]] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def hand(entry: tuple[bool, Any]) -> bool:
+        while not stop.is_set():  # (a reader that stopped early takes nothing more: no waiting forever)
+            try:
+                made.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def make() -> None:
+        try:
+            for item in items:
+                if not hand((True, item)):
+                    return
+            hand((False, None))
+        except BaseException as exc:  # (handed to the reader, who raises it)
+            hand((False, exc))
+
+    thread = threading.Thread(target=make, name="driftlog-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            more, item = made.get()
+            if not more:
+                if item is not None:
+                    raise item
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def trace_messages(paths: list[Path], job: str | None = None) -> Iterator[Message]:

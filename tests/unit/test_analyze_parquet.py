@@ -4,6 +4,8 @@ writes: the same records with the same provenance; a file with other rows (decis
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -273,3 +275,27 @@ def test_rows_picked_by_slices_or_gathered_are_the_rows_take_picks() -> None:
     for rows in cases:
         for runs in (1, 64, 10_000):
             assert rows_at(values, rows, runs).to_pylist() == values.take(rows).to_pylist()
+
+
+# ---- a Parquet file is read ahead on a thread of its own (analyze._ahead) -------------------------------------
+
+
+def test_items_read_ahead_are_the_items_in_order_and_an_error_is_raised_where_it_was_met() -> None:
+    def items() -> Iterator[int]:
+        yield from range(5)
+        raise ConfigError("unreadable")
+
+    got = []
+    with pytest.raises(ConfigError, match="unreadable"):
+        for item in analyze._ahead(items(), 1):
+            got.append(item)
+    assert got == [0, 1, 2, 3, 4]
+
+
+def test_a_reader_that_stops_early_ends_the_thread_reading_ahead() -> None:
+    before = threading.active_count()
+    reader = analyze._ahead(iter(range(1000)), 2)
+    assert next(reader) == 0
+    assert threading.active_count() == before + 1  # the thread waits for room, items ahead
+    reader.close()
+    assert threading.active_count() == before
