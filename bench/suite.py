@@ -242,7 +242,7 @@ def live(
     finally:
         for child in [*children, sink]:
             child.stop()
-        drop_topics(run.kafka_bootstrap_servers, lambda topic: topic.endswith(f"-{tag}"))
+        drop_topics(run.kafka_bootstrap_servers, set(run.all_topics).__contains__)
     name = f"{label}, {workers} worker{'s' * (workers > 1)}"
     since = "from the commit of the transaction holding the workload" if prefilled else "from the first message sent"
     figures.add(
@@ -356,7 +356,8 @@ class Cpu:
 def cpu_accounting(name: str, start: Cpu, end: Cpu, samples: int, figures: Figures) -> None:
     """Where a drain's machine time went, from ``start`` to ``end`` (lag 0): the workers' CPU over the wall time
     (their threads' too), their event loops' time running, waiting for a core (another process, or one of the
-    worker's own threads, had it) and idle (nothing to do: waiting for the broker's answers), each a share of
+    worker's own threads, had it) and idle (off a core without waiting for one: for the broker's answers, but
+    also for the GIL a worker's other thread holds, or in a blocking call), each a share of
     the wall time averaged over the workers; their samples per CPU-second (flat as workers are added: no
     overhead that does not shrink); the cores the broker, the sink and this process (its polling) took."""
     wall, used = end.at - start.at, [b - a for a, b in zip(start.workers, end.workers, strict=True)]
@@ -504,7 +505,7 @@ def latency(cfg: Settings, job: tuple[str, int, int], profile: str, figures: Fig
     finally:
         for child in children:
             child.stop()
-        drop_topics(run.kafka_bootstrap_servers, lambda topic: topic.endswith(f"-{tag}"))
+        drop_topics(run.kafka_bootstrap_servers, set(run.all_topics).__contains__)
     name = f"finding latency, {profile}, {job[1]} ranks in real time"
     figures.add(f"{name}: offered", offered, "samples/s", f"{job[0]}, {samples:,} samples")
     latency_figures(name, run, sent, seen, expected, figures)

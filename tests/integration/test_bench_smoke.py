@@ -77,8 +77,9 @@ def topics(bootstrap: str) -> set[str]:
 
 
 def created_since(bootstrap: str, before: set[str], wait_s: float = 15.0) -> set[str]:
-    """Topics that exist now and did not in ``before``, once the broker's deletions have settled."""
+    """Topics that exist now and did not in ``before``, once the broker's deletions have settled; not the
+    broker's own (``__transaction_state`` appears with the first transaction on a fresh broker)."""
     deadline = time.monotonic() + wait_s
-    while (left := topics(bootstrap) - before) and time.monotonic() < deadline:
+    while (left := {t for t in topics(bootstrap) - before if not t.startswith("__")}) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -70,7 +70,8 @@ def test_start_of_a_running_broker_not_ready_in_time(
     broker = LocalKafka(tmp_path, "3.9.1", "x")
     for p in range(held):
         (broker.dir / "data" / f"t-{p}").mkdir(parents=True)
-    state = BrokerState(os.getpid(), 1, 2, "3.9.1", "log")
+    running = subprocess.Popen(["sleep", "60"])  # (the broker's process: one a wrong stop() may kill)
+    state = BrokerState(running.pid, 1, 2, "3.9.1", "log")
     (broker.dir / "state.json").write_text(json.dumps(dataclasses.asdict(state)))
 
     async def not_ready(bootstrap: str, timeout: float) -> None:
@@ -78,7 +79,42 @@ def test_start_of_a_running_broker_not_ready_in_time(
 
     monkeypatch.setattr(launcher, "wait_until_ready", not_ready)
     loading = held >= LOADING_PARTITIONS
-    with pytest.raises(BrokerError, match="still loading" if loading else "did not accept") as raised:
-        broker.start(timeout=5)
-    assert isinstance(raised.value, LauncherError) == loading
-    assert broker.state() == state  # (never stopped: a running broker is left alone)
+    try:
+        with pytest.raises(BrokerError, match="still loading" if loading else "did not accept") as raised:
+            broker.start(timeout=5)
+        assert isinstance(raised.value, LauncherError) == loading
+        assert broker.state() == state  # (never stopped: a running broker is left alone)
+    finally:
+        running.kill()
+        running.wait()
+
+
+@pytest.mark.parametrize("held", [LOADING_PARTITIONS - 1, LOADING_PARTITIONS])
+def test_a_broker_just_started_and_still_loading_is_left_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: int
+) -> None:
+    """A broker this start launched that is not ready in time: with many partitions in its data it is left
+    running (it comes up once it has loaded them) and says so; with fewer it is stopped, the bootstrap error
+    as it was. (A shell script stands in for java: no broker is started.)"""
+    java = tmp_path / "java"
+    java.write_text("#!/bin/sh\nexec sleep 60\n")
+    java.chmod(0o755)
+    monkeypatch.setattr(launcher.shutil, "which", lambda name: str(java))
+    monkeypatch.setattr(LocalKafka, "ensure_jars", lambda self: tmp_path)
+    broker = LocalKafka(tmp_path / "home", "3.9.1", "x")
+    for p in range(held):
+        (broker.dir / "data" / f"t-{p}").mkdir(parents=True)
+    (broker.dir / "data" / "meta.properties").write_text("")
+
+    async def not_ready(bootstrap: str, timeout: float) -> None:
+        raise BrokerError(f"Kafka at {bootstrap} did not accept produce/consume within {timeout:.0f}s")
+
+    monkeypatch.setattr(launcher, "wait_until_ready", not_ready)
+    loading = held >= LOADING_PARTITIONS
+    try:
+        with pytest.raises(BrokerError, match="still loading" if loading else "did not accept") as raised:
+            broker.start(timeout=5)
+        assert isinstance(raised.value, LauncherError) == loading
+        assert (broker.state() is not None) == loading
+    finally:
+        broker.stop()
