@@ -15,7 +15,7 @@ import heapq
 import math
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -40,6 +40,7 @@ from streams.produce import Report, rows_of
 ROWS_PER_MESSAGE = 5000
 CHUNK_MESSAGES = 20  # a Parquet file's rows are converted and checked this many messages at a time
 READ_AHEAD = 1  # a Parquet file's chunks read and converted on a thread ahead of the one the engine is given
+READ_AHEAD_THREAD = "driftlog-read-ahead"
 Progress = Callable[[int, int], None]  # (bytes read, bytes in all)
 T = TypeVar("T")
 
@@ -53,7 +54,7 @@ class Message:
     decoded: Decoded | None = None  # already decoded (Parquet columns): the value is not decoded again
 
 
-def messages_of(path: Path, report: Report) -> Iterator[Message]:
+def messages_of(path: Path, report: Report) -> Generator[Message, None, None]:
     """A file's Kafka values, in file order."""
     if path.suffix.lower() == ".parquet" and samples_only(path):
         yield from parquet_columns(path)
@@ -161,31 +162,27 @@ def _slices(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.Table]:
 
 
 def _ahead(items: Iterator[T], depth: int) -> Iterator[T]:
-    """``items``, made on a thread of their own up to ``depth`` ahead of the one read: reading and decoding
-    a file (Arrow and numpy let go of the GIL meanwhile) overlaps the engine. The same items in the same
-    order; an exception raised making one is raised here, where it would have been read."""
-    made: queue.Queue[tuple[bool, Any]] = queue.Queue(depth)
-    stop = threading.Event()
-
-    def hand(entry: tuple[bool, Any]) -> bool:
-        while not stop.is_set():  # (a reader that stopped early takes nothing more: no waiting forever)
-            try:
-                made.put(entry, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+    """``items``, made on a thread of their own at most ``depth`` ahead of the one read (it waits for room
+    before it makes the next): reading and decoding a file (Arrow and numpy let go of the GIL meanwhile)
+    overlaps the engine. The same items in the same order; an exception raised making one is raised here,
+    where it would have been read; the thread ends with the reader."""
+    made: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+    room, stop = threading.Semaphore(depth), threading.Event()
 
     def make() -> None:
         try:
-            for item in items:
-                if not hand((True, item)):
+            while not stop.is_set():
+                if not room.acquire(timeout=0.1):  # (a reader that stopped early takes nothing more)
+                    continue
+                item = next(items, made)  # (``made``: the end, as no item is that queue)
+                if item is made:
+                    made.put((False, None))
                     return
-            hand((False, None))
+                made.put((True, item))
         except BaseException as exc:  # (handed to the reader, who raises it)
-            hand((False, exc))
+            made.put((False, exc))
 
-    thread = threading.Thread(target=make, name="driftlog-read-ahead", daemon=True)
+    thread = threading.Thread(target=make, name=READ_AHEAD_THREAD, daemon=True)
     thread.start()
     try:
         while True:
@@ -194,13 +191,14 @@ def _ahead(items: Iterator[T], depth: int) -> Iterator[T]:
                 if item is not None:
                     raise item
                 return
+            room.release()
             yield item
     finally:
         stop.set()
         thread.join()
 
 
-def trace_messages(paths: list[Path], job: str | None = None) -> Iterator[Message]:
+def trace_messages(paths: list[Path], job: str | None = None) -> Generator[Message, None, None]:
     """PyTorch profiler traces (one file per rank) as one input, step by step across ranks
     (:mod:`streams.formats.kineto`)."""
     name = str(paths[0])
@@ -249,22 +247,26 @@ def analyze_files(
     last = SourcePosition(str(paths[0]), 0, 0) if paths else SourcePosition("", 0, 0)
     # a k-way merge: always the file whose next message is oldest in event time (ties: the file listed first)
     heap: list[tuple[float, int, Message]] = []
-    for i, reader in enumerate(readers):
-        _push(heap, i, reader)
-    done = 0
-    while heap:
-        _, i, message = heapq.heappop(heap)
-        last = message.source
-        if message.kind == "telemetry":
-            out.extend(processor.telemetry(message.value, message.source, decoded=message.decoded))
-        else:
-            assert isinstance(message.value, bytes)
-            out.extend(processor.decision(message.value, message.source))
-        if not _push(heap, i, readers[i]):
-            processor.timeline.forget(channel(message.source))
-            done += paths[i].stat().st_size
-        if progress is not None:
-            progress(done, total)
+    try:
+        for i, reader in enumerate(readers):
+            _push(heap, i, reader)
+        done = 0
+        while heap:
+            _, i, message = heapq.heappop(heap)
+            last = message.source
+            if message.kind == "telemetry":
+                out.extend(processor.telemetry(message.value, message.source, decoded=message.decoded))
+            else:
+                assert isinstance(message.value, bytes)
+                out.extend(processor.decision(message.value, message.source))
+            if not _push(heap, i, readers[i]):
+                processor.timeline.forget(channel(message.source))
+                done += paths[i].stat().st_size
+            if progress is not None:
+                progress(done, total)
+    finally:  # (a file's reading ahead ends with its reader, whatever the engine raised)
+        for reader in readers:
+            reader.close()
     out.extend(processor.flush(last))
     if report.unreadable_count:
         raise ConfigError(

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -18,6 +20,7 @@ from streams import analyze
 from streams.contract.envelope import Decoded, decode_telemetry
 from streams.errors import ConfigError
 from streams.formats.parquet import Columns, rows_at
+from streams.pipeline import Processor
 from streams.sim.scenarios import SCENARIOS
 from tests.unit.test_contract_fuzz import assert_same
 
@@ -292,10 +295,48 @@ def test_items_read_ahead_are_the_items_in_order_and_an_error_is_raised_where_it
     assert got == [0, 1, 2, 3, 4]
 
 
+def reading_ahead() -> int:
+    return sum(t.name == analyze.READ_AHEAD_THREAD for t in threading.enumerate())
+
+
 def test_a_reader_that_stops_early_ends_the_thread_reading_ahead() -> None:
-    before = threading.active_count()
     reader = analyze._ahead(iter(range(1000)), 2)
     assert next(reader) == 0
-    assert threading.active_count() == before + 1  # the thread waits for room, items ahead
+    assert reading_ahead() == 1  # the thread waits for room, items ahead
     reader.close()
-    assert threading.active_count() == before
+    assert reading_ahead() == 0
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_the_thread_reads_at_most_depth_items_ahead_of_the_reader(depth: int) -> None:
+    made = []
+
+    def items() -> Iterator[int]:
+        for i in range(100):
+            made.append(i)
+            yield i
+
+    reader = analyze._ahead(items(), depth)
+    for read in range(1, 4):
+        assert next(reader) == read - 1
+        deadline = time.monotonic() + 5
+        while len(made) < read + depth and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)  # (room for one too many, if it would make it)
+        assert len(made) == read + depth
+    reader.close()
+
+
+def test_analyze_ends_its_threads_reading_ahead_when_the_engine_raises(tmp_path: Path) -> None:
+    path = tmp_path / "samples.parquet"
+    pq.write_table(table(sample_rows("training-fabric")), path)
+    assert analyze.samples_only(path)
+
+    class Failing(Processor):
+        def telemetry(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("engine")
+
+    with pytest.raises(RuntimeError, match="engine") as raised:
+        analyze.analyze_files([path, path], Failing())
+    assert reading_ahead() == 0  # (while the caller keeps the exception and its frames: not left to the GC)
+    assert raised.tb is not None
