@@ -84,7 +84,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--root", type=Path, action="append", default=[], help="another tree to measure")
     args = parser.parse_args()
-    path = Path(tempfile.mkdtemp(prefix="driftlog-bench-analyze-")) / "samples.parquet"
+    with tempfile.TemporaryDirectory(prefix="driftlog-bench-analyze-") as work:  # (its file deleted at the end)
+        measure(args, Path(work) / "samples.parquet")
+
+
+def measure(args: argparse.Namespace, path: Path) -> None:
     n, ops = write_samples(args.ranks, args.steps, path)
     runs: dict[str, list[tuple[float, float]]] = {"by columns": [], "row by row": []}
     for _ in range(args.repeats):  # interleaved
