@@ -61,28 +61,35 @@ def test_partitions_are_counted_from_the_data_directory(tmp_path: Path) -> None:
     assert partition_dirs(tmp_path / "missing") == 0
 
 
+async def not_ready(bootstrap: str, timeout: float) -> None:
+    raise BrokerError(f"Kafka at {bootstrap} did not accept produce/consume within {timeout:.0f}s")
+
+
+def start_not_ready(broker: LocalKafka, held: int, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Start ``broker`` with ``held`` partitions in its data and a broker that never answers: the error is
+    the loading message with many partitions, else the bootstrap error as it was. Whether it was loading."""
+    for p in range(held):
+        (broker.dir / "data" / f"t-{p}").mkdir(parents=True, exist_ok=True)
+    monkeypatch.setattr(launcher, "wait_until_ready", not_ready)
+    loading = held >= LOADING_PARTITIONS
+    with pytest.raises(BrokerError, match="still loading" if loading else "did not accept") as raised:
+        broker.start(timeout=5)
+    assert isinstance(raised.value, LauncherError) == loading
+    return loading
+
+
 @pytest.mark.parametrize("held", [LOADING_PARTITIONS - 1, LOADING_PARTITIONS])
 def test_start_of_a_running_broker_not_ready_in_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: int
 ) -> None:
-    """A running broker that does not answer within the timeout: with many partitions in its data, the loading
-    message (it is left running); with fewer, the bootstrap error as it was."""
+    """A running broker that does not answer within the timeout is left running, whatever it holds."""
     broker = LocalKafka(tmp_path, "3.9.1", "x")
-    for p in range(held):
-        (broker.dir / "data" / f"t-{p}").mkdir(parents=True)
+    broker.dir.mkdir(parents=True)
     running = subprocess.Popen(["sleep", "60"])  # (the broker's process: one a wrong stop() may kill)
     state = BrokerState(running.pid, 1, 2, "3.9.1", "log")
     (broker.dir / "state.json").write_text(json.dumps(dataclasses.asdict(state)))
-
-    async def not_ready(bootstrap: str, timeout: float) -> None:
-        raise BrokerError(f"Kafka at {bootstrap} did not accept produce/consume within {timeout:.0f}s")
-
-    monkeypatch.setattr(launcher, "wait_until_ready", not_ready)
-    loading = held >= LOADING_PARTITIONS
     try:
-        with pytest.raises(BrokerError, match="still loading" if loading else "did not accept") as raised:
-            broker.start(timeout=5)
-        assert isinstance(raised.value, LauncherError) == loading
+        start_not_ready(broker, held, monkeypatch)
         assert broker.state() == state  # (never stopped: a running broker is left alone)
     finally:
         running.kill()
@@ -94,27 +101,18 @@ def test_a_broker_just_started_and_still_loading_is_left_running(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: int
 ) -> None:
     """A broker this start launched that is not ready in time: with many partitions in its data it is left
-    running (it comes up once it has loaded them) and says so; with fewer it is stopped, the bootstrap error
-    as it was. (A shell script stands in for java: no broker is started.)"""
+    running (it comes up once it has loaded them); with fewer it is stopped. (A shell script stands in for
+    java: no broker is started.)"""
     java = tmp_path / "java"
     java.write_text("#!/bin/sh\nexec sleep 60\n")
     java.chmod(0o755)
     monkeypatch.setattr(launcher.shutil, "which", lambda name: str(java))
     monkeypatch.setattr(LocalKafka, "ensure_jars", lambda self: tmp_path)
     broker = LocalKafka(tmp_path / "home", "3.9.1", "x")
-    for p in range(held):
-        (broker.dir / "data" / f"t-{p}").mkdir(parents=True)
+    (broker.dir / "data").mkdir(parents=True)
     (broker.dir / "data" / "meta.properties").write_text("")
-
-    async def not_ready(bootstrap: str, timeout: float) -> None:
-        raise BrokerError(f"Kafka at {bootstrap} did not accept produce/consume within {timeout:.0f}s")
-
-    monkeypatch.setattr(launcher, "wait_until_ready", not_ready)
-    loading = held >= LOADING_PARTITIONS
     try:
-        with pytest.raises(BrokerError, match="still loading" if loading else "did not accept") as raised:
-            broker.start(timeout=5)
-        assert isinstance(raised.value, LauncherError) == loading
+        loading = start_not_ready(broker, held, monkeypatch)
         assert (broker.state() is not None) == loading
     finally:
         broker.stop()
