@@ -249,7 +249,7 @@ def analyze_files(
     heap: list[tuple[float, int, Message]] = []
     try:
         for i, reader in enumerate(readers):
-            _push(heap, i, reader)
+            _push(heap, i, reader, paths[i])
         done = 0
         while heap:
             _, i, message = heapq.heappop(heap)
@@ -259,7 +259,7 @@ def analyze_files(
             else:
                 assert isinstance(message.value, bytes)
                 out.extend(processor.decision(message.value, message.source))
-            if not _push(heap, i, readers[i]):
+            if not _push(heap, i, readers[i], paths[i]):
                 processor.timeline.forget(channel(message.source))
                 done += paths[i].stat().st_size
             if progress is not None:
@@ -276,8 +276,12 @@ def analyze_files(
     return out
 
 
-def _push(heap: list[tuple[float, int, Message]], i: int, reader: Iterator[Message]) -> bool:
-    message = next(reader, None)
+def _push(heap: list[tuple[float, int, Message]], i: int, reader: Iterator[Message], path: Path) -> bool:
+    try:
+        message = next(reader, None)
+    except pa.ArrowException as exc:  # (a file that is not Parquet, or is cut short or damaged)
+        raise ConfigError(f"{path}: cannot read it as Parquet ({' '.join(str(exc).split())}); "
+                          "fix or remove it and run again") from None  # fmt: skip
     if message is None:
         return False
     heapq.heappush(heap, (message.time, i, message))

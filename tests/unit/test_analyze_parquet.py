@@ -340,3 +340,22 @@ def test_analyze_ends_its_threads_reading_ahead_when_the_engine_raises(tmp_path:
         analyze.analyze_files([path, path], Failing())
     assert reading_ahead() == 0  # (while the caller keeps the exception and its frames: not left to the GC)
     assert raised.tb is not None
+
+
+@pytest.mark.parametrize("cut", [0, 3000, -100])
+def test_a_file_that_is_not_readable_parquet_is_a_one_line_error_naming_it(tmp_path: Path, cut: int) -> None:
+    """Not Parquet, cut short, or its footer damaged: the file named, what to do, no traceback (``cut`` 0:
+    another format's bytes; > 0: the file's first bytes; < 0: its last bytes overwritten)."""
+    whole = tmp_path / "whole.parquet"
+    pq.write_table(table(sample_rows("training-fabric")), whole)
+    data = whole.read_bytes()
+    bad = tmp_path / "bad.parquet"
+    if cut == 0:
+        bad.write_bytes(b"PAR1" + b"not parquet" * 10 + b"PAR1")
+    elif cut > 0:
+        bad.write_bytes(data[:cut])
+    else:
+        bad.write_bytes(data[:cut] + b"\xff" * -cut)
+    with pytest.raises(ConfigError, match=r"bad\.parquet: cannot read it as Parquet .*; fix or remove it") as raised:
+        analyze.analyze_files([whole, bad])
+    assert "\n" not in str(raised.value)
