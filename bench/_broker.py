@@ -14,10 +14,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from aiokafka.admin import AIOKafkaAdminClient
-
 from streams.config import Settings, load
 from streams.demo import namespaced
+from streams.kafka.admin import delete_topics, list_topics
 from streams.kafka.launcher import LocalKafka
 
 
@@ -57,15 +56,10 @@ def drop_topics(bootstrap: str, owned: Callable[[str], bool]) -> list[str]:
 
 
 async def _drop(bootstrap: str, owned: Callable[[str], bool]) -> list[str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
-    await admin.start()
-    try:
-        names = sorted(n for n in await admin.list_topics() if owned(n))
-        if names:
-            await admin.delete_topics(names)
-        return names
-    finally:
-        await admin.close()
+    names = sorted(n for n in await list_topics(bootstrap) if owned(n))
+    if names:
+        await delete_topics(bootstrap, names)
+    return names
 
 
 def broker_pid(bootstrap: str) -> int | None:

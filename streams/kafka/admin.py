@@ -54,6 +54,16 @@ async def _wait_for_metadata(admin: AIOKafkaAdminClient, names: list[str], timeo
         await asyncio.sleep(0.1)
 
 
+async def list_topics(bootstrap: str) -> set[str]:
+    """The broker's topics (its internal ones included)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
+    await admin.start()
+    try:
+        return set(await admin.list_topics())
+    finally:
+        await admin.close()
+
+
 async def delete_topics(bootstrap: str, names: Iterable[str]) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()

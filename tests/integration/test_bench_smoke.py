@@ -13,10 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 
 from streams.config import Settings
-from streams.kafka.admin import delete_topics, ensure_topics
+from streams.kafka.admin import delete_topics, ensure_topics, list_topics
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,15 +64,7 @@ def test_bench_settings_deletes_the_topics_named_under_its_prefix(
 
 
 def topics(bootstrap: str) -> set[str]:
-    async def listed() -> set[str]:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        await admin.start()
-        try:
-            return set(await admin.list_topics())
-        finally:
-            await admin.close()
-
-    return asyncio.run(listed())
+    return asyncio.run(list_topics(bootstrap))
 
 
 def created_since(bootstrap: str, before: set[str], wait_s: float = 15.0) -> set[str]:
