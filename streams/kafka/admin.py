@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
 
 from streams.errors import BrokerError
 from streams.kafka.limits import TOPIC_CONFIG
@@ -64,13 +64,20 @@ async def list_topics(bootstrap: str) -> set[str]:
         await admin.close()
 
 
-async def delete_topics(bootstrap: str, names: Iterable[str]) -> None:
+async def delete_topics(bootstrap: str, names: Iterable[str]) -> dict[str, str]:
+    """Delete topics; returns those the broker did not delete, each with its error's name (a topic already
+    gone counts as deleted)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.delete_topics(list(names))
+        response = await admin.delete_topics(list(names))
     finally:
         await admin.close()
+    failed = {}
+    for topic, code, *_ in response.topic_error_codes:
+        if code not in (0, UnknownTopicOrPartitionError.errno):
+            failed[topic] = for_code(code).__name__
+    return failed
 
 
 async def round_trip(bootstrap: str, timeout: float = 20.0) -> None:

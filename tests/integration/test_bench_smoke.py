@@ -45,7 +45,8 @@ def test_bench_smoke_prints_every_figure(fresh_settings: Settings, tmp_path: Pat
 def test_bench_settings_deletes_the_topics_named_under_its_prefix(
     kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Its own topics and those a run derives from their names (``<topic>-<tag>``); no other topic."""
+    """Its own topics and those a run derives from their names (``<topic>-<tag>``); no other topic; and its
+    work directory."""
     from bench._broker import bench_settings
 
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap)
@@ -56,7 +57,10 @@ def test_bench_settings_deletes_the_topics_named_under_its_prefix(
         made = [*cfg.all_topics, f"{cfg.telemetry_topic}-2w-1"]
         asyncio.run(ensure_topics(kafka_bootstrap, made, 2))
         assert set(made) <= topics(kafka_bootstrap)
+        work = cfg.db_path.parent
+        assert work.is_dir()
     try:
+        assert not work.exists()
         assert created_since(kafka_bootstrap, before) == set()
         assert other in topics(kafka_bootstrap)
     finally:
