@@ -254,6 +254,9 @@ def live(
         f"{since}; the workers' own count (lag 0 trails it by the acknowledgements)",
     )
     figures.add(f"{name}: to lag 0", w.samples / (t.drained - t.started), "samples/s", since)
+    if workers > 1:
+        figures.add(f"{name}: one worker alone, to lag 0", (t.processed - min(t.finished)) / (t.drained - t.started),
+                    "share", "from the first worker's last message processed to the last one's")  # fmt: skip
     figures.add(
         f"{name}: producing the workload",
         t.producing,
@@ -288,7 +291,7 @@ class Timed:
     """A live run's times (``time.perf_counter``) and its processes' CPU at its start, lag 0 and input's end."""
 
     producing: float  # seconds
-    processed: float
+    finished: list[float]  # each worker's last message processed
     drained: float
     committed: float
     start: Cpu
@@ -298,6 +301,10 @@ class Timed:
     @property
     def started(self) -> float:
         return self.start.at
+
+    @property
+    def processed(self) -> float:
+        return max(self.finished)
 
 
 def timed(
@@ -329,12 +336,12 @@ def timed(
     drained_cpu = asyncio.run(_drained(run, children, sink, broker, 900))
     messages = sum(1 for k, _, _ in w.items if k == "telemetry")
     _until(lambda: sum(map(processed_messages, ports)) >= messages, children, 60)  # (lag 0: all of them by now)
-    processed = max(map(last_message, ports)) - unix_offset
+    finished = [last_message(p) - unix_offset for p in ports]
     _until(lambda: all(input_ended(p) for p in ports), children, 300)
     ended = Cpu.take(children, sink, broker)
     sink_lag = _lag(run, run.sink_group, run.audit_topic)
     committed = _until(lambda: sink_lag() == 0, [sink], 300)
-    return Timed(producing, processed, drained_cpu.at, committed, start[0], drained_cpu, ended)
+    return Timed(producing, finished, drained_cpu.at, committed, start[0], drained_cpu, ended)
 
 
 async def _drained(run: Settings, children: list[Child], sink: Child, broker: int | None, timeout_s: float) -> Cpu:
