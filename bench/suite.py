@@ -37,6 +37,7 @@ import asyncio
 import itertools
 import json
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -56,7 +57,7 @@ from aiokafka import AIOKafkaConsumer
 from bench._broker import bench_settings, broker_pid, drop_topics
 from streams.config import Settings, to_env
 from streams.demo import input_ended
-from streams.kafka.admin import ensure_topics, group_lag, partitions
+from streams.kafka.admin import GroupLag, ensure_topics, group_lag, partitions
 from streams.sim.scenarios import SCENARIOS
 from streams.supervise import Child, free_port
 from streams.testing import run_stream, stored_records
@@ -70,6 +71,7 @@ SMOKE_JOBS = (("training-fabric", 16, 40), ("inference-sla", 16, 40))
 # over a run long enough (64 ranks x 300 steps: ~3 min of event time) for the window to matter
 FULL_RSS = ((1024, 4, 30.0), (4096, 2, 30.0), (16384, 2, 30.0), (64, 300, 30.0), (64, 300, 600.0))
 SMOKE_RSS = ((1024, 2, 30.0),)
+LAG_POLL_S = 0.1  # how often a live run asks the broker for the workers' lag (faster polls take the broker CPU)
 
 
 @dataclass
@@ -252,6 +254,9 @@ def live(
         f"{since}; the workers' own count (lag 0 trails it by the acknowledgements)",
     )
     figures.add(f"{name}: to lag 0", w.samples / (t.drained - t.started), "samples/s", since)
+    if workers > 1:
+        figures.add(f"{name}: one worker alone, to lag 0", (t.processed - min(t.finished)) / (t.drained - t.started),
+                    "share", "from the first worker's last message processed to the last one's")  # fmt: skip
     figures.add(
         f"{name}: producing the workload",
         t.producing,
@@ -286,7 +291,7 @@ class Timed:
     """A live run's times (``time.perf_counter``) and its processes' CPU at its start, lag 0 and input's end."""
 
     producing: float  # seconds
-    processed: float
+    finished: list[float]  # each worker's last message processed
     drained: float
     committed: float
     start: Cpu
@@ -296,6 +301,10 @@ class Timed:
     @property
     def started(self) -> float:
         return self.start.at
+
+    @property
+    def processed(self) -> float:
+        return max(self.finished)
 
 
 def timed(
@@ -312,6 +321,7 @@ def timed(
     from tests.integration.test_scale_out import produce_keyed
 
     topics, parts = {"telemetry": run.telemetry_topic, "decisions": run.decisions_topic}, run.topic_partitions
+    unix_offset = time.time() - time.perf_counter()  # (the workers tell when they processed their last message)
     held = time.perf_counter()
     start = [Cpu.take(children, sink, broker)]
     if prefilled:  # (the workers idle while it is held back: time and CPU count from the commit)
@@ -323,16 +333,31 @@ def timed(
     else:
         asyncio.run(produce_keyed(run.kafka_bootstrap_servers, topics, w.items))
     producing = time.perf_counter() - held
+    drained_cpu = asyncio.run(_drained(run, children, sink, broker, 900))
     messages = sum(1 for k, _, _ in w.items if k == "telemetry")
-    processed = _until(lambda: sum(map(processed_messages, ports)) >= messages, children, 900)
-    lag = _lag(run, run.worker_group, run.telemetry_topic)
-    drained = _until(lambda: lag() == 0, children, 900)
-    drained_cpu = Cpu.take(children, sink, broker)
+    _until(lambda: sum(map(processed_messages, ports)) >= messages, children, 60)  # (lag 0: all of them by now)
+    finished = [last_message(p) - unix_offset for p in ports]
     _until(lambda: all(input_ended(p) for p in ports), children, 300)
     ended = Cpu.take(children, sink, broker)
     sink_lag = _lag(run, run.sink_group, run.audit_topic)
     committed = _until(lambda: sink_lag() == 0, [sink], 300)
-    return Timed(producing, processed, drained, committed, start[0], drained_cpu, ended)
+    return Timed(producing, finished, drained_cpu.at, committed, start[0], drained_cpu, ended)
+
+
+async def _drained(run: Settings, children: list[Child], sink: Child, broker: int | None, timeout_s: float) -> Cpu:
+    """Wait for the workers' group to reach telemetry lag 0, as the broker tells it: the time and CPU then.
+    Asked every ``LAG_POLL_S`` over the same connections, of the broker alone: a worker that has finished its
+    share while the other works on answers ``/metrics`` late (a long engine step, its idle flush), which would
+    delay the measured end of the drain, and the other's idle share with it."""
+    deadline = time.monotonic() + timeout_s
+    async with GroupLag(run.kafka_bootstrap_servers, run.worker_group, [run.telemetry_topic]) as lag:
+        while sum((await lag()).values()):
+            for child in children:
+                child.check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no lag 0 in {timeout_s:.0f}s: {[c.tail()[-500:] for c in children]}")
+            await asyncio.sleep(LAG_POLL_S)
+        return Cpu.take(children, sink, broker)
 
 
 @dataclass(frozen=True)
@@ -423,13 +448,23 @@ async def produce_in_one_transaction(
 
 def processed_messages(port: int) -> int:
     """The telemetry messages a worker has processed so far (its ``driftlog_messages_total``)."""
-    import re
+    return sum(int(float(n)) for n in re.findall(r'^driftlog_messages_total\{topic="[^"]*telemetry[^"]*"\} (\S+)$',
+                                                 worker_metrics(port), re.MULTILINE))  # fmt: skip
+
+
+def last_message(port: int) -> float:
+    """When a worker last processed a message of its own input (Unix time: its
+    ``driftlog_last_message_timestamp_seconds``)."""
+    found = re.search(r"^driftlog_last_message_timestamp_seconds (\S+)$", worker_metrics(port), re.MULTILINE)
+    return float(found.group(1)) if found else float("nan")
+
+
+def worker_metrics(port: int) -> str:
+    """A worker's ``/metrics`` (Prometheus text)."""
     import urllib.request
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return sum(int(float(n)) for n in re.findall(r'^driftlog_messages_total\{topic="[^"]*telemetry[^"]*"\} (\S+)$',
-                                                 text, re.MULTILINE))  # fmt: skip
+        return response.read().decode()  # type: ignore[no-any-return]
 
 
 def _lag(cfg: Settings, group: str, topic: str) -> Callable[[], int]:

@@ -44,6 +44,11 @@ AFTER_FAILURES = Counter(
     "Failures after a message was processed (its metrics, a commit's timing; the message is kept)",
     registry=WORKER_METRICS,
 )
+LAST_MESSAGE = Gauge(
+    "driftlog_last_message_timestamp_seconds",
+    "Unix time the worker last processed a message of its own input (telemetry, metrics)",
+    registry=WORKER_METRICS,
+)
 CONSUMER_LAG = Gauge(
     "driftlog_consumer_lag", "Records not yet processed, per partition", ["topic", "partition"], registry=WORKER_METRICS
 )

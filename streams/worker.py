@@ -274,6 +274,7 @@ async def after_message(state: WorkerState, ops_service: OpsService, msg: Any, o
     """A message processed (``last``: of its fetch): its metrics, and a commit if one is due."""
     publish_metrics(out)
     labelled(ops.MESSAGES, msg.topic).inc()
+    ops.LAST_MESSAGE.set_to_current_time()
     ops_service.observe(msg.topic, msg.partition, msg.offset, state.highs.get((msg.topic, msg.partition)))
     # records of a task that keeps up go at once (a finding waits for no timer); a backlog is committed every
     # interval (or COMMIT_EVERY_MESSAGES), so that snapshots do not take its time, and at once when it ends

@@ -145,20 +145,40 @@ async def partitions(bootstrap: str, topics: Iterable[str]) -> list[TopicPartiti
 
 async def group_lag(bootstrap: str, group: str, topics: Iterable[str]) -> dict[TopicPartition, int]:
     """Per partition: end offset minus the group's committed offset (all of it when nothing is committed)."""
-    tps = await partitions(bootstrap, topics)
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
-    await admin.start()
-    await consumer.start()
-    try:
-        ends = await consumer.end_offsets(tps)
-        committed = await admin.list_consumer_group_offsets(group, partitions=tps)
+    async with GroupLag(bootstrap, group, topics) as lag:
+        return await lag()
+
+
+class GroupLag:
+    """:func:`group_lag`, asked again and again over the same connections (a poll that opens its clients every
+    time takes a round trip of several connections, and CPU, for each answer)."""
+
+    def __init__(self, bootstrap: str, group: str, topics: Iterable[str]) -> None:
+        self.bootstrap, self.group, self.topics = bootstrap, group, list(topics)
+        self.admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        self.consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+        self.tps: list[TopicPartition] = []
+
+    async def __aenter__(self) -> GroupLag:
+        self.tps = await partitions(self.bootstrap, self.topics)
+        try:
+            await self.admin.start()
+            await self.consumer.start()
+        except BaseException:
+            await self.__aexit__()
+            raise
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.consumer.stop()
+        await self.admin.close()
+
+    async def __call__(self) -> dict[TopicPartition, int]:
+        ends = await self.consumer.end_offsets(self.tps)
+        committed = await self.admin.list_consumer_group_offsets(self.group, partitions=self.tps)
         lag: dict[TopicPartition, int] = {}
-        for tp in tps:
+        for tp in self.tps:
             meta = committed.get(tp)
             done = meta.offset if meta is not None and meta.offset >= 0 else 0
             lag[tp] = max(0, ends[tp] - done)
         return lag
-    finally:
-        await consumer.stop()
-        await admin.close()

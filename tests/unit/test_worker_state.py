@@ -890,3 +890,28 @@ def test_a_round_that_could_not_commit_leaves_the_next_round_its_place(monkeypat
     state.encode_s = 0.0
     asyncio.run(round_())
     assert state.seq == 1 and broker.records == ["r0"]
+
+
+def test_a_processed_message_sets_the_workers_last_message_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``driftlog_last_message_timestamp_seconds``: when the worker last processed a message of its own input
+    (a benchmark reads it to tell when a drain's work ended, without polling a worker that may answer late)."""
+    import time
+    from types import SimpleNamespace
+
+    from audit.records import SourcePosition
+    from streams import ops as metrics
+    from streams.worker import handle_event
+
+    state = task(Broker(), monkeypatch)
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+
+    def process(kind: str, value: bytes, position: SourcePosition, *_: Any) -> Output:
+        state.offsets[("telemetry", 0)] = position.offset + 1
+        return Output()
+
+    monkeypatch.setattr(state, "process", process)
+    ops = SimpleNamespace(app=None, status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
+    metrics.LAST_MESSAGE.set(0)
+    before = time.time()
+    asyncio.run(handle_event(state, ops, Stream(), fetched(0, 1), "telemetry", "auto"))  # type: ignore[arg-type]
+    assert before <= metrics.LAST_MESSAGE._value.get() <= time.time()
