@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import math
 import platform
 import re
 import statistics
@@ -251,11 +252,13 @@ def live(
         f"{name}: to every message processed",
         w.samples / (t.processed - t.started),
         "samples/s",
-        f"{since}; the workers' own count (lag 0 trails it by the acknowledgements)",
+        f"{since}; to the last message a worker processed, by its own clock (lag 0 trails it by the acknowledgements)",
     )
-    figures.add(f"{name}: to lag 0", w.samples / (t.drained - t.started), "samples/s", since)
-    if workers > 1:
-        figures.add(f"{name}: one worker alone, to lag 0", (t.processed - min(t.finished)) / (t.drained - t.started),
+    figures.add(f"{name}: to lag 0", w.samples / (t.drained - t.started), "samples/s",
+                f"{since}; a worker that finished its share first may still release epochs it held after lag 0 "
+                "(paced by the other's marks): that tail is in neither figure")  # fmt: skip
+    if workers > 1 and len(t.done) == workers:  # (every worker processed some of the input)
+        figures.add(f"{name}: one worker alone, to lag 0", (t.processed - min(t.done)) / (t.drained - t.started),
                     "share", "from the first worker's last message processed to the last one's")  # fmt: skip
     figures.add(
         f"{name}: producing the workload",
@@ -291,7 +294,7 @@ class Timed:
     """A live run's times (``time.perf_counter``) and its processes' CPU at its start, lag 0 and input's end."""
 
     producing: float  # seconds
-    finished: list[float]  # each worker's last message processed
+    finished: list[float]  # each worker's last message processed (nan: it processed none)
     drained: float
     committed: float
     start: Cpu
@@ -303,8 +306,13 @@ class Timed:
         return self.start.at
 
     @property
+    def done(self) -> list[float]:
+        """The last message processed of each worker that processed any."""
+        return [f for f in self.finished if math.isfinite(f)]
+
+    @property
     def processed(self) -> float:
-        return max(self.finished)
+        return max(self.done, default=math.nan)
 
 
 def timed(
@@ -392,7 +400,7 @@ def cpu_accounting(name: str, start: Cpu, end: Cpu, samples: int, figures: Figur
     waiting = sum(b[1] - a[1] for a, b in zip(start.loops, end.loops, strict=True)) / wall / len(used)
     figures.add(f"{name}: event loops running, to lag 0", running, "share")
     figures.add(f"{name}: event loops waiting for a core, to lag 0", waiting, "share")
-    figures.add(f"{name}: event loops idle, to lag 0", 1 - running - waiting, "share")
+    figures.add(f"{name}: event loops idle, to lag 0", max(0.0, 1 - running - waiting), "share")
     figures.add(f"{name}: samples per worker CPU-second, to lag 0", samples / sum(used), "samples/s")
     others = {"broker": (start.broker, end.broker), "sink": (start.sink, end.sink), "bench": (start.bench, end.bench)}
     for who, (a, b) in others.items():
@@ -454,9 +462,10 @@ def processed_messages(port: int) -> int:
 
 def last_message(port: int) -> float:
     """When a worker last processed a message of its own input (Unix time: its
-    ``driftlog_last_message_timestamp_seconds``)."""
+    ``driftlog_last_message_timestamp_seconds``); nan if it has processed none (the gauge is 0 until then)."""
     found = re.search(r"^driftlog_last_message_timestamp_seconds (\S+)$", worker_metrics(port), re.MULTILINE)
-    return float(found.group(1)) if found else float("nan")
+    value = float(found.group(1)) if found else 0.0
+    return value if value > 0 else math.nan
 
 
 def worker_metrics(port: int) -> str:

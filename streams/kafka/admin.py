@@ -155,12 +155,14 @@ class GroupLag:
 
     def __init__(self, bootstrap: str, group: str, topics: Iterable[str]) -> None:
         self.bootstrap, self.group, self.topics = bootstrap, group, list(topics)
-        self.admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        self.consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
         self.tps: list[TopicPartition] = []
 
     async def __aenter__(self) -> GroupLag:
         self.tps = await partitions(self.bootstrap, self.topics)
+        # (made here, after the partitions were found: a client made and never started or stopped is reported
+        # unclosed)
+        self.admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        self.consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap)
         try:
             await self.admin.start()
             await self.consumer.start()

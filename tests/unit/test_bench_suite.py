@@ -1,0 +1,54 @@
+"""The benchmark suite's own measuring (bench/suite.py), without a broker."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from bench import suite
+
+
+class _Lag:
+    """A GroupLag whose answers are the given totals, one per call."""
+
+    answers: list[int] = []  # noqa: RUF012 (set per test)
+    asked = 0
+
+    def __init__(self, *_: Any) -> None:
+        pass
+
+    async def __aenter__(self) -> _Lag:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        pass
+
+    async def __call__(self) -> dict[int, int]:
+        type(self).asked += 1
+        return {0: self.answers.pop(0)}
+
+
+def test_a_drain_ends_at_the_first_lag_0_the_broker_tells(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Polled until the group's lag is 0 (not before), the time and CPU taken then."""
+    monkeypatch.setattr(suite, "GroupLag", _Lag)
+    monkeypatch.setattr(suite, "LAG_POLL_S", 0.0)
+    monkeypatch.setattr(_Lag, "answers", [3, 1, 0, 5])
+    monkeypatch.setattr(suite.Cpu, "take", staticmethod(lambda *_: "cpu at lag 0"))
+    alive = SimpleNamespace(check_alive=lambda: None)
+    run = SimpleNamespace(kafka_bootstrap_servers="", worker_group="g", telemetry_topic="t")
+    taken = asyncio.run(suite._drained(run, [alive], alive, None, 60))  # type: ignore[arg-type]
+    assert taken == "cpu at lag 0" and _Lag.asked == 3
+
+
+def test_a_worker_that_processed_nothing_is_left_out_of_the_drains_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its gauge is 0 (never set): no time of its own, so neither the last message processed nor the share of
+    the drain one worker ran alone counts it."""
+    text = {1: "driftlog_last_message_timestamp_seconds 0.0\n", 2: "driftlog_last_message_timestamp_seconds 12.5\n"}
+    monkeypatch.setattr(suite, "worker_metrics", text.__getitem__)
+    assert math.isnan(suite.last_message(1)) and suite.last_message(2) == 12.5
+    t = suite.Timed(0.0, [math.nan, 12.5], 13.0, 14.0, *[None] * 3)  # type: ignore[arg-type]
+    assert t.done == [12.5] and t.processed == 12.5
