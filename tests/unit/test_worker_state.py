@@ -917,3 +917,21 @@ def test_a_processed_message_sets_the_workers_last_message_time(monkeypatch: pyt
     metrics.LAST_MESSAGE.set(0)
     asyncio.run(handle_event(state, ops, Stream(), fetched(0, 1), "telemetry", "auto"))  # type: ignore[arg-type]
     assert processed_at and processed_at[-1] <= metrics.LAST_MESSAGE._value.get() <= time.time()  # (after it)
+
+
+def test_a_redelivered_message_a_snapshot_covers_leaves_the_last_message_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message read again after a restart that the restored state already covers is skipped, not processed:
+    the gauge stays as it was."""
+    from types import SimpleNamespace
+
+    from streams import ops as metrics
+    from streams.worker import handle_event
+
+    state = task(Broker(), monkeypatch)
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    monkeypatch.setattr(state, "covered", lambda *_: True)
+    monkeypatch.setattr(state, "process", lambda *_: pytest.fail("a covered message was processed"))
+    ops = SimpleNamespace(app=None, status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
+    metrics.LAST_MESSAGE.set(0)
+    asyncio.run(handle_event(state, ops, Stream(), fetched(0, 1), "telemetry", "auto"))  # type: ignore[arg-type]
+    assert metrics.LAST_MESSAGE._value.get() == 0
