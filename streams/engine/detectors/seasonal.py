@@ -40,8 +40,8 @@ def period_of(x: F) -> int:
     r = around_line(x)
     products = lag_products(r, n // 3 + 2)
     var = float(products[0])
-    if var <= 0.0:
-        return 0
+    if var <= n * (4 * np.finfo(np.float64).eps * float(np.abs(x).max())) ** 2:
+        return 0  # (residuals no larger than the values' rounding: a line, and its rounding has no season)
     acf = products[1:] / var  # acf[k]: lag k + 1
     best, height = 0, max(0.3, 4 / math.sqrt(n))
     for k in range(1, len(acf) - 1):
