@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -230,3 +231,18 @@ def test_a_reports_line_is_polyfits_bit_for_bit() -> None:
                 slope, intercept = np.polyfit(np.arange(n, dtype=np.float64), x, 1)
                 expected = np.array([slope, intercept + slope * at])
                 assert np.array(_fit(x, at)).tobytes() == expected.tobytes()
+
+
+def test_a_reports_line_is_the_exact_least_squares_line_to_rounding() -> None:
+    rng = np.random.default_rng(4)
+    for n in [2, 3, 7, 40, 128]:
+        for x in (rng.random(n) * 1e9 + 1e6, rng.random(n) * 1e-9, np.ones(n), np.zeros(n)):
+            for at in (-0.5, n - 1.0):
+                values, middle = [Fraction(v) for v in x], Fraction(n - 1, 2)
+                mean = sum(values) / n
+                slope = sum((v - mean) * (i - middle) for i, v in enumerate(values))
+                slope /= sum((i - middle) ** 2 for i in range(n))
+                got = _fit(x, at)
+                scale = float(np.abs(x).max())
+                assert abs(Fraction(got[0]) - slope) <= 4e-16 * scale / n
+                assert abs(Fraction(got[1]) - mean - slope * (Fraction(at) - middle)) <= 4e-16 * scale

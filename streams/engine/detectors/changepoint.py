@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from audit import native
+from streams.engine.detectors.lines import line
 from streams.engine.detectors.rows import with_rows
 from streams.engine.medians import median
 
@@ -513,25 +514,11 @@ def _mean_terms(w: int, count: I, m: int) -> _MeanTerms:
 
 
 def _fit(x: F, at: float) -> tuple[float, float]:
-    """(slope, value at position ``at``) of the least-squares line through ``x`` (positions 0, 1, ...):
-    ``np.polyfit(positions, x, 1)``'s steps, its scaled matrix made once per length."""
+    """(slope, value at position ``at``) of the least-squares line through ``x`` (positions 0, 1, ...)."""
     if len(x) < 2:
         return 0.0, float(x[0]) if len(x) else math.nan
-    lhs, scale = _line_basis(len(x))
-    c = np.linalg.lstsq(lhs, x, rcond=len(x) * np.finfo(np.float64).eps)[0] / scale
-    slope, intercept = c
-    return float(slope), float(intercept + slope * at)
-
-
-@functools.cache
-def _line_basis(n: int) -> tuple[F, F]:
-    """``np.polyfit``'s least-squares matrix for a line through positions ``0 .. n - 1`` (its columns scaled
-    to unit length) and the scales (read only: shared by every fit of ``n`` points)."""
-    lhs = np.vander(np.arange(n, dtype=np.float64), 2)
-    scale = np.sqrt((lhs * lhs).sum(axis=0))
-    lhs /= scale
-    lhs.flags.writeable = scale.flags.writeable = False
-    return lhs, scale
+    slope, mean = line(x)
+    return float(slope), float(mean + slope * (at - (len(x) - 1) / 2))
 
 
 def _noise(x: F) -> float:

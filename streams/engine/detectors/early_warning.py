@@ -167,15 +167,31 @@ def ar_fit(y: F) -> tuple[F, F, F]:
         moments[..., i] = (u * out).sum(-1)
         for j in range(i, 3):
             gram[..., i, j] = gram[..., j, i] = (u * columns[j]).sum(-1)
-    singular = np.abs(np.linalg.det(gram)) < 1e-12 * np.abs(gram).max(axis=(-2, -1)) ** 3
-    gram[singular] = np.eye(3)
-    inverse = np.linalg.inv(gram)
-    beta = np.einsum("...ij,...j->...i", inverse, moments)
+    adjugate, det = _adjugate(gram)
+    singular = np.abs(det) < 1e-12 * np.abs(gram).max(axis=(-2, -1)) ** 3
+    det[singular] = 1.0
+    adjugate[singular] = np.eye(3)
+    beta = (adjugate * moments[..., None, :]).sum(-1) / det[..., None]
     e = out - beta[..., :1] - beta[..., 1:2] * lag - beta[..., 2:] * columns[2]
-    se = np.sqrt((e * e).sum(-1) / max(n - 4, 1) * inverse[..., 2, 2])
+    se = np.sqrt((e * e).sum(-1) / max(n - 4, 1) * (adjugate[..., 2, 2] / det))
     z = np.divide(beta[..., 2], se, out=np.zeros_like(se), where=(se > 0) & ~singular)
     a, b = np.where(singular, 0.0, beta[..., 1]), np.where(singular, 0.0, beta[..., 2])
     return z, a + b * s[0], a + b * s[-1]
+
+
+def _adjugate(g: F) -> tuple[F, F]:
+    """(adjugate, determinant) of each symmetric 3 x 3 matrix ``g`` (its inverse: adjugate / determinant),
+    by cofactors: element-wise, not LAPACK, whose result depends on the CPU (``lines``)."""
+    a, b, c, d, e, f = g[..., 0, 0], g[..., 0, 1], g[..., 0, 2], g[..., 1, 1], g[..., 1, 2], g[..., 2, 2]
+    adjugate = np.empty_like(g)
+    adjugate[..., 0, 0] = d * f - e * e
+    adjugate[..., 0, 1] = adjugate[..., 1, 0] = c * e - b * f
+    adjugate[..., 0, 2] = adjugate[..., 2, 0] = b * e - c * d
+    adjugate[..., 1, 1] = a * f - c * c
+    adjugate[..., 1, 2] = adjugate[..., 2, 1] = b * c - a * e
+    adjugate[..., 2, 2] = a * d - b * b
+    det: F = a * adjugate[..., 0, 0] + b * adjugate[..., 0, 1] + c * adjugate[..., 0, 2]
+    return adjugate, det
 
 
 def slowing_down(x: F, clip: float = CLIP) -> tuple[float, float, float]:

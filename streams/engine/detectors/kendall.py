@@ -57,7 +57,7 @@ def trend_z(u: F, autocorrelation: F) -> tuple[float, float]:
     s = float(np.triu(np.sign(u[None, :] - u[:, None]), 1).sum())
     lag = np.arange(1, n - 2, dtype=np.float64)
     weights = (n - lag) * (n - lag - 1) * (n - lag - 2)
-    inflation = 1.0 + 2.0 * float(weights @ autocorrelation[: n - 3]) / (n * (n - 1) * (n - 2))
+    inflation = 1.0 + 2.0 * float(np.add.reduce(weights * autocorrelation[: n - 3])) / (n * (n - 1) * (n - 2))
     sd = math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0 * max(inflation, 1.0))
     z = (s - math.copysign(1.0, s)) / sd if s else 0.0
     return s / (n * (n - 1) / 2), z

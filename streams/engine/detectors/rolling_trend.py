@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from streams.engine.detectors.lines import centred, line
 from streams.engine.detectors.surrogates import draw, seeded
 
 F = npt.NDArray[np.float64]
@@ -28,10 +29,8 @@ STATISTICS = ("variance", "autocorrelation", "both")  # ``both``: the sum of the
 
 def around_line(x: F) -> F:
     """Each row of ``x`` (last axis: time) minus its least-squares line."""
-    n = x.shape[-1]
-    t = np.arange(n, dtype=np.float64) - (n - 1) / 2
-    slope = (x @ t) / float(t @ t)
-    out: F = x - x.mean(axis=-1, keepdims=True) - slope[..., None] * t
+    slope, mean = line(x)
+    out: F = x - mean[..., None] - slope[..., None] * centred(x.shape[-1])
     return out
 
 

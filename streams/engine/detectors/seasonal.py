@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from streams.engine.detectors.lines import lag_products
+from streams.engine.detectors.rolling_trend import around_line
 from streams.engine.detectors.rows import with_rows
 
 F = npt.NDArray[np.float64]
@@ -35,13 +37,12 @@ _NONE = np.zeros(0, np.int64)
 def period_of(x: F) -> int:
     """The period of ``x`` (0: none), from the highest true peak of its autocorrelation."""
     n = len(x)
-    t = np.arange(n, dtype=np.float64)
-    slope, intercept = np.polyfit(t, x, 1)
-    r = x - (intercept + slope * t)
-    var = float(r @ r)
-    if var <= 0.0:
-        return 0
-    acf = np.array([float(r[lag:] @ r[:-lag]) / var for lag in range(1, n // 3 + 2)])  # acf[k]: lag k + 1
+    r = around_line(x)
+    products = lag_products(r, n // 3 + 2)
+    var = float(products[0])
+    if var <= n * (4 * np.finfo(np.float64).eps * float(np.abs(x).max())) ** 2:
+        return 0  # (residuals no larger than the values' rounding: a line, and its rounding has no season)
+    acf = products[1:] / var  # acf[k]: lag k + 1
     best, height = 0, max(0.3, 4 / math.sqrt(n))
     for k in range(1, len(acf) - 1):
         if acf[k] > height and acf[k] >= acf[k - 1] and acf[k] > acf[k + 1] and acf[:k].min() < acf[k] - height:

@@ -19,6 +19,8 @@ import zlib
 import numpy as np
 import numpy.typing as npt
 
+from streams.engine.detectors.lines import lag_products
+
 F = npt.NDArray[np.float64]
 MAX_PHI = 0.99
 
@@ -31,11 +33,10 @@ def seeded(x: F) -> np.random.Generator:
 def hidden_ar1(r: F, noise: bool = True) -> tuple[float, float]:
     """(phi, c): the hidden AR(1) coefficient and its share of the variance of ``r`` (mean zero); with
     ``noise`` False a plain AR(1) (``c`` 1, ``phi`` the lag-1 autocorrelation)."""
-    energy = float(r @ r)
+    energy, rho1, rho2 = map(float, lag_products(r, 3))
     if energy <= 0.0:
         return 0.0, 1.0
-    rho1 = float(r[1:] @ r[:-1]) / energy
-    rho2 = float(r[2:] @ r[:-2]) / energy
+    rho1, rho2 = rho1 / energy, rho2 / energy
     if not noise or rho1 <= 0.0 or rho2 <= 0.0:
         return min(max(rho1, 0.0), MAX_PHI), 1.0
     phi = min(max(rho2 / rho1, rho1), MAX_PHI)
