@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -15,8 +15,8 @@ from bench import suite
 class _Lag:
     """A GroupLag whose answers are the given totals, one per call."""
 
-    answers: list[int] = []  # noqa: RUF012 (set per test)
-    asked = 0
+    answers: ClassVar[list[int]] = []  # (set per test)
+    asked: ClassVar[int] = 0
 
     def __init__(self, *_: Any) -> None:
         pass
@@ -37,6 +37,7 @@ def test_a_drain_ends_at_the_first_lag_0_the_broker_tells(monkeypatch: pytest.Mo
     monkeypatch.setattr(suite, "GroupLag", _Lag)
     monkeypatch.setattr(suite, "LAG_POLL_S", 0.0)
     monkeypatch.setattr(_Lag, "answers", [3, 1, 0, 5])
+    monkeypatch.setattr(_Lag, "asked", 0)
     monkeypatch.setattr(suite.Cpu, "take", staticmethod(lambda *_: "cpu at lag 0"))
     alive = SimpleNamespace(check_alive=lambda: None)
     run = SimpleNamespace(kafka_bootstrap_servers="", worker_group="g", telemetry_topic="t")
