@@ -141,6 +141,7 @@ def change_tests(
     min_side: int,
     out: Buffer,
 ) -> bool: ...
+def c_math(name: str, x: Buffer, y: Buffer, out: Buffer) -> None: ...
 def change_append(
     x: Buffer,
     y: Buffer,

@@ -312,7 +312,7 @@ pub fn change_tests(
 
 /// A writable C-contiguous buffer's items (the caller has checked that no other buffer of the call shares its
 /// memory: `overlap`).
-fn items_mut<'a, T: pyo3::buffer::Element>(
+pub(crate) fn items_mut<'a, T: pyo3::buffer::Element>(
     buf: &'a mut PyBuffer<T>,
     name: &str,
 ) -> PyResult<&'a mut [T]> {

@@ -1,9 +1,9 @@
 //! driftlog's native core, over Arrow column buffers and without the GIL: the audit hash chain
 //! (`chain`), a fast path for the record classification (`classify`), the longest-path evaluation and
 //! critical path of a step's dependency graph (`dag`), the telemetry decoder (`decode`), grouped medians
-//! (`median`), the canonical order of an epoch's samples (`sort`) and the change detector's tests
-//! (`change`). Each has a Python definition it equals bit for bit, which runs without the extension (or
-//! with DRIFTLOG_NATIVE=0).
+//! (`median`), the canonical order of an epoch's samples (`sort`), the change detector's tests
+//! (`change`) and the C library's transcendental functions over arrays (`libm`). Each has a Python
+//! definition it equals bit for bit, which runs without the extension (or with DRIFTLOG_NATIVE=0).
 
 use pyo3::prelude::*;
 
@@ -17,6 +17,7 @@ mod dag;
 mod decode;
 mod draft;
 mod layouts;
+mod libm;
 mod median;
 mod numbers;
 mod objects;
@@ -44,6 +45,7 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dag::dag_layout, m)?)?;
     m.add_function(wrap_pyfunction!(change::change_tests, m)?)?;
     m.add_function(wrap_pyfunction!(change::change_append, m)?)?;
+    m.add_function(wrap_pyfunction!(libm::c_math, m)?)?;
     m.add_function(wrap_pyfunction!(draft::step_draft, m)?)?;
     m.add_function(wrap_pyfunction!(draft::step_tolerance, m)?)?;
     m.add_function(wrap_pyfunction!(draft::step_plan_check, m)?)?;

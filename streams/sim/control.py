@@ -43,6 +43,7 @@ serving node; a preemption by the scale_out that placed the replica it removes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,7 +157,7 @@ class _Run:
     def _window(self, w: int) -> Window:
         p = self.plane
         rng = np.random.default_rng([p.seed, w])
-        swing = (1 + 0.1 * np.sin(2 * np.pi * w / 90)) * (p.surge if 0 <= p.surge_at <= w else 1.0)
+        swing = (1 + 0.1 * math.sin(2 * math.pi * w / 90)) * (p.surge if 0 <= p.surge_at <= w else 1.0)
         fresh = float(p.load * p.service_nodes * _rate(p) * p.window_s * swing * (1 + 0.03 * rng.normal()))
         z = rng.standard_normal((p.service_nodes * REPLICAS_PER_NODE, p.draws))
         e = rng.exponential(size=z.shape)
@@ -324,7 +325,7 @@ class _Run:
         mean = lognormal_mean(p.median_s, p.sigma) / clock
         backlog = np.array([self.backlog[i] for i in ids])
         room = np.full(len(ids), p.max_backlog_s * _rate(p))
-        win = serve(backlog, arrivals, p.slots / mean, mean, p.slots, float(np.exp(p.sigma**2) - 1), room, p.window_s)
+        win = serve(backlog, arrivals, p.slots / mean, mean, p.slots, math.exp(p.sigma**2) - 1, room, p.window_s)
         if commit:
             self.backlog.update(zip(ids, win.backlog.tolist(), strict=True))
         n = len(ids)

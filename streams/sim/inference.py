@@ -20,10 +20,12 @@ retried load alone exceeds the capacity; with few it drains. ``slow_replica`` (o
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from streams import fpmath
 from streams.sim.queueing import Array, Served, latency, lognormal_mean, retry_flow, serve
 
 QUANTILES = (0.5, 0.99)
@@ -100,7 +102,7 @@ class ServingPipeline:
     def _window(self, w: int, backlog: dict[str, Array], retry_in: Array, attempts: int,
                 healed: bool) -> tuple[Stats, dict[str, Array], Array]:  # fmt: skip
         rng = np.random.default_rng([self.seed, w])
-        swing = 1 + 0.1 * np.sin(2 * np.pi * w / 120)
+        swing = 1 + 0.1 * math.sin(2 * math.pi * w / 120)
         fresh = float(self.load * self.decode * self.decode_rate * self.window_s * swing * (1 + 0.03 * rng.normal()))
         offered = retry_in.copy()
         offered[1] = fresh
@@ -115,7 +117,7 @@ class ServingPipeline:
         z_pre, z_dec, z_router = (rng.standard_normal(shape) for _ in range(3))
         e_pre, e_dec = rng.exponential(size=shape), rng.exponential(size=shape)
         pick = rng.integers(0, self.prefill, size=shape)  # which prefill replica served each draw
-        router = self.router_s * np.exp(0.3 * z_router)
+        router = self.router_s * fpmath.exp(0.3 * z_router)
         prefill = latency(pre.queued_s[pick], pre.mgc_s[pick], self.prefill_median_s, self.sigma, z_pre, e_pre)
         decode = latency(dec.queued_s[:, None], dec.mgc_s[:, None], self.decode_median_s * factor[:, None],
                          self.sigma, z_dec, e_dec)  # fmt: skip
@@ -138,5 +140,5 @@ class ServingPipeline:
         mean = lognormal_mean(median, self.sigma) * factor
         nominal = self.slots / lognormal_mean(median, self.sigma)
         room = np.full(len(factor), self.max_backlog_s * nominal)
-        cv2 = float(np.exp(self.sigma**2) - 1)
+        cv2 = math.exp(self.sigma**2) - 1
         return serve(backlog[name], arrivals, self.slots / mean, mean, self.slots, cv2, room, self.window_s)

@@ -9,22 +9,26 @@ backlog and are still served (the server cannot tell): that wasted work is what 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from streams import fpmath
+
 Array = npt.NDArray[np.float64]
 
 
 def lognormal_mean(median: float, sigma: float) -> float:
-    return float(median * np.exp(sigma**2 / 2))
+    return median * math.exp(sigma**2 / 2)
 
 
 def mgc_wait(rho: Array, slots: int, mean_s: Array, cv2: float) -> Array:
     """Mean wait in queue of an M/G/c queue at utilisation ``rho`` (< 1), after Sakasegawa (1977)."""
     rho = np.clip(rho, 0.0, 0.95)  # above that the fluid backlog is the queue
-    return np.asarray(mean_s * (1 + cv2) / 2 * rho ** np.sqrt(2 * (slots + 1)) / (slots * (1 - rho)), dtype=float)
+    waiting = fpmath.power(rho, math.sqrt(2 * (slots + 1)))
+    return np.asarray(mean_s * (1 + cv2) / 2 * waiting / (slots * (1 - rho)), dtype=float)
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ def serve(backlog: Array, arrivals: Array, rate: Array, mean_s: Array, slots: in
 def latency(queued_s: Array, mgc_s: Array, median_s: Array | float, sigma: float, z: Array, e: Array) -> Array:
     """Latency draws of admitted requests: the wait behind the backlog, an exponential M/G/c wait of mean
     ``mgc_s`` (``e``: standard exponential draws) and a log-normal service (``z``: standard normal draws)."""
-    return queued_s + mgc_s * e + median_s * np.exp(sigma * z)
+    return queued_s + mgc_s * e + median_s * fpmath.exp(sigma * z)
 
 
 def retry_flow(offered: Array, failed: float, attempts: int) -> tuple[Array, float]:

@@ -20,6 +20,7 @@ warning is ``transition_step`` minus the window it was raised in).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,8 +75,8 @@ class SaturationScenario:
             x = (1.0 - r) * x + noise * rng.standard_normal()
             overloaded = not self.healthy and w >= self.transition
             base = 0.6 if overloaded else 0.2
-            p50[w] = base * 0.5 * np.exp(0.05 * x)
-            p99[w] = base * np.exp(0.08 * x)
+            p50[w] = base * 0.5 * math.exp(0.05 * x)
+            p99[w] = base * math.exp(0.08 * x)
         return p50, p99
 
     def run(self) -> Iterator[Message]:

@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from streams import fpmath
+
 Array = npt.NDArray[np.float64]
 
 
@@ -145,7 +147,7 @@ class TrainingFabric:
                 link[:, c.target] *= c.magnitude
             elif c.kind == "spread_dp":  # its own random stream: the noise stays the same, healed or not
                 spread = np.random.default_rng([self.seed, step, 7]).normal(size=(lay.microbatches, lay.dp))
-                noise = noise * np.exp(c.magnitude * spread)[None, :, :, None, None]
+                noise = noise * fpmath.exp(c.magnitude * spread)[None, :, :, None, None]
         return self._pipeline(noise, factor, link, quorum)
 
     def _pipeline(self, noise: Array, factor: Array, link: Array, quorum: npt.NDArray[np.bool_]) -> StepTimes:

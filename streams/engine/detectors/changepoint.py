@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from audit import native
+from streams import fpmath
 from streams.engine.detectors.lines import line
 from streams.engine.detectors.rows import with_rows
 from streams.engine.medians import median
@@ -150,7 +151,7 @@ class ChangePoint:
     def _round(self, rows: I, values: F) -> I:
         """Each row's value appended (:meth:`_append`), the noise of those whose turn it is learned: the rows
         tested now. In the native core when it is built (the same bookkeeping in one call, not ~40 numpy calls
-        a round; the logarithm stays numpy's)."""
+        a round; the logarithm is :mod:`streams.fpmath`'s)."""
         if native.core is None or not hasattr(native.core, "change_append"):
             n = self._append(rows, values)
             return self._ready(rows, n, rows[self._relearns(n, np.isnan(self._sigma[rows]))])
@@ -159,8 +160,7 @@ class ChangePoint:
         relearns, tests = native.core.change_append(self._x, self._y, self._n, self._seen, self._sigma, self._phase,
                                                     np.ascontiguousarray(rows), np.ascontiguousarray(values), limits,
                                                     squared, due[0], due[1])  # fmt: skip
-        with np.errstate(divide="ignore", invalid="ignore"):
-            self._y[rows, -1] = np.log(squared)
+        self._y[rows, -1] = fpmath.log(squared)
         if relearns:
             return self._ready(rows, self._n[rows], rows[due[0, :relearns]])
         return rows[due[1, :tests]]
@@ -179,8 +179,8 @@ class ChangePoint:
             return []
         x, y, n = self._x[row], self._y[row], int(self._n[row])
         d = value - float(x[-1]) if n > 0 else math.nan
-        # numpy's log, as :meth:`_append` takes it (of a square: only 0 would warn, and its log is -inf)
-        logged = -math.inf if d * d == 0.0 else np.log(np.array([d * d]))[0]
+        # the C library's log, as :meth:`_append` takes it (:mod:`streams.fpmath`; of 0: -inf, as there)
+        logged = -math.inf if d * d == 0.0 else math.log(d * d)
         x[:-1], x[-1] = x[1:], value
         y[:-1], y[-1] = y[1:], logged
         n += 1
@@ -209,8 +209,7 @@ class ChangePoint:
         """Each row's value appended to its window; the rows' new segment lengths."""
         x, n = self._x[rows], self._n[rows]
         d = np.where(n > 0, values - x[:, -1], np.nan)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            y = np.log(d * d)
+        y = fpmath.log(d * d)
         self._x[rows, :-1] = x[:, 1:]
         self._x[rows, -1] = values
         self._y[rows, :-1] = self._y[rows, 1:]
@@ -242,9 +241,9 @@ class ChangePoint:
         """Both tests on these rows (:meth:`_statistics`), each over its threshold; the alarms reported."""
         n_seg = self._n[rows]
         line, line_at, line_slope, var, var_at = self._statistics(rows, np.minimum(n_seg, self.window))
-        # numpy's log; the scores in Python numbers, the same operations on the same doubles (a test takes a few
+        # the scores in Python numbers, the same operations on the same doubles (a test takes a few
         # series: numpy's per-call cost was most of it)
-        log_n = np.log(n_seg.astype(np.float64)).tolist()
+        log_n = fpmath.log(n_seg).tolist()
         a, b, var_a, var_b = self.line_a, self.line_b, self.var_a, self.var_b
         changes = []
         for i, (ln, line_i, var_i) in enumerate(zip(log_n, line.tolist(), var.tolist(), strict=True)):
@@ -267,7 +266,7 @@ class ChangePoint:
         the prefix sums run along contiguous memory)."""
         w, m = self.window, self.min_side
         sigma = self._sigma[rows]
-        floor, top = 2 * np.log(1e-2 * sigma), 2 * np.log(6 * sigma)
+        floor, top = 2 * fpmath.log(1e-2 * sigma), 2 * fpmath.log(6 * sigma)
         if native.core is not None and hasattr(native.core, "change_tests"):
             out = np.empty((rows.size, 5))
             if native.core.change_tests(self._x[rows], self._y[rows], k, sigma, floor, top, self.clip, m, out):

@@ -97,6 +97,7 @@ from statistics import NormalDist
 import numpy as np
 import numpy.typing as npt
 
+from streams import fpmath
 from streams.engine.detectors.base import Detector
 from streams.engine.detectors.changepoint import ChangePoint
 from streams.engine.detectors.kendall import (
@@ -168,7 +169,7 @@ def ar_fit(y: F) -> tuple[F, F, F]:
         for j in range(i, 3):
             gram[..., i, j] = gram[..., j, i] = (u * columns[j]).sum(-1)
     adjugate, det = _adjugate(gram)
-    singular = np.abs(det) < 1e-12 * np.abs(gram).max(axis=(-2, -1)) ** 3
+    singular = np.abs(det) < 1e-12 * fpmath.power(np.abs(gram).max(axis=(-2, -1)), 3)
     det[singular] = 1.0
     adjugate[singular] = np.eye(3)
     beta = (adjugate * moments[..., None, :]).sum(-1) / det[..., None]

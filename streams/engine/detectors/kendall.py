@@ -21,6 +21,8 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from streams import fpmath
+
 F = npt.NDArray[np.float64]
 
 
@@ -38,7 +40,7 @@ def sign_coefficient(r: F) -> float:
 def abs_correlation(rho: F) -> F:
     """Correlation of ``|X|`` and ``|Y|`` for standard normal ``X``, ``Y`` with correlation ``rho``."""
     rho = np.clip(rho, -1.0, 1.0)
-    out: F = (2 / np.pi) * (rho * np.arcsin(rho) + np.sqrt(1.0 - rho * rho) - 1.0) / (1.0 - 2 / np.pi)
+    out: F = (2 / np.pi) * (rho * fpmath.arcsin(rho) + np.sqrt(1.0 - rho * rho) - 1.0) / (1.0 - 2 / np.pi)
     return out
 
 
@@ -78,7 +80,7 @@ def variance_z(r: F) -> tuple[float, float]:
     """(tau, z) of ``variance_trend``."""
     phi = sign_coefficient(r)
     lags = np.arange(1, len(r), dtype=np.float64)
-    return trend_z(np.abs(r), abs_correlation(phi**lags))
+    return trend_z(np.abs(r), abs_correlation(fpmath.power(phi, lags)))
 
 
 def autocorrelation_trend(r: F) -> tuple[float, float]:
@@ -92,7 +94,7 @@ def autocorrelation_z(r: F) -> tuple[float, float]:
     """(tau, z) of ``autocorrelation_trend``."""
     phi = sign_coefficient(r)
     lags = np.arange(1, len(r) - 1, dtype=np.float64)
-    return trend_z(r[1:] * r[:-1], 2 * phi ** (2 * lags) / (1 + phi * phi))
+    return trend_z(r[1:] * r[:-1], 2 * fpmath.power(phi, 2 * lags) / (1 + phi * phi))
 
 
 def joint_trend(r: F) -> tuple[float, float]:
