@@ -54,8 +54,12 @@ def _map(name: str, scalar: Callable[..., float], *args: npt.ArrayLike) -> F:
     """``scalar`` of each element of ``args`` (broadcast): in the native core when it is built (the same C
     library functions, without a Python call per element)."""
     arrays = [np.asarray(a, dtype=np.float64) for a in args]
-    if len(arrays) > 1:
-        arrays = [np.ascontiguousarray(a) for a in np.broadcast_arrays(*arrays)]
+    if len(arrays) > 1 and arrays[0].shape != arrays[1].shape:
+        if arrays[0].ndim == 0 or arrays[1].ndim == 0:  # (a scalar operand, the usual case: no broadcast's cost)
+            shape = arrays[1].shape if arrays[0].ndim == 0 else arrays[0].shape
+            arrays = [a if a.shape == shape else np.full(shape, a) for a in arrays]
+        else:
+            arrays = [np.ascontiguousarray(a) for a in np.broadcast_arrays(*arrays)]
     if native.core is not None and hasattr(native.core, "c_math"):
         flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]  # (a buffer has a shape: not 0-d)
         out = np.empty(flat[0].size)
@@ -96,8 +100,11 @@ def _asin(x: float) -> float:
 def _pow(x: float, y: float) -> float:
     try:
         return math.pow(x, y)
-    except OverflowError:
-        return math.inf
+    except OverflowError:  # (a negative base to an odd power: -inf)
+        return math.copysign(math.inf, x) if _odd(y) else math.inf
     except ValueError:  # a negative base to a fractional power; 0 to a negative one (-0 to an odd: -inf)
-        odd = y.is_integer() and abs(y) % 2 == 1
-        return math.nan if x != 0 else math.copysign(math.inf, x) if odd else math.inf
+        return math.nan if x != 0 else math.copysign(math.inf, x) if _odd(y) else math.inf
+
+
+def _odd(y: float) -> bool:
+    return y.is_integer() and abs(y) % 2 == 1

@@ -37,7 +37,7 @@ def clock(t: float) -> str:
 def ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     if hi <= lo:
         return [lo]
-    step = 10 ** math.floor(math.log10((hi - lo) / n))
+    step = 10 ** math.floor(math.log10((hi - lo) / n))  # (scalars: Python's power)
     for m in (1, 2, 5, 10):
         if (hi - lo) / (step * m) <= n:
             step *= m

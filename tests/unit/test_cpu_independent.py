@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # (scenario, seed, ranks, steps): those whose records differed between CPUs (their early-warning, seasonal
 # and change-point findings), at sizes small enough for three runs each
 RUNS = [("inference-sla", 1, 16, 60), ("control-storm", 1, 32, 60), ("training-fabric", 1, 16, 60)]
-RUNS += [("serving-saturation", 1, 16, 100)]
+RUNS += [("serving-saturation", 1, 16, 100), ("serving-saturation", 2, 16, 100)]  # (seed 2: its noise's exp)
 # the default (OpenBLAS' and numpy's own choices for this CPU), then each variation of it
 CPUS = ({}, {"OPENBLAS_CORETYPE": "Prescott"}, {"OPENBLAS_CORETYPE": "Sandybridge"})
 CPUS += ({"NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR AVX512F AVX512_SKX"},)
