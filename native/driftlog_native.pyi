@@ -130,19 +130,18 @@ def codes_of(
 class DagLayout: ...
 
 def dag_layout(order: Buffer, indptr: Buffer, indices: Buffer) -> DagLayout: ...
-def change_tests(
+def change_alarms(
     x: Buffer,
     y: Buffer,
-    k: Buffer,
+    n: Buffer,
     sigma: Buffer,
-    floor: Buffer,
-    top: Buffer,
-    clip_at: float,
+    rows: Buffer,
     min_side: int,
+    scoring: tuple[float, float, float, float, float, float],
     out: Buffer,
-) -> bool: ...
+) -> int: ...
 def c_math(name: str, x: Buffer, y: Buffer, out: Buffer) -> None: ...
-def change_append(
+def change_round(
     x: Buffer,
     y: Buffer,
     n: Buffer,
@@ -152,10 +151,10 @@ def change_append(
     rows: Buffer,
     values: Buffer,
     limits: tuple[int, int, int, int],
-    squared: Buffer,
-    relearn: Buffer,
-    tested: Buffer,
-) -> tuple[int, int]: ...
+    scoring: tuple[float, float, float, float, float, float],
+    due: Buffer,
+    out: Buffer,
+) -> tuple[int, int, int]: ...
 def step_draft(
     head: Buffer,
     packed: Buffer,

@@ -238,76 +238,133 @@ fn mean_glr(y: &[f64], k: usize, floor: f64, top: f64, m: f64, stat: &mut [f64])
     (stat[at], at)
 }
 
-/// Both tests of each of `rows` series (`x`, `y`: their windows, rows x `w`, C order; `k`: the valid length
-/// of each window, at least 2 `min_side`; `sigma`, `floor`, `top`: the noise and the log squared difference's
-/// bounds of each), written to `out` (rows x 5: line statistic, its split, 1 for a slope change, variance
-/// statistic, its split); false (and `out` untouched) when a window has fewer than 3 valid values.
+/// What turns the tests' statistics into alarms (`ChangePoint`'s fields, and `LOG_CHI2_VAR` as Python has it).
+struct Scoring {
+    clip: f64,
+    min_side: f64,
+    line_a: f64,
+    line_b: f64,
+    var_a: f64,
+    var_b: f64,
+    log_chi2_var: f64,
+}
+
+/// One alarm (`ChangePoint._scored`): the last column of the old segment, the kind (0 level, 1 slope,
+/// 2 variance) and the score; none when neither score is over 1 or either is NaN.
+fn alarm(line: (f64, usize, bool), var: (f64, usize), n: i64, s: &Scoring) -> Option<[f64; 3]> {
+    let ln = (n as f64).ln(); // the C library's log, as `streams.fpmath.log` takes it
+    let line_score = line.0 / (s.line_a + s.line_b * ln);
+    let var_score = var.0 / (s.var_a + s.var_b * ln) / s.log_chi2_var;
+    if !(line_score > 1.0 || var_score > 1.0) || line_score.is_nan() || var_score.is_nan() {
+        return None;
+    }
+    Some(if line_score >= var_score {
+        [line.1 as f64, f64::from(u8::from(line.2)), line_score]
+    } else {
+        [var.1 as f64, 2.0, var_score]
+    })
+}
+
+/// Both tests of each of the `tested` series (their rows in `x`, `y`: series x `w`, C order; `n`: their
+/// segments' lengths, `sigma` their noise), scored: each alarm written to `out` as (position in `tested`, split,
+/// kind, score), in order; how many, or None when a window has fewer than 3 valid values (the definition's).
+fn alarms_of(
+    x: &[f64],
+    y: &[f64],
+    n: &[i64],
+    sigma: &[f64],
+    tested: &[usize],
+    s: &Scoring,
+    out: &mut [f64],
+) -> Option<usize> {
+    let w = x.len().checked_div(n.len()).unwrap_or(0);
+    if w < 3 || tested.iter().any(|&r| n[r].min(w as i64) < 3) {
+        return None;
+    }
+    let (mut z, mut e, mut stat) = (vec![0.0; w], vec![0.0; w], vec![0.0; w]);
+    let mut terms: HashMap<usize, LineTerms> = HashMap::new(); // per valid length: most windows are full
+    let mut alarms = 0;
+    for (i, &r) in tested.iter().enumerate() {
+        let k = n[r].min(w as i64) as usize;
+        let c = terms
+            .entry(k)
+            .or_insert_with(|| line_terms(w, k, s.min_side));
+        let sg = sigma[r];
+        // `_statistics`' bounds of the log squared differences: 1e-2 and 6 noise units
+        let (floor, top) = (2.0 * (1e-2 * sg).ln(), 2.0 * (6.0 * sg).ln());
+        standardised(&x[r * w..(r + 1) * w], k, sg, s.clip * sg, &mut z);
+        let line = line_glr(&z, k, c, &mut e);
+        let var = mean_glr(&y[r * w..(r + 1) * w], k, floor, top, s.min_side, &mut stat);
+        if let Some([split, kind, score]) = alarm(line, var, n[r], s) {
+            out[alarms * 4..(alarms + 1) * 4].copy_from_slice(&[i as f64, split, kind, score]);
+            alarms += 1;
+        }
+    }
+    Some(alarms)
+}
+
+/// `ChangePoint._alarms`: both tests of each of `rows` (series of `x`, `y`, `n`, `sigma`: windows series x `w`,
+/// C order, segments' lengths, noise; each at least 2 `min_side` long, its noise known), scored with `scoring`
+/// (clip, line_a, line_b, var_a, var_b, log_chi2_var); each alarm written to `out` (rows x 4: position in
+/// `rows`, split, kind: 0 level, 1 slope, 2 variance, score), in order. Returns how many, or -1 (`out` not
+/// all written) when a window has fewer than 3 valid values: the definition's.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-pub fn change_tests(
+pub fn change_alarms(
     py: Python<'_>,
     x: PyBuffer<f64>,
     y: PyBuffer<f64>,
-    k: PyBuffer<i64>,
+    n: PyBuffer<i64>,
     sigma: PyBuffer<f64>,
-    floor: PyBuffer<f64>,
-    top: PyBuffer<f64>,
-    clip_at: f64,
+    rows: PyBuffer<i64>,
     min_side: usize,
-    out: PyBuffer<f64>,
-) -> PyResult<bool> {
-    let (x, y, k) = (items(&x, "x")?, items(&y, "y")?, items(&k, "k")?);
-    let (sigma, floor, top) = (
-        items(&sigma, "sigma")?,
-        items(&floor, "floor")?,
-        items(&top, "top")?,
-    );
-    let rows = k.len();
-    let w = x.len().checked_div(rows).unwrap_or(0);
-    let bad = rows == 0
-        || w < 3
-        || x.len() != rows * w
+    scoring: (f64, f64, f64, f64, f64, f64),
+    mut out: PyBuffer<f64>,
+) -> PyResult<i64> {
+    let spans = [
+        span(&out),
+        span(&x),
+        span(&y),
+        span(&n),
+        span(&sigma),
+        span(&rows),
+    ];
+    if overlap(&spans, 1) {
+        return Err(PyValueError::new_err(
+            "change_alarms: out shares memory with another array",
+        ));
+    }
+    let (x, y, n) = (items(&x, "x")?, items(&y, "y")?, items(&n, "n")?);
+    let (sigma, rows) = (items(&sigma, "sigma")?, items(&rows, "rows")?);
+    let out = items_mut(&mut out, "out")?;
+    let series = n.len();
+    let bad = x.len() != series * x.len().checked_div(series).unwrap_or(0)
         || y.len() != x.len()
-        || sigma.len() != rows
-        || floor.len() != rows
-        || top.len() != rows
-        || out.item_count() != rows * 5
-        || out.readonly()
-        || !out.is_c_contiguous();
+        || sigma.len() != series
+        || out.len() != rows.len() * 4
+        || rows.iter().any(|&r| r < 0 || r as usize >= series);
     if bad {
-        return Err(PyValueError::new_err("change_tests: bad arguments"));
+        return Err(PyValueError::new_err("change_alarms: bad arguments"));
     }
-    if k.iter().any(|&v| v < 3 || v > w as i64) {
-        return Ok(false); // windows this short: the definition
+    let s = scoring_of(min_side, scoring);
+    let tested: Vec<usize> = rows.iter().map(|&r| r as usize).collect();
+    let found = py.detach(|| alarms_of(x, y, n, sigma, &tested, &s, out));
+    Ok(found.map_or(-1, |a| a as i64))
+}
+
+fn scoring_of(
+    min_side: usize,
+    (clip, line_a, line_b, var_a, var_b, log_chi2_var): (f64, f64, f64, f64, f64, f64),
+) -> Scoring {
+    Scoring {
+        clip,
+        min_side: min_side as f64,
+        line_a,
+        line_b,
+        var_a,
+        var_b,
+        log_chi2_var,
     }
-    let m = min_side as f64;
-    let result = py.detach(|| {
-        let mut result = vec![0.0; rows * 5];
-        let (mut z, mut e, mut stat) = (vec![0.0; w], vec![0.0; w], vec![0.0; w]);
-        let mut terms: HashMap<usize, LineTerms> = HashMap::new(); // per valid length: most windows are full
-        for r in 0..rows {
-            let kr = k[r] as usize;
-            let c = terms.entry(kr).or_insert_with(|| line_terms(w, kr, m));
-            let window = &x[r * w..(r + 1) * w];
-            standardised(window, kr, sigma[r], clip_at * sigma[r], &mut z);
-            let (line, line_at, slope) = line_glr(&z, kr, c, &mut e);
-            let (var, var_at) =
-                mean_glr(&y[r * w..(r + 1) * w], kr, floor[r], top[r], m, &mut stat);
-            result[r * 5..(r + 1) * 5].copy_from_slice(&[
-                line,
-                line_at as f64,
-                f64::from(u8::from(slope)),
-                var,
-                var_at as f64,
-            ]);
-        }
-        result
-    });
-    // SAFETY: a writable C-contiguous buffer of `item_count` f64 (checked above) held by `out` for this call.
-    let dest =
-        unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f64, out.item_count()) };
-    dest.copy_from_slice(&result);
-    Ok(true)
 }
 
 /// A writable C-contiguous buffer's items (the caller has checked that no other buffer of the call shares its
@@ -326,15 +383,17 @@ pub(crate) fn items_mut<'a, T: pyo3::buffer::Element>(
     Ok(unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr() as *mut T, buf.item_count()) })
 }
 
-/// `ChangePoint.update`'s bookkeeping of one round (`_append`, `_relearns`, `_tested`): each of `rows`
-/// (unique) gets its value appended to its window in `x` (series x `w`, C order) and its row of `y` shifted
-/// (its newest column left for the caller: the log of the squared difference written to `squared`, which
-/// stays numpy's), its segment length `n` and sample count `seen` counted. Writes to `relearn` the positions
-/// (in `rows`) of the series that learn their noise now and to `tested` those tested now (with their noise
-/// as it is: the caller decides again after learning); returns how many of each.
+/// One round of `ChangePoint.update` (`_round`): each of `rows` (unique) gets its value appended to its window
+/// in `x` (series x `w`, C order) and the log of its squared difference to `y` (`f64::ln`: the C library's log,
+/// as `streams.fpmath.log` takes it), its segment length `n` and sample count `seen` counted (`_append`).
+/// Writes to `due[0]` the positions (in `rows`) of the series that learn their noise now (`_relearns`) and to
+/// `due[1]` those tested now with their noise as it is (`_tested`). When none learns, also runs and scores the
+/// tests of those (`change_alarms`, its `out`). Returns (how many learn, how many are tested, how many alarms:
+/// -1 when none was looked for, because some learn or a window is too short for the native tests).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-pub fn change_append(
+pub fn change_round(
+    py: Python<'_>,
     mut x: PyBuffer<f64>,
     mut y: PyBuffer<f64>,
     mut n: PyBuffer<i64>,
@@ -344,65 +403,61 @@ pub fn change_append(
     rows: PyBuffer<i64>,
     values: PyBuffer<f64>,
     limits: (i64, i64, i64, i64), // warmup, window, min_side, every
-    mut squared: PyBuffer<f64>,
-    mut relearn: PyBuffer<i64>,
-    mut tested: PyBuffer<i64>,
-) -> PyResult<(usize, usize)> {
+    scoring: (f64, f64, f64, f64, f64, f64),
+    mut due: PyBuffer<i64>,
+    mut out: PyBuffer<f64>,
+) -> PyResult<(usize, usize, i64)> {
     let spans = [
         span(&x),
         span(&y),
         span(&n),
         span(&seen),
-        span(&squared),
-        span(&relearn),
-        span(&tested),
+        span(&due),
+        span(&out),
         span(&sigma),
         span(&phase),
         span(&rows),
         span(&values),
     ];
-    if overlap(&spans, 7) {
+    if overlap(&spans, 6) {
         return Err(PyValueError::new_err(
-            "change_append: an array written shares memory with another",
+            "change_round: an array written shares memory with another",
         ));
     }
     let (sigma, phase) = (items(&sigma, "sigma")?, items(&phase, "phase")?);
     let (rows, values) = (items(&rows, "rows")?, items(&values, "values")?);
     let (x, y) = (items_mut(&mut x, "x")?, items_mut(&mut y, "y")?);
     let (n, seen) = (items_mut(&mut n, "n")?, items_mut(&mut seen, "seen")?);
-    let squared = items_mut(&mut squared, "squared")?;
-    let (relearn, tested) = (
-        items_mut(&mut relearn, "relearn")?,
-        items_mut(&mut tested, "tested")?,
-    );
+    let (due, out) = (items_mut(&mut due, "due")?, items_mut(&mut out, "out")?);
     let (warmup, window, min_side, every) = limits;
     let series = n.len();
     let w = x.len().checked_div(series).unwrap_or(0);
     let bad = w < 1
         || window < 1
+        || min_side < 0
         || x.len() != series * w
         || y.len() != x.len()
         || seen.len() != series
         || sigma.len() != series
         || phase.len() != series
         || values.len() != rows.len()
-        || squared.len() != rows.len()
-        || relearn.len() != rows.len()
-        || tested.len() != rows.len()
+        || due.len() != 2 * rows.len()
+        || out.len() != 4 * rows.len()
         || rows.iter().any(|&r| r < 0 || r as usize >= series)
         || twice(rows, series);
     if bad {
-        return Err(PyValueError::new_err("change_append: bad arguments"));
+        return Err(PyValueError::new_err("change_round: bad arguments"));
     }
+    let (relearn, tested) = due.split_at_mut(rows.len());
     let (mut relearns, mut tests) = (0, 0);
     for (i, (&r, &v)) in rows.iter().zip(values).enumerate() {
         let r = r as usize;
         let (xr, yr) = (&mut x[r * w..(r + 1) * w], &mut y[r * w..(r + 1) * w]);
         let d = if n[r] > 0 { v - xr[w - 1] } else { f64::NAN };
-        squared[i] = d * d;
         xr.copy_within(1.., 0);
         xr[w - 1] = v;
         yr.copy_within(1.., 0);
+        yr[w - 1] = (d * d).ln();
         n[r] += 1;
         seen[r] += 1;
         let k = n[r];
@@ -419,7 +474,17 @@ pub fn change_append(
             tests += 1;
         }
     }
-    Ok((relearns, tests))
+    if relearns > 0 {
+        return Ok((relearns, tests, -1));
+    }
+    let s = scoring_of(min_side as usize, scoring);
+    let picked: Vec<usize> = tested[..tests]
+        .iter()
+        .map(|&i| rows[i as usize] as usize)
+        .collect();
+    let (x, n): (&[f64], &[i64]) = (x, n);
+    let found = py.detach(|| alarms_of(x, y, n, sigma, &picked, &s, out));
+    Ok((relearns, tests, found.map_or(-1, |a| a as i64)))
 }
 
 /// Whether a row (each in `0..series`) is given twice: `ChangePoint.update` takes each series once.

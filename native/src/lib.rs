@@ -43,8 +43,8 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codes::same_str, m)?)?;
     m.add_class::<dag::DagLayout>()?;
     m.add_function(wrap_pyfunction!(dag::dag_layout, m)?)?;
-    m.add_function(wrap_pyfunction!(change::change_tests, m)?)?;
-    m.add_function(wrap_pyfunction!(change::change_append, m)?)?;
+    m.add_function(wrap_pyfunction!(change::change_alarms, m)?)?;
+    m.add_function(wrap_pyfunction!(change::change_round, m)?)?;
     m.add_function(wrap_pyfunction!(libm::c_math, m)?)?;
     m.add_function(wrap_pyfunction!(draft::step_draft, m)?)?;
     m.add_function(wrap_pyfunction!(draft::step_tolerance, m)?)?;

@@ -19,10 +19,11 @@ length (``a + b·log n``: the more splits were tried, the more evidence a change
 
 On an alarm the change is located at the best split (not at the alarm), reported, and the detector
 restarts from the points after it: they are the new segment, its noise is learned again from them once
-there are ``warmup`` of them. State per series: two rows of ``window`` floats and a few scalars. The tests
-run in the native core when it is built (``native/src/change.rs``: the same numbers, bit for bit — a NaN
-statistic, which never raises an alarm, may differ in its bits — without the numpy definition's ~100 calls a
-test, which made a test of a few series all call overhead).
+there are ``warmup`` of them. State per series: two rows of ``window`` floats and a few scalars. A round
+(the bookkeeping, the tests and their scores: the alarms) runs in the native core when it is built
+(``native/src/change.rs``: the same state and alarms, bit for bit, in one call, without the numpy definition's
+~40 calls of bookkeeping and ~20 a test, which made a round of a few series all call overhead); the noise is
+learned, and the alarms reported, in Python.
 """
 
 from __future__ import annotations
@@ -51,6 +52,19 @@ Keep = Callable[["Change"], bool]  # which changes are reported
 LOG_CHI2_VAR = math.pi**2 / 2  # variance of log(z²), z standard normal
 MAD_TO_SIGMA = 1.4826 / math.sqrt(2)  # a difference of two points has √2 times the noise
 CHUNK = 256  # series tested at once (their temporaries stay in the cache)
+
+
+class _Alarm(NamedTuple):
+    """A test over its threshold: the series' row, the last column of its old segment, the kind of change (as
+    :class:`Change`'s) and the score."""
+
+    row: int
+    split: int
+    kind: str
+    score: float
+
+
+KINDS = ("level", "slope", "variance")  # the kinds by the native core's codes
 
 
 class Change(NamedTuple):
@@ -144,26 +158,30 @@ class ChangePoint:
             rows, values = rows[ok], values[ok]
         if rows.size == 0:
             return []
-        ready = self._round(rows, values)
-        # in chunks, so that the tests' temporaries (a dozen arrays of chunk x window) stay small
-        return [c for i in range(0, ready.size, CHUNK) for c in self._test(ready[i : i + CHUNK], keep)]
+        return self._reported(self._round(rows, values), keep)
 
-    def _round(self, rows: I, values: F) -> I:
-        """Each row's value appended (:meth:`_append`), the noise of those whose turn it is learned: the rows
-        tested now. In the native core when it is built (the same bookkeeping in one call, not ~40 numpy calls
-        a round; the logarithm is :mod:`streams.fpmath`'s)."""
-        if native.core is None or not hasattr(native.core, "change_append"):
+    def _round(self, rows: I, values: F) -> list[_Alarm]:
+        """Each row's value appended (:meth:`_append`), the noise of those whose turn it is learned, those tested
+        now tested: their alarms. In the native core when it is built: the whole round in one call when no series
+        learns its noise (most rounds; the same values as the definition's ~40 numpy calls of bookkeeping, its
+        logarithms :mod:`streams.fpmath`'s, and its ~20 calls a test)."""
+        if native.core is None or not hasattr(native.core, "change_round"):
             n = self._append(rows, values)
-            return self._ready(rows, n, rows[self._relearns(n, np.isnan(self._sigma[rows]))])
-        squared, due = np.empty(rows.size), np.empty((2, rows.size), np.int64)
+            return self._alarms(self._ready(rows, n, rows[self._relearns(n, np.isnan(self._sigma[rows]))]))
+        due, out = np.empty((2, rows.size), np.int64), np.empty((rows.size, 4))
         limits = (self.warmup, self.window, self.min_side, self.every)
-        relearns, tests = native.core.change_append(self._x, self._y, self._n, self._seen, self._sigma, self._phase,
-                                                    np.ascontiguousarray(rows), np.ascontiguousarray(values), limits,
-                                                    squared, due[0], due[1])  # fmt: skip
-        self._y[rows, -1] = fpmath.log(squared)
+        relearns, tests, alarms = native.core.change_round(self._x, self._y, self._n, self._seen, self._sigma,
+                                                           self._phase, np.ascontiguousarray(rows),
+                                                           np.ascontiguousarray(values), limits, self._scoring(), due,
+                                                           out)  # fmt: skip
         if relearns:
-            return self._ready(rows, self._n[rows], rows[due[0, :relearns]])
-        return rows[due[1, :tests]]
+            return self._alarms(self._ready(rows, self._n[rows], rows[due[0, :relearns]]))
+        tested = rows[due[1, :tests]]
+        return self._alarms(tested) if alarms < 0 else _decoded(tested, out[:alarms])
+
+    def _reported(self, alarms: list[_Alarm], keep: Keep | None) -> list[Change]:
+        """The changes of these alarms (:meth:`_report`), those ``keep`` keeps."""
+        return [c for a in alarms if (c := self._report(a.row, a.split, a.kind, a.score, keep)) is not None]
 
     def _ready(self, rows: I, n: I, learning: I) -> I:
         """The rows tested now (``n``: their segments' lengths), once ``learning`` (some of them) learned their
@@ -188,7 +206,8 @@ class ChangePoint:
         self._seen[row] += 1
         if self._relearns(n, math.isnan(self._sigma[row])):
             self._learn(np.array([row]))
-        return self._test(np.array([row]), keep) if self._tested(n, math.isfinite(self._sigma[row]), row) else []
+        tested = self._tested(n, math.isfinite(self._sigma[row]), row)
+        return self._reported(self._alarms(np.array([row])), keep) if tested else []
 
     def _relearns(self, n: Any, unlearned: Any) -> Any:
         """Whether each series (``n``: its segment's points, arrays or one series' numbers) learns its noise now:
@@ -237,15 +256,31 @@ class ChangePoint:
         level = np.abs(self._x[rows, -1])
         self._sigma[rows] = np.maximum(mad * MAD_TO_SIGMA, np.maximum(level, 1.0) * 1e-9)
 
-    def _test(self, rows: I, keep: Keep | None) -> list[Change]:
-        """Both tests on these rows (:meth:`_statistics`), each over its threshold; the alarms reported."""
+    def _scoring(self) -> tuple[float, float, float, float, float, float]:
+        """What the native core takes to score the tests (:meth:`_scored`)."""
+        return self.clip, self.line_a, self.line_b, self.var_a, self.var_b, LOG_CHI2_VAR
+
+    def _alarms(self, rows: I) -> list[_Alarm]:
+        """The alarms of the tests of these rows (:meth:`_scored`): in the native core when it is built (the same
+        alarms, its statistics and scores bit for bit, in one call instead of ~20 numpy calls a test)."""
+        if rows.size and native.core is not None and hasattr(native.core, "change_alarms"):
+            out = np.empty((rows.size, 4))
+            found = native.core.change_alarms(self._x, self._y, self._n, self._sigma, np.ascontiguousarray(rows),
+                                              self.min_side, self._scoring(), out)  # fmt: skip
+            if found >= 0:
+                return _decoded(rows, out[:found])
+        # in chunks, so that the tests' temporaries (a dozen arrays of chunk x window) stay small
+        return [a for i in range(0, rows.size, CHUNK) for a in self._scored(rows[i : i + CHUNK])]
+
+    def _scored(self, rows: I) -> list[_Alarm]:
+        """Both tests on these rows (:meth:`_statistics`), each over its threshold: the alarms (the definition)."""
         n_seg = self._n[rows]
         line, line_at, line_slope, var, var_at = self._statistics(rows, np.minimum(n_seg, self.window))
         # the scores in Python numbers, the same operations on the same doubles (a test takes a few
         # series: numpy's per-call cost was most of it)
         log_n = fpmath.log(n_seg).tolist()
         a, b, var_a, var_b = self.line_a, self.line_b, self.var_a, self.var_b
-        changes = []
+        alarms = []
         for i, (ln, line_i, var_i) in enumerate(zip(log_n, line.tolist(), var.tolist(), strict=True)):
             line_score = line_i / (a + b * ln)
             var_score = var_i / (var_a + var_b * ln) / LOG_CHI2_VAR
@@ -254,24 +289,17 @@ class ChangePoint:
             by_line = line_score >= var_score
             split = int(line_at[i] if by_line else var_at[i])  # last column of the old segment
             kind = ("slope" if line_slope[i] else "level") if by_line else "variance"
-            change = self._report(int(rows[i]), split, kind, max(line_score, var_score), keep)
-            if change is not None:
-                changes.append(change)
-        return changes
+            alarms.append(_Alarm(int(rows[i]), split, kind, max(line_score, var_score)))
+        return alarms
 
     def _statistics(self, rows: I, k: I) -> tuple[F, I, npt.NDArray[np.bool_], F, I]:
         """Per row (``k``: its window's valid length): the line test's statistic, its split and whether a
-        slope change is best, and the variance test's statistic and split. In the native core when it is
-        built (the same values, without ~100 numpy calls a test); else computed time-major (window × rows:
-        the prefix sums run along contiguous memory)."""
+        slope change is best, and the variance test's statistic and split (the definition of the native
+        core's, :meth:`_alarms`): computed time-major (window × rows: the prefix sums run along contiguous
+        memory)."""
         w, m = self.window, self.min_side
         sigma = self._sigma[rows]
         floor, top = 2 * fpmath.log(1e-2 * sigma), 2 * fpmath.log(6 * sigma)
-        if native.core is not None and hasattr(native.core, "change_tests"):
-            out = np.empty((rows.size, 5))
-            if native.core.change_tests(self._x[rows], self._y[rows], k, sigma, floor, top, self.clip, m, out):
-                at = out[:, [1, 4]].astype(np.int64)
-                return out[:, 0], at[:, 0], out[:, 2] > 0, out[:, 3], at[:, 1]
         cols = np.arange(w)[:, None]
         valid = cols >= (w - k)[None, :]
         x = _winsorise(np.ascontiguousarray(self._x[rows].T), valid, self.clip * sigma)
@@ -523,3 +551,8 @@ def _fit(x: F, at: float) -> tuple[float, float]:
 def _noise(x: F) -> float:
     d = np.diff(x)
     return median(np.abs(d - median(d))) * MAD_TO_SIGMA if len(d) else math.nan
+
+
+def _decoded(rows: I, out: F) -> list[_Alarm]:
+    """The native core's alarms (rows of: position in ``rows``, split, kind's code, score)."""
+    return [_Alarm(int(rows[int(i)]), int(at), KINDS[int(kind)], score) for i, at, kind, score in out.tolist()]
