@@ -9,6 +9,7 @@ from itertools import accumulate
 
 import numpy as np
 
+from streams.engine.detectors import sync_loss
 from streams.engine.detectors.sync_loss import SyncLoss
 
 RANKS = np.arange(8)
@@ -52,3 +53,18 @@ def test_a_restored_detector_keeps_numpys_own_dtype_and_its_state() -> None:
     for detector in (kept, restored):
         detector.update(RANKS[:4], np.full(4, 9), REPLICAS[:4], 1.0)
     assert restored._latest.tolist() == kept._latest.tolist() == [9, 9, 9, 9, 4, 5, 6, 7]
+
+
+def test_the_observed_steps_are_numpys_union_of_every_batch() -> None:
+    """Batches whose steps ascend from the newest observed on are appended without a sort; any other batch
+    (unsorted, older steps, repeats) goes through ``np.union1d``: the same steps either way."""
+    rng = np.random.default_rng(5)
+    observed, expected = np.full(0, -1, np.int64), np.full(0, -1, np.int64)
+    for _ in range(2000):
+        low = int(expected[-1]) if len(expected) and rng.random() < 0.8 else int(rng.integers(0, 400))
+        steps = np.sort(rng.integers(low, low + 4, int(rng.integers(1, 6))))
+        steps = steps if rng.random() < 0.9 else rng.permutation(steps)
+        observed = sync_loss._observed(observed, steps)
+        expected = np.union1d(expected, steps)[-sync_loss.KEEP_OBSERVED :]
+        assert observed.tolist() == expected.tolist()
+        assert observed.dtype == expected.dtype
