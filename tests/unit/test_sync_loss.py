@@ -10,7 +10,7 @@ from itertools import accumulate
 import numpy as np
 
 from streams.engine.detectors import sync_loss
-from streams.engine.detectors.sync_loss import SyncLoss
+from streams.engine.detectors.sync_loss import PhaseDrift, SyncLoss
 
 RANKS = np.arange(8)
 REPLICAS = RANKS // 4  # two replicas of four ranks
@@ -68,3 +68,17 @@ def test_the_observed_steps_are_numpys_union_of_every_batch() -> None:
         expected = np.union1d(expected, steps)[-sync_loss.KEEP_OBSERVED :]
         assert observed.tolist() == expected.tolist()
         assert observed.dtype == expected.dtype
+
+
+def test_a_replica_absent_from_steps_never_counts_as_drifting() -> None:
+    """PhaseDrift: a replica without spans in a step (its phase NaN) is not drifting, whatever the others do;
+    two of six replicas drifting further each step are found, the absent one not among them."""
+    detector = PhaseDrift("j", warmup=3, persistence=3)
+    for step in range(3):
+        assert detector.update(step, float(step), 1.0, np.zeros(6)) is None
+    found = None
+    for step in range(3, 8):
+        phases = np.array([0.0, 0.0, 0.0, np.nan, 0.1 * step, 0.1 * step])
+        found = detector.update(step, float(step), 1.0, phases) or found
+    assert found is not None
+    assert found.evidence["replicas_drifting"] == [4, 5]

@@ -139,8 +139,9 @@ class PhaseDrift(Detector):
             if len(self._warm) >= self.warmup:
                 self._base, self._warm = np.nanmedian(np.stack(self._warm), axis=0), []
             return None
-        drift = np.abs(phases - self._base)
-        drifting = np.flatnonzero(np.nan_to_num(drift) > self.min_drift * step_s)
+        drift, threshold = np.abs(phases - self._base), self.min_drift * step_s
+        # (NaN, a replica absent, is not over a threshold >= 0: no np.nan_to_num copy to compare)
+        drifting = np.flatnonzero((drift if threshold >= 0 else np.nan_to_num(drift)) > threshold)
         if not len(drifting) or 2 * len(drifting) >= len(phases):
             self._drifts, self._onset, self._alarmed = [], None, False
             return None
