@@ -167,9 +167,16 @@ class Timeline:
         return masks
 
     def _buffer(self, k: int, part: SampleBatch, channel: str, offset: int) -> None:
-        epoch = self._epochs.setdefault(k, _Epoch())
+        epoch = self._epoch(k)
         epoch.parts.setdefault(part.kind, []).append(part)
         epoch.contributed((channel, offset))
+
+    def _epoch(self, k: int) -> _Epoch:
+        """Epoch ``k``'s buffer, made when it has none (not one made per message and dropped: ``setdefault``)."""
+        epoch = self._epochs.get(k)
+        if epoch is None:
+            epoch = self._epochs[k] = _Epoch()
+        return epoch
 
     def add_decision(self, channel: str, decision: dict[str, Any], offset: int = -1) -> bool:
         """Buffer a decision; False if it is late (not buffered)."""
@@ -178,7 +185,7 @@ class Timeline:
             return False
         self._newest[channel] = max(self._newest.get(channel, -math.inf), t)
         self._deciding.add(channel)
-        epoch = self._epochs.setdefault(math.floor(t / self.epoch_s), _Epoch())
+        epoch = self._epoch(math.floor(t / self.epoch_s))
         epoch.decisions.append(decision)
         epoch.contributed((channel, offset))
         return True
