@@ -35,6 +35,7 @@ KIND_ORDER = ("topology", "op", "step", "metric")  # within a chunk: placements 
 Origin = tuple[str, int]  # (channel, offset) of an input message
 FEW_TIED = 64  # up to this many rows of equal event times are ordered by all columns in one sort
 _NATIVE_SORT = hasattr(native.core, "canonical_order")  # (an extension built before it: the definition)
+_NATIVE_GATHER = hasattr(native.core, "canonical_gather")  # (the same, joined and gathered in the same call)
 _NATIVE_KINDS = {"<f8": "f", "<i8": "i", "|b1": "b", "O": "s"}  # dtypes the native sort reads, as it names them
 
 
@@ -273,6 +274,11 @@ def canonical(kind: str, parts: list[SampleBatch], consume: bool = False) -> Sam
     joined, it is neither compared nor gathered (told on the joined column: one comparison, not one per
     part and column)."""
     names = sorted(parts[0].columns)
+    gathered = _native_canonical(kind, names, parts) if _NATIVE_GATHER and _NATIVE_SORT else None
+    if gathered is not None:
+        if consume:
+            parts.clear()
+        return gathered
     if len(parts) > 1:
         cols = {n: np.concatenate([p.columns[n] for p in parts]) for n in names}
     else:
@@ -295,6 +301,51 @@ def canonical(kind: str, parts: list[SampleBatch], consume: bool = False) -> Sam
         for name in varying:
             cols[name] = cols.pop(name)[order]
     return SampleBatch(kind, np.arange(n, dtype=np.int64), {k: cols[k] for k in names})
+
+
+def _native_canonical(kind: str, names: list[str], parts: list[SampleBatch]) -> SampleBatch | None:
+    """:func:`canonical` from the native core's one call (``native/src/sort.rs``), which joins the parts,
+    orders their rows and gathers every column, instead of numpy calls per column (most of an epoch's cost
+    at a few ranks). Columns of one value are ordered and gathered too: they compare equal in every row, and
+    any order writes them out alike. None where it does not apply (fewer than two rows, a column of a type
+    it does not read) or tells the definition to decide (a part's column not contiguous, or of another type
+    than the layout's, a string column holding something else than ``str``)."""
+    time = EVENT_TIME[kind]
+    n = sum(len(p.columns[time]) for p in parts)
+    layout = _gathered_layout(kind, names, parts[0]) if n > 1 else None
+    if layout is None:
+        return None
+    order, kinds, dtypes = layout
+    outs = [np.empty(n, d) for d in dtypes]
+    assert native.core is not None
+    if not native.core.canonical_gather([p.columns for p in parts], order, kinds, outs):
+        return None
+    gathered = dict(zip(order, outs, strict=True))
+    return SampleBatch(kind, np.arange(n, dtype=np.int64), {name: gathered[name] for name in names})
+
+
+Gathered = tuple[list[str], str, list[np.dtype[Any]]]  # the columns (event time first), their kinds and types
+_LAYOUTS: dict[tuple[str, ...], Gathered] = {}
+MAX_LAYOUTS = 64  # (the contract's kinds and optional columns make a few; more are made again)
+
+
+def _gathered_layout(kind: str, names: list[str], first: SampleBatch) -> Gathered | None:
+    """The columns as the native call takes them, made once per kind and set of columns from the first
+    batch of them whose types it reads (a later batch of other types is told natively and left to the
+    definition); None, not kept, when a column of ``first`` is of a type it does not read."""
+    key = (kind, *names)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        time = EVENT_TIME[kind]
+        order = [time, *(name for name in names if name != time)]
+        dtypes = [first.columns[name].dtype for name in order]
+        kinds = "".join(_NATIVE_KINDS.get(d.str if d.kind != "O" else "O", "?") for d in dtypes)
+        if "?" in kinds or kinds[0] != "f":
+            return None
+        if len(_LAYOUTS) >= MAX_LAYOUTS:
+            _LAYOUTS.clear()
+        layout = _LAYOUTS[key] = (order, kinds, dtypes)
+    return layout
 
 
 def _one_value(values: npt.NDArray[Any]) -> bool:
