@@ -252,13 +252,15 @@ def _chunks(epoch: _Epoch) -> list[Chunk]:
 def _slices(
     batches: dict[str, SampleBatch], times: dict[str, npt.NDArray[np.float64]], cut: dict[str, int], until: float
 ) -> tuple[SampleBatch, ...]:
-    """Per kind (in ``KIND_ORDER``), the rows from ``cut`` up to event time ``until`` (exclusive)."""
+    """Per kind (in ``KIND_ORDER``), the rows from ``cut`` up to event time ``until`` (exclusive); a kind's
+    whole batch as it is (an epoch without decisions: no view made of each column)."""
     out = []
     for kind in (k for k in KIND_ORDER if k in batches):
         end = int(np.searchsorted(times[kind], until, side="left")) if until != math.inf else len(times[kind])
         start, cut[kind] = cut[kind], end
         if end > start:
-            out.append(batches[kind].select(slice(start, end)))  # type: ignore[arg-type]
+            whole = start == 0 and end == len(times[kind])
+            out.append(batches[kind] if whole else batches[kind].select(slice(start, end)))  # type: ignore[arg-type]
     return tuple(out)
 
 
