@@ -123,6 +123,9 @@ def medians_excluding_each_row(values: Buffer, rows: int, out: Buffer) -> None: 
 def canonical_order(
     times: Buffer, columns: list[object], kinds: str, order: Buffer
 ) -> bool: ...  # kind s: a contiguous object array
+def canonical_gather(
+    parts: list[dict[str, object]], names: list[str], kinds: str, outs: list[object]
+) -> bool: ...  # parts' columns joined, ordered and gathered into outs (fresh arrays)
 def codes_of(
     values: list[object] | Buffer, codes: dict[str, int], missing: int, out: Buffer
 ) -> bool | None: ...  # values: a list or a contiguous object array (None: an array not all str)

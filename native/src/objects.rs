@@ -12,35 +12,8 @@ use pyo3::prelude::*;
 /// buffer protocol (a tenth of the time of `__array_interface__`, whose dict is made on each call).
 pub fn pointers<'a>(array: &'a Bound<'_, PyAny>, n: usize) -> PyResult<&'a [*mut ffi::PyObject]> {
     let wrong = || PyValueError::new_err(format!("not a contiguous object array of {n} rows"));
-    let mut view = std::mem::MaybeUninit::<ffi::Py_buffer>::uninit();
-    // SAFETY: the GIL is held; a C-contiguous view (PyBUF_ND without strides) with its format is asked for,
-    // and released below once its fields are read.
-    if unsafe {
-        ffi::PyObject_GetBuffer(
-            array.as_ptr(),
-            view.as_mut_ptr(),
-            ffi::PyBUF_FORMAT | ffi::PyBUF_ND,
-        )
-    } != 0
-    {
-        PyErr::take(array.py()); // (numpy's reason: not contiguous, or no buffer; the same answer as before)
-        return Err(wrong());
-    }
-    // SAFETY: filled by the successful call above
-    let mut view = unsafe { view.assume_init() };
-    // SAFETY: a filled view's format is a C string (asked for), and its shape has `ndim` items (PyBUF_ND)
-    let fits = unsafe {
-        !view.format.is_null()
-            && CStr::from_ptr(view.format).to_bytes() == b"O"
-            && view.ndim == 1
-            && *view.shape == n as ffi::Py_ssize_t
-            && view.itemsize == std::mem::size_of::<*mut ffi::PyObject>() as ffi::Py_ssize_t
-    };
-    let address = view.buf as *const *mut ffi::PyObject;
-    // SAFETY: the view is released once; the array's data stays where it is while the caller holds the array
-    // and the GIL (as with the address `__array_interface__` gave)
-    unsafe { ffi::PyBuffer_Release(&mut view) };
-    if !fits {
+    let raw = Raw::of(array, 0).ok_or_else(wrong)?;
+    if raw.format != b'O' || raw.len != n {
         return Err(wrong());
     }
     if n == 0 {
@@ -48,7 +21,74 @@ pub fn pointers<'a>(array: &'a Bound<'_, PyAny>, n: usize) -> PyResult<&'a [*mut
     }
     // SAFETY: the array's data is `n` contiguous object pointers (checked above), held by the array, which
     // the caller keeps alive while it reads them; the GIL is held, so nothing changes them meanwhile.
-    Ok(unsafe { std::slice::from_raw_parts(address, n) })
+    Ok(unsafe { std::slice::from_raw_parts(raw.address as *const *mut ffi::PyObject, n) })
+}
+
+/// Where a one-dimensional, C-contiguous array's items are, read through the buffer protocol (the view is
+/// released at once: the data stays where it is while the caller holds the array and the GIL, as with the
+/// address `__array_interface__` gives).
+pub struct Raw {
+    pub address: *mut std::ffi::c_void,
+    pub len: usize,
+    /// the item's type, as the buffer's one-character format in native mode and size: `d` float64, `l`
+    /// or `q` int64, `?` bool, `O` an object pointer (0 for any other format or size)
+    pub format: u8,
+}
+
+impl Raw {
+    /// `array`'s items (`flags`: more buffer flags, e.g. PyBUF_WRITABLE); None when it gives no such view
+    /// (not contiguous, not one-dimensional, read-only when writable is asked).
+    pub fn of(array: &Bound<'_, PyAny>, flags: i32) -> Option<Raw> {
+        let mut view = std::mem::MaybeUninit::<ffi::Py_buffer>::uninit();
+        // SAFETY: the GIL is held; a C-contiguous view (PyBUF_ND without strides) with its format is asked
+        // for, and released below once its fields are read.
+        if unsafe {
+            ffi::PyObject_GetBuffer(
+                array.as_ptr(),
+                view.as_mut_ptr(),
+                ffi::PyBUF_FORMAT | ffi::PyBUF_ND | flags,
+            )
+        } != 0
+        {
+            PyErr::take(array.py()); // (numpy's reason: not contiguous, or no buffer; told as None)
+            return None;
+        }
+        // SAFETY: filled by the successful call above
+        let mut view = unsafe { view.assume_init() };
+        // SAFETY: a filled view's format is a C string (asked for), and its shape has `ndim` items (PyBUF_ND)
+        let (format, len) = unsafe {
+            let format = if view.format.is_null() {
+                &b""[..]
+            } else {
+                CStr::from_ptr(view.format).to_bytes()
+            };
+            let len = if view.ndim == 1 {
+                Some(*view.shape as usize)
+            } else {
+                None
+            };
+            (format, len)
+        };
+        let size = match format {
+            b"d" | b"l" | b"q" => 8,
+            b"?" => 1,
+            b"O" => std::mem::size_of::<*mut ffi::PyObject>(),
+            _ => 0,
+        };
+        let format = if size > 0 && view.itemsize == size as ffi::Py_ssize_t {
+            format[0]
+        } else {
+            0
+        };
+        let raw = len.map(|len| Raw {
+            address: view.buf,
+            len,
+            format,
+        });
+        // SAFETY: the view is released once
+        unsafe { ffi::PyBuffer_Release(&mut view) };
+        raw
+    }
 }
 
 /// Whether `value` (a pointer read from an object array) is exactly a `str`.

@@ -9,10 +9,10 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
 use pyo3::buffer::{Element, PyBuffer};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyDict, PyList};
 
 use crate::codes::Address;
 use crate::objects;
@@ -38,7 +38,12 @@ enum Column<'a> {
 /// is not exactly a `str`. The decoder makes one object per distinct string of a message, so each object
 /// is looked up by address once and only the few distinct objects are compared as text.
 fn string_ranks(array: &Bound<'_, PyAny>, n: usize) -> PyResult<Option<Vec<u32>>> {
-    let values = objects::pointers(array, n)?;
+    Ok(ranks_of(objects::pointers(array, n)?))
+}
+
+/// [`string_ranks`] of object pointers read from arrays (the caller holds them, and the GIL).
+fn ranks_of(values: &[*mut ffi::PyObject]) -> Option<Vec<u32>> {
+    let n = values.len();
     let mut seen: HashMap<usize, u32, BuildHasherDefault<Address>> = HashMap::default();
     let mut distinct = Vec::new();
     let mut ids = Vec::with_capacity(n);
@@ -55,7 +60,7 @@ fn string_ranks(array: &Bound<'_, PyAny>, n: usize) -> PyResult<Option<Vec<u32>>
                         seen.insert(value as usize, id);
                         id
                     }
-                    None => return Ok(None),
+                    None => return None,
                 };
                 last = Some((value, id));
                 id
@@ -73,7 +78,7 @@ fn string_ranks(array: &Bound<'_, PyAny>, n: usize) -> PyResult<Option<Vec<u32>>
     for id in &mut ids {
         *id = rank[*id as usize];
     }
-    Ok(Some(ids))
+    Some(ids)
 }
 
 /// Two `str` objects by code point.
@@ -214,8 +219,20 @@ pub fn canonical_order(
             "order: must be a writable contiguous int64 array of n rows",
         ));
     }
-    // by event time first, as integer keys (ties by position: the stable order), then each run of equal
-    // times by the columns
+    let rows = in_order(times, &cols)?;
+    // SAFETY: a writable C-contiguous buffer of `n` int64 held by `order` for this call; no other slice
+    // of it exists (the caller passes a fresh output array).
+    let out = unsafe { std::slice::from_raw_parts_mut(order.buf_ptr() as *mut i64, n) };
+    for (o, r) in out.iter_mut().zip(rows) {
+        *o = r as i64;
+    }
+    Ok(true)
+}
+
+/// The rows in canonical order: by event time first, as integer keys (ties by position: the stable
+/// order), then each run of equal times by the columns.
+fn in_order(times: &[f64], cols: &[Column]) -> PyResult<Vec<usize>> {
+    let n = times.len();
     if u32::try_from(n).is_err() {
         return Err(PyValueError::new_err("too many rows"));
     }
@@ -238,11 +255,191 @@ pub fn canonical_order(
         }
         start = end;
     }
-    // SAFETY: a writable C-contiguous buffer of `n` int64 held by `order` for this call; no other slice
-    // of it exists (the caller passes a fresh output array).
-    let out = unsafe { std::slice::from_raw_parts_mut(order.buf_ptr() as *mut i64, n) };
-    for (o, r) in out.iter_mut().zip(rows) {
-        *o = r as i64;
+    Ok(rows)
+}
+
+/// One column of an epoch's parts, joined (strings: their objects and ranks).
+enum Joined {
+    Float(Vec<f64>),
+    Int(Vec<i64>),
+    Bool(Vec<u8>),
+    Str(Vec<*mut ffi::PyObject>, Vec<u32>),
+}
+
+impl Joined {
+    fn column(&self) -> Column<'_> {
+        match self {
+            Joined::Float(v) => Column::Float(v),
+            Joined::Int(v) => Column::Int(v),
+            Joined::Bool(v) => Column::Bool(v),
+            Joined::Str(_, ranks) => Column::Str(ranks),
+        }
+    }
+}
+
+/// Whether a buffer's one-character format is of a column kind (`f`, `i`, `b`, `s`).
+fn of_kind(format: u8, kind: u8) -> bool {
+    matches!(
+        (kind, format),
+        (b'f', b'd') | (b'i', b'l' | b'q') | (b'b', b'?') | (b's', b'O')
+    )
+}
+
+/// The items of every part's array (`arrays`, read as `kind`), joined; None when one is not a contiguous
+/// array of that kind; an error when one has not its part's row count (`rows`: per part).
+fn joined<T: Copy>(
+    arrays: &[Bound<'_, PyAny>],
+    kind: u8,
+    rows: &[usize],
+) -> PyResult<Option<Vec<T>>> {
+    let mut out = Vec::with_capacity(rows.iter().sum());
+    for (array, &n) in arrays.iter().zip(rows) {
+        let Some(raw) = objects::Raw::of(array, 0).filter(|r| of_kind(r.format, kind)) else {
+            return Ok(None);
+        };
+        if raw.len != n {
+            return Err(PyValueError::new_err(
+                "the columns of a part have not one row count",
+            ));
+        }
+        if n > 0 {
+            // SAFETY: a contiguous array of `n` items of T's size and type (its format checked), held by the
+            // caller (with the GIL) while they are copied.
+            out.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(raw.address as *const T, n)
+            });
+        }
+    }
+    Ok(Some(out))
+}
+
+/// `out` (a fresh contiguous array of `kind`, as many rows as `rows`) filled with `values` in `rows` order.
+fn gather_into<T: Copy>(
+    out: &Bound<'_, PyAny>,
+    kind: u8,
+    values: &[T],
+    rows: &[usize],
+) -> PyResult<()> {
+    let raw = objects::Raw::of(out, ffi::PyBUF_WRITABLE)
+        .filter(|r| of_kind(r.format, kind) && r.len == rows.len())
+        .ok_or_else(|| {
+            PyValueError::new_err("an output: not a writable contiguous array of its kind and rows")
+        })?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: a writable contiguous array of `rows.len()` items of T's size and type, held by the caller for
+    // this call; no other slice of it exists (a fresh output array).
+    let to = unsafe { std::slice::from_raw_parts_mut(raw.address as *mut T, rows.len()) };
+    for (o, &r) in to.iter_mut().zip(rows) {
+        *o = values[r];
+    }
+    Ok(())
+}
+
+/// `out` (a fresh object array, as many rows as `rows`) holding `objects` in `rows` order.
+fn gather_objects(
+    out: &Bound<'_, PyAny>,
+    objects: &[*mut ffi::PyObject],
+    rows: &[usize],
+) -> PyResult<()> {
+    let raw = objects::Raw::of(out, ffi::PyBUF_WRITABLE)
+        .filter(|r| r.format == b'O' && r.len == rows.len())
+        .ok_or_else(|| {
+            PyValueError::new_err("an output: not a writable contiguous object array of its rows")
+        })?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: as in `gather_into`, of object pointers
+    let to = unsafe {
+        std::slice::from_raw_parts_mut(raw.address as *mut *mut ffi::PyObject, rows.len())
+    };
+    for (slot, &r) in to.iter_mut().zip(rows) {
+        let new = objects[r];
+        // SAFETY: `new` is a live object held by its part (the caller holds the parts, and the GIL): the
+        // output keeps it (one more reference) and lets go of the one it held (None, in a fresh array).
+        unsafe {
+            ffi::Py_IncRef(new);
+            ffi::Py_XDECREF(std::mem::replace(slot, new));
+        }
+    }
+    Ok(())
+}
+
+/// An epoch's parts as one batch in canonical order (streams/engine/timeline.py, `canonical`): joined,
+/// ordered and gathered in one call, not numpy calls per column. `parts`: each part's columns (a dict);
+/// `names`: the columns, the event times first; `kinds`: each one's kind, as [`canonical_order`] reads them
+/// (the times `f`); `outs`: per column a fresh contiguous array of its type with every part's rows, filled
+/// with them in the order [`canonical_order`] gives the parts joined (the columns after the times breaking
+/// ties in the order given). False, nothing written, when a part's column is not a contiguous array of its
+/// kind (in the machine's byte order) or a string column holds something other than `str`: the caller then
+/// joins and orders them by the definition.
+#[pyfunction]
+pub fn canonical_gather(
+    parts: &Bound<'_, PyList>,
+    names: &Bound<'_, PyList>,
+    kinds: &str,
+    outs: &Bound<'_, PyList>,
+) -> PyResult<bool> {
+    if kinds.len() != names.len() || outs.len() != names.len() || !kinds.starts_with('f') {
+        return Err(PyValueError::new_err(
+            "one kind and one output per column, the first (event times) of kind f",
+        ));
+    }
+    let parts = parts
+        .iter()
+        .map(|p| p.cast_into::<PyDict>().map_err(PyErr::from))
+        .collect::<PyResult<Vec<_>>>()?;
+    let mut rows = Vec::new();
+    let mut held = Vec::with_capacity(kinds.len());
+    for (name, kind) in names.iter().zip(kinds.bytes()) {
+        let arrays = parts
+            .iter()
+            .map(|p| {
+                p.get_item(&name)?
+                    .ok_or_else(|| PyKeyError::new_err(name.clone().unbind()))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        if rows.is_empty() {
+            for array in &arrays {
+                match objects::Raw::of(array, 0) {
+                    Some(raw) => rows.push(raw.len),
+                    None => return Ok(false),
+                }
+            }
+        }
+        let one = match kind {
+            b'f' => joined(&arrays, kind, &rows)?.map(Joined::Float),
+            b'i' => joined(&arrays, kind, &rows)?.map(Joined::Int),
+            b'b' => joined(&arrays, kind, &rows)?.map(Joined::Bool),
+            b's' => joined(&arrays, kind, &rows)?.and_then(|objects: Vec<*mut ffi::PyObject>| {
+                ranks_of(&objects).map(|r| Joined::Str(objects, r))
+            }),
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown column kind {:?}",
+                    kind as char
+                )))
+            }
+        };
+        match one {
+            Some(one) => held.push(one),
+            None => return Ok(false),
+        }
+    }
+    let Joined::Float(times) = &held[0] else {
+        unreachable!("the first kind is f")
+    };
+    let cols: Vec<Column> = held[1..].iter().map(Joined::column).collect();
+    let order = in_order(times, &cols)?;
+    for ((one, out), kind) in held.iter().zip(outs.iter()).zip(kinds.bytes()) {
+        match one {
+            Joined::Float(v) => gather_into(&out, kind, v, &order)?,
+            Joined::Int(v) => gather_into(&out, kind, v, &order)?,
+            Joined::Bool(v) => gather_into(&out, kind, v, &order)?,
+            Joined::Str(objects, _) => gather_objects(&out, objects, &order)?,
+        }
     }
     Ok(true)
 }

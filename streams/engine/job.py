@@ -244,6 +244,10 @@ class JobState:
         low, high = int(c["rank"].min()), int(c["rank"].max())
         if high - low < len(seen) and all(r in seen for r in range(low, high + 1)):
             return False  # every rank from the lowest to the highest seen before (the usual batch)
+        if high - low <= 4 * len(c["rank"]) and seen.issuperset(
+            (np.flatnonzero(np.bincount(c["rank"] - low)) + low).tolist()
+        ):  # every rank of the batch seen before, some between them not (a job traced on some of its ranks)
+            return False
         new = ~np.isin(c["rank"], np.fromiter(seen, np.int64, len(seen)))
         if not new.any():
             return False

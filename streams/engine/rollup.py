@@ -40,10 +40,11 @@ class Rollup:
 
     def as_dict(self) -> dict[str, Any]:
         v = np.asarray(self.values)
+        p50, p99 = np.percentile(v, (50, 99)).tolist()  # (one partition for both: each the value it is alone)
         out = {
             "id": self.id, "job": self.job, "entity": self.entity, "name": self.name,
             "window_start": self.window_start, "window_end": self.window_end, "n": len(v),
-            "mean": float(v.mean()), "p50": float(np.percentile(v, 50)), "p99": float(np.percentile(v, 99)),
+            "mean": float(v.mean()), "p50": p50, "p99": p99,
             "min": float(v.min()), "max": float(v.max()), "total": self.total,
         }  # fmt: skip
         if self.steps:  # the window's values one by one: [step, start, value] (a per-step series)

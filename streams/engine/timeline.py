@@ -35,6 +35,7 @@ KIND_ORDER = ("topology", "op", "step", "metric")  # within a chunk: placements 
 Origin = tuple[str, int]  # (channel, offset) of an input message
 FEW_TIED = 64  # up to this many rows of equal event times are ordered by all columns in one sort
 _NATIVE_SORT = hasattr(native.core, "canonical_order")  # (an extension built before it: the definition)
+_NATIVE_GATHER = hasattr(native.core, "canonical_gather")  # (the same, joined and gathered in the same call)
 _NATIVE_KINDS = {"<f8": "f", "<i8": "i", "|b1": "b", "O": "s"}  # dtypes the native sort reads, as it names them
 
 
@@ -167,9 +168,16 @@ class Timeline:
         return masks
 
     def _buffer(self, k: int, part: SampleBatch, channel: str, offset: int) -> None:
-        epoch = self._epochs.setdefault(k, _Epoch())
+        epoch = self._epoch(k)
         epoch.parts.setdefault(part.kind, []).append(part)
         epoch.contributed((channel, offset))
+
+    def _epoch(self, k: int) -> _Epoch:
+        """Epoch ``k``'s buffer, made when it has none (not one made per message and dropped: ``setdefault``)."""
+        epoch = self._epochs.get(k)
+        if epoch is None:
+            epoch = self._epochs[k] = _Epoch()
+        return epoch
 
     def add_decision(self, channel: str, decision: dict[str, Any], offset: int = -1) -> bool:
         """Buffer a decision; False if it is late (not buffered)."""
@@ -178,7 +186,7 @@ class Timeline:
             return False
         self._newest[channel] = max(self._newest.get(channel, -math.inf), t)
         self._deciding.add(channel)
-        epoch = self._epochs.setdefault(math.floor(t / self.epoch_s), _Epoch())
+        epoch = self._epoch(math.floor(t / self.epoch_s))
         epoch.decisions.append(decision)
         epoch.contributed((channel, offset))
         return True
@@ -244,13 +252,15 @@ def _chunks(epoch: _Epoch) -> list[Chunk]:
 def _slices(
     batches: dict[str, SampleBatch], times: dict[str, npt.NDArray[np.float64]], cut: dict[str, int], until: float
 ) -> tuple[SampleBatch, ...]:
-    """Per kind (in ``KIND_ORDER``), the rows from ``cut`` up to event time ``until`` (exclusive)."""
+    """Per kind (in ``KIND_ORDER``), the rows from ``cut`` up to event time ``until`` (exclusive); a kind's
+    whole batch as it is (an epoch without decisions: no view made of each column)."""
     out = []
     for kind in (k for k in KIND_ORDER if k in batches):
         end = int(np.searchsorted(times[kind], until, side="left")) if until != math.inf else len(times[kind])
         start, cut[kind] = cut[kind], end
         if end > start:
-            out.append(batches[kind].select(slice(start, end)))  # type: ignore[arg-type]
+            whole = start == 0 and end == len(times[kind])
+            out.append(batches[kind] if whole else batches[kind].select(slice(start, end)))  # type: ignore[arg-type]
     return tuple(out)
 
 
@@ -266,6 +276,11 @@ def canonical(kind: str, parts: list[SampleBatch], consume: bool = False) -> Sam
     joined, it is neither compared nor gathered (told on the joined column: one comparison, not one per
     part and column)."""
     names = sorted(parts[0].columns)
+    gathered = _native_canonical(kind, names, parts) if _NATIVE_GATHER and _NATIVE_SORT else None
+    if gathered is not None:
+        if consume:
+            parts.clear()
+        return gathered
     if len(parts) > 1:
         cols = {n: np.concatenate([p.columns[n] for p in parts]) for n in names}
     else:
@@ -288,6 +303,51 @@ def canonical(kind: str, parts: list[SampleBatch], consume: bool = False) -> Sam
         for name in varying:
             cols[name] = cols.pop(name)[order]
     return SampleBatch(kind, np.arange(n, dtype=np.int64), {k: cols[k] for k in names})
+
+
+def _native_canonical(kind: str, names: list[str], parts: list[SampleBatch]) -> SampleBatch | None:
+    """:func:`canonical` from the native core's one call (``native/src/sort.rs``), which joins the parts,
+    orders their rows and gathers every column, instead of numpy calls per column (most of an epoch's cost
+    at a few ranks). Columns of one value are ordered and gathered too: they compare equal in every row, and
+    any order writes them out alike. None where it does not apply (fewer than two rows, a column of a type
+    it does not read) or tells the definition to decide (a part's column not contiguous, or of another type
+    than the layout's, a string column holding something else than ``str``)."""
+    time = EVENT_TIME[kind]
+    n = sum(len(p.columns[time]) for p in parts)
+    layout = _gathered_layout(kind, names, parts[0]) if n > 1 else None
+    if layout is None:
+        return None
+    order, kinds, dtypes = layout
+    outs = [np.empty(n, d) for d in dtypes]
+    assert native.core is not None
+    if not native.core.canonical_gather([p.columns for p in parts], order, kinds, outs):
+        return None
+    gathered = dict(zip(order, outs, strict=True))
+    return SampleBatch(kind, np.arange(n, dtype=np.int64), {name: gathered[name] for name in names})
+
+
+Gathered = tuple[list[str], str, list[np.dtype[Any]]]  # the columns (event time first), their kinds and types
+_LAYOUTS: dict[tuple[str, ...], Gathered] = {}
+MAX_LAYOUTS = 64  # (the contract's kinds and optional columns make a few; more are made again)
+
+
+def _gathered_layout(kind: str, names: list[str], first: SampleBatch) -> Gathered | None:
+    """The columns as the native call takes them, made once per kind and set of columns from the first
+    batch of them whose types it reads (a later batch of other types is told natively and left to the
+    definition); None, not kept, when a column of ``first`` is of a type it does not read."""
+    key = (kind, *names)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        time = EVENT_TIME[kind]
+        order = [time, *(name for name in names if name != time)]
+        dtypes = [first.columns[name].dtype for name in order]
+        kinds = "".join(_NATIVE_KINDS.get(d.str if d.kind != "O" else "O", "?") for d in dtypes)
+        if "?" in kinds or kinds[0] != "f":
+            return None
+        if len(_LAYOUTS) >= MAX_LAYOUTS:
+            _LAYOUTS.clear()
+        layout = _LAYOUTS[key] = (order, kinds, dtypes)
+    return layout
 
 
 def _one_value(values: npt.NDArray[Any]) -> bool:

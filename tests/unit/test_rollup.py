@@ -6,11 +6,13 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
 from streams.contract.schema import TELEMETRY_SCHEMA
 from streams.engine.engine import EngineConfig
+from streams.engine.rollup import Rollup
 from streams.testing import run_messages
 
 
@@ -133,3 +135,12 @@ def test_the_step_time_roll_up_keeps_every_step_as_a_point_and_other_roll_ups_do
     assert [p[1] for p in points] == pytest.approx([1000.0 + sum(durations[:i]) for i in range(15)])
     assert all(w["n"] == len(w["points"]) for w in windows)
     assert all("points" not in r for r in found["accel_s_per_output"])
+
+
+def test_a_rollups_percentiles_are_numpys_each_on_its_own() -> None:
+    """p50 and p99 from one np.percentile call are, to the bit, what a call for each gives (records keep them)."""
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        values = tuple((rng.random(int(rng.integers(1, 60))) * 10.0 ** rng.integers(-6, 6)).tolist())
+        d = Rollup("j", "job/j", "step_s", 0.0, 1.0, values, sum(values)).as_dict()
+        assert (d["p50"], d["p99"]) == (float(np.percentile(values, 50)), float(np.percentile(values, 99)))

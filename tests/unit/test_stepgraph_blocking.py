@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.engine.stepgraph import BLOCKING, MEMBER, RECV, SEND, Codebook, StepGraph, build
-from streams.engine.transfers import BOTH, FROM, NONE, TO, declared, directed, inferred, partners
+from streams.engine.transfers import BOTH, FROM, INFER, NONE, TO, declared, directed, inferred, partners
 from streams.formats.timestamps import as_exported
 
 FIELDS = ("rank", "pp", "op", "op_class", "start", "duration", "microbatch", "peer", "p2p", "blocking")
@@ -302,3 +302,12 @@ def test_host_time_between_spans_is_the_ranks_own_and_kept_in_the_model(gaps: li
         t += 0.15
     g = graph(columns(*rows))
     assert g.evaluate(g.intrinsic[None, :])[0].max() == pytest.approx(t, abs=1e-9)
+
+
+def test_each_declared_p2p_name_gives_its_direction_an_unknown_one_none_and_no_name_the_ops() -> None:
+    p2p = np.array(["", "send", "bogus", "recv", "sendrecv", ""], dtype=object)
+    found = declared({"p2p": p2p})
+    assert found is not None and found.dtype == np.int64
+    assert found.tolist() == [INFER, TO, NONE, FROM, BOTH, INFER]
+    assert declared({"p2p": np.array(["", ""], dtype=object)}) is None
+    assert declared({"p2p": np.array([], dtype=object)}) is None

@@ -9,7 +9,8 @@ from itertools import accumulate
 
 import numpy as np
 
-from streams.engine.detectors.sync_loss import SyncLoss
+from streams.engine.detectors import sync_loss
+from streams.engine.detectors.sync_loss import PhaseDrift, SyncLoss
 
 RANKS = np.arange(8)
 REPLICAS = RANKS // 4  # two replicas of four ranks
@@ -52,3 +53,32 @@ def test_a_restored_detector_keeps_numpys_own_dtype_and_its_state() -> None:
     for detector in (kept, restored):
         detector.update(RANKS[:4], np.full(4, 9), REPLICAS[:4], 1.0)
     assert restored._latest.tolist() == kept._latest.tolist() == [9, 9, 9, 9, 4, 5, 6, 7]
+
+
+def test_the_observed_steps_are_numpys_union_of_every_batch() -> None:
+    """Batches whose steps ascend from the newest observed on are appended without a sort; any other batch
+    (unsorted, older steps, repeats) goes through ``np.union1d``: the same steps either way."""
+    rng = np.random.default_rng(5)
+    observed, expected = np.full(0, -1, np.int64), np.full(0, -1, np.int64)
+    for _ in range(2000):
+        low = int(expected[-1]) if len(expected) and rng.random() < 0.8 else int(rng.integers(0, 400))
+        steps = np.sort(rng.integers(low, low + 4, int(rng.integers(1, 6))))
+        steps = steps if rng.random() < 0.9 else rng.permutation(steps)
+        observed = sync_loss._observed(observed, steps)
+        expected = np.union1d(expected, steps)[-sync_loss.KEEP_OBSERVED :]
+        assert observed.tolist() == expected.tolist()
+        assert observed.dtype == expected.dtype
+
+
+def test_a_replica_absent_from_steps_never_counts_as_drifting() -> None:
+    """PhaseDrift: a replica without spans in a step (its phase NaN) is not drifting, whatever the others do;
+    two of six replicas drifting further each step are found, the absent one not among them."""
+    detector = PhaseDrift("j", warmup=3, persistence=3)
+    for step in range(3):
+        assert detector.update(step, float(step), 1.0, np.zeros(6)) is None
+    found = None
+    for step in range(3, 8):
+        phases = np.array([0.0, 0.0, 0.0, np.nan, 0.1 * step, 0.1 * step])
+        found = detector.update(step, float(step), 1.0, phases) or found
+    assert found is not None
+    assert found.evidence["replicas_drifting"] == [4, 5]

@@ -139,3 +139,50 @@ def test_objects_equal_but_not_alike_keep_their_own_rows(values: list[Any]) -> N
     part.columns["peer"] = column
     got = canonical("op", [part]).columns["peer"]
     assert sorted(map(repr, got.tolist())) == sorted(map(repr, values))
+
+
+def same_batch(got: SampleBatch, want: SampleBatch) -> None:
+    assert list(got.columns) == list(want.columns)
+    for name, values in want.columns.items():
+        assert got.columns[name].dtype == values.dtype, name
+        assert np.array_equal(got.columns[name].astype(str), values.astype(str)), name
+        if values.dtype.kind == "f":  # the same bits: -0.0 and 0.0 (equal as keys) keep their input order
+            assert np.array_equal(np.signbit(got.columns[name]), np.signbit(values)), name
+
+
+@pytest.mark.skipif(not timeline._NATIVE_GATHER, reason="native core not built")
+@pytest.mark.parametrize("seed", range(8))
+def test_the_native_join_and_gather_gives_the_definitions_batch(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parts joined, ordered and gathered in one native call: the definition's batch, columns of one value
+    (a job's name spelled by other objects, an unused flag) included, however many parts."""
+    rng = np.random.default_rng(seed)
+    parts = [every_type(rng, int(rng.integers(1, 300))) for _ in range(int(rng.integers(1, 5)))]
+    for part in parts:
+        n = len(part)
+        part.columns["job"] = np.array(["".join(["l", "l", "m"]) for _ in range(n)], dtype=object)
+        part.columns["peer"] = np.full(n, -1, np.int64)
+    calls = []
+    gather = timeline.native.core.canonical_gather  # type: ignore[union-attr]
+    monkeypatch.setattr(timeline.native.core, "canonical_gather", lambda *a: calls.append(1) or gather(*a))
+    got = canonical("op", parts)
+    assert calls and sum(map(len, parts)) == len(got)
+    same_batch(got, by_definition("op", parts, monkeypatch))
+
+
+@pytest.mark.skipif(not timeline._NATIVE_GATHER, reason="native core not built")
+def test_parts_of_another_type_or_not_contiguous_are_joined_by_the_definition(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A part whose column is of another type than the first part's (joined, numpy promotes it), or not
+    contiguous, or booleans beside integers: the native call leaves the batch to the definition."""
+    rng = np.random.default_rng(6)
+    for change in ("int32", "strided", "bool_as_int", "float_times_as_int"):
+        parts = [every_type(rng, 120), every_type(rng, 80)]
+        second = parts[1].columns
+        if change == "int32":
+            second["rank"] = second["rank"].astype(np.int32)
+        elif change == "strided":
+            second["duration"] = np.repeat(second["duration"], 2)[::2]
+        elif change == "bool_as_int":
+            second["blocking"] = second["blocking"].astype(np.int64)
+        else:
+            second["start"] = np.arange(80, dtype=np.int64)
+        same_batch(canonical("op", parts), by_definition("op", parts, monkeypatch))

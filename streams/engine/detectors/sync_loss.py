@@ -55,7 +55,7 @@ class SyncLoss(Detector):
             self._replica = np.concatenate([self._replica, np.full(top - len(self._replica), -1, np.int64)])
         np.maximum.at(self._latest, ranks, steps)
         self._replica[ranks] = replicas
-        self._observed = np.union1d(self._observed, _distinct(steps))[-KEEP_OBSERVED:]
+        self._observed = _observed(self._observed, steps)
         newest = int(steps.max())
         if newest <= self._newest:
             return None
@@ -100,12 +100,19 @@ class SyncLoss(Detector):
         )
 
 
-def _distinct(steps: Ints) -> Ints:
-    """A batch's steps, each once where they ascend (the usual batch: without sorting every span), else all
-    of them (``union1d`` sorts them)."""
+def _observed(observed: Ints, steps: Ints) -> Ints:
+    """The newest ``KEEP_OBSERVED`` distinct steps of ``observed`` (distinct, ascending) and a batch's
+    ``steps``, ascending: ``np.union1d``'s. The usual batch (its steps ascend, from the newest observed
+    on) is appended without a sort."""
     if (steps[1:] >= steps[:-1]).all():
-        return steps[np.r_[True, steps[1:] != steps[:-1]]]
-    return steps
+        distinct = np.empty(len(steps), np.bool_)
+        distinct[0] = True
+        np.not_equal(steps[1:], steps[:-1], out=distinct[1:])
+        steps = steps[distinct]
+        if not len(observed) or steps[0] >= observed[-1]:
+            new = steps[1:] if len(observed) and steps[0] == observed[-1] else steps
+            return np.concatenate([observed, new])[-KEEP_OBSERVED:] if len(new) else observed
+    return np.union1d(observed, steps)[-KEEP_OBSERVED:]
 
 
 @dataclass
@@ -132,8 +139,9 @@ class PhaseDrift(Detector):
             if len(self._warm) >= self.warmup:
                 self._base, self._warm = np.nanmedian(np.stack(self._warm), axis=0), []
             return None
-        drift = np.abs(phases - self._base)
-        drifting = np.flatnonzero(np.nan_to_num(drift) > self.min_drift * step_s)
+        drift, threshold = np.abs(phases - self._base), self.min_drift * step_s
+        # (NaN, a replica absent, is not over a threshold >= 0: no np.nan_to_num copy to compare)
+        drifting = np.flatnonzero((drift if threshold >= 0 else np.nan_to_num(drift)) > threshold)
         if not len(drifting) or 2 * len(drifting) >= len(phases):
             self._drifts, self._onset, self._alarmed = [], None, False
             return None
