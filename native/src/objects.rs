@@ -75,7 +75,10 @@ impl Raw {
             b"O" => std::mem::size_of::<*mut ffi::PyObject>(),
             _ => 0,
         };
-        let format = if size > 0 && view.itemsize == size as ffi::Py_ssize_t {
+        // (aligned to its item's size, as a slice of it must be: numpy's unaligned arrays say `=d`, not
+        // `d`, but another exporter's need not)
+        let aligned = size > 0 && (view.buf as usize) % size == 0;
+        let format = if aligned && view.itemsize == size as ffi::Py_ssize_t {
             format[0]
         } else {
             0

@@ -355,14 +355,19 @@ fn gather_objects(
     let to = unsafe {
         std::slice::from_raw_parts_mut(raw.address as *mut *mut ffi::PyObject, rows.len())
     };
+    // every slot written before any object it held is let go of: were `out` one of the inputs, a reference
+    // dropped mid-loop could free an object still to be read from `objects`
+    let mut held = Vec::with_capacity(rows.len());
     for (slot, &r) in to.iter_mut().zip(rows) {
         let new = objects[r];
         // SAFETY: `new` is a live object held by its part (the caller holds the parts, and the GIL): the
-        // output keeps it (one more reference) and lets go of the one it held (None, in a fresh array).
-        unsafe {
-            ffi::Py_IncRef(new);
-            ffi::Py_XDECREF(std::mem::replace(slot, new));
-        }
+        // output keeps it (one more reference); the one the slot held (None, in a fresh array) is kept aside.
+        unsafe { ffi::Py_IncRef(new) };
+        held.push(std::mem::replace(slot, new));
+    }
+    for old in held {
+        // SAFETY: each reference the output held, let go of once, after the last read of `objects`
+        unsafe { ffi::Py_XDECREF(old) };
     }
     Ok(())
 }

@@ -309,12 +309,13 @@ def _native_canonical(kind: str, names: list[str], parts: list[SampleBatch]) -> 
     """:func:`canonical` from the native core's one call (``native/src/sort.rs``), which joins the parts,
     orders their rows and gathers every column, instead of numpy calls per column (most of an epoch's cost
     at a few ranks). Columns of one value are ordered and gathered too: they compare equal in every row, and
-    any order writes them out alike. None where it does not apply (fewer than two rows, a column of a type
-    it does not read) or tells the definition to decide (a part's column not contiguous, or of another type
-    than the layout's, a string column holding something else than ``str``)."""
+    any order writes them out alike. None where it does not apply (fewer than two rows, more than
+    ``NATIVE_GATHER_ROWS``, a column of a type it does not read) or tells the definition to decide (a part's
+    column not contiguous, or of another type than the layout's, a string column holding something else than
+    ``str``)."""
     time = EVENT_TIME[kind]
     n = sum(len(p.columns[time]) for p in parts)
-    layout = _gathered_layout(kind, names, parts[0]) if n > 1 else None
+    layout = _gathered_layout(kind, names, parts[0]) if 1 < n <= NATIVE_GATHER_ROWS else None
     if layout is None:
         return None
     order, kinds, dtypes = layout
@@ -326,16 +327,19 @@ def _native_canonical(kind: str, names: list[str], parts: list[SampleBatch]) -> 
     return SampleBatch(kind, np.arange(n, dtype=np.int64), {name: gathered[name] for name in names})
 
 
+# above this many rows an epoch is joined by the definition: the native call holds the parts, its copy of
+# every column and the output at once (the definition, consuming, about once), and its gain is a fixed cost
+NATIVE_GATHER_ROWS = 1 << 16
 Gathered = tuple[list[str], str, list[np.dtype[Any]]]  # the columns (event time first), their kinds and types
 _LAYOUTS: dict[tuple[str, ...], Gathered] = {}
 MAX_LAYOUTS = 64  # (the contract's kinds and optional columns make a few; more are made again)
 
 
 def _gathered_layout(kind: str, names: list[str], first: SampleBatch) -> Gathered | None:
-    """The columns as the native call takes them, made once per kind and set of columns from the first
-    batch of them whose types it reads (a later batch of other types is told natively and left to the
-    definition); None, not kept, when a column of ``first`` is of a type it does not read."""
-    key = (kind, *names)
+    """The columns as the native call takes them, made once per kind, set of columns and their types in
+    ``first`` (a later part of other types is told natively and left to the definition); None, not kept,
+    when a column of ``first`` is of a type it does not read."""
+    key = (kind, *names, *(first.columns[name].dtype.str for name in names))  # (other types: another layout)
     layout = _LAYOUTS.get(key)
     if layout is None:
         time = EVENT_TIME[kind]

@@ -186,3 +186,39 @@ def test_parts_of_another_type_or_not_contiguous_are_joined_by_the_definition(mo
         else:
             second["start"] = np.arange(80, dtype=np.int64)
         same_batch(canonical("op", parts), by_definition("op", parts, monkeypatch))
+
+
+@pytest.mark.skipif(not timeline._NATIVE_GATHER, reason="native core not built")
+def test_a_large_epoch_is_joined_by_the_definition(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above ``NATIVE_GATHER_ROWS`` the native call (which holds the parts, its copy and the output at once)
+    is not made: the definition, consuming the parts, holds an epoch's rows about once."""
+    rng = np.random.default_rng(9)
+    parts = [every_type(rng, 150), every_type(rng, 150)]
+    calls = []
+    gather = timeline.native.core.canonical_gather  # type: ignore[union-attr]
+    monkeypatch.setattr(timeline.native.core, "canonical_gather", lambda *a: calls.append(1) or gather(*a))
+    monkeypatch.setattr(timeline, "NATIVE_GATHER_ROWS", 299)
+    want = by_definition("op", parts, monkeypatch)
+    same_batch(canonical("op", list(parts)), want)
+    assert not calls
+    monkeypatch.setattr(timeline, "NATIVE_GATHER_ROWS", 300)
+    same_batch(canonical("op", list(parts)), want)
+    assert calls
+
+
+@pytest.mark.skipif(not timeline._NATIVE_GATHER, reason="native core not built")
+def test_the_native_gather_is_safe_with_odd_buffers() -> None:
+    """An output that is one of the inputs gets the inputs' objects, none freed before it is read (run under
+    PYTHONMALLOC=debug it crashed); a buffer of floats at an address not a multiple of 8 is not read as floats
+    (the call leaves it to the definition)."""
+    assert timeline.native.core is not None
+    n = 500
+    names = np.empty(n, object)
+    names[:] = [f"v{n - i:06d}" + "x" * 50 for i in range(n)]  # (each held by the array alone)
+    before = sorted(names.tolist())
+    times = np.zeros(n)
+    outs = [np.empty(n), names]
+    assert timeline.native.core.canonical_gather([{"time": times, "s": names}], ["time", "s"], "fs", outs)
+    assert sorted(names.tolist()) == before  # (the same strings, each once: alive)
+    odd = memoryview(bytearray(8 * 3 + 1))[1:].cast("d")
+    assert not timeline.native.core.canonical_gather([{"time": odd}], ["time"], "f", [np.empty(3)])
