@@ -14,7 +14,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::dag::{items, overlap, span};
+use crate::dag::{items, items_mut, overlap, span};
 
 /// numpy's `maximum`: NaN if either is NaN, else the larger (the second when equal: 0.0 and -0.0 give -0.0).
 fn maximum(a: f64, b: f64) -> f64 {
@@ -365,22 +365,6 @@ fn scoring_of(
         var_b,
         log_chi2_var,
     }
-}
-
-/// A writable C-contiguous buffer's items (the caller has checked that no other buffer of the call shares its
-/// memory: `overlap`).
-pub(crate) fn items_mut<'a, T: pyo3::buffer::Element>(
-    buf: &'a mut PyBuffer<T>,
-    name: &str,
-) -> PyResult<&'a mut [T]> {
-    if buf.readonly() || !buf.is_c_contiguous() || !crate::dag::machine_order(buf) {
-        return Err(PyValueError::new_err(format!(
-            "{name}: not writable, contiguous and in the machine's byte order"
-        )));
-    }
-    // SAFETY: a writable C-contiguous buffer of `item_count` items of T (its format checked by PyBuffer::get),
-    // held by `buf` for the slice's lifetime; no other buffer of the call overlaps it (`overlap`).
-    Ok(unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr() as *mut T, buf.item_count()) })
 }
 
 /// One round of `ChangePoint.update` (`_round`): each of `rows` (unique) gets its value appended to its window

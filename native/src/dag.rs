@@ -23,6 +23,22 @@ pub(crate) fn items<'a, T: Element>(buf: &'a PyBuffer<T>, name: &str) -> PyResul
     Ok(unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const T, buf.item_count()) })
 }
 
+/// A writable C-contiguous buffer's items (the caller has checked that no other buffer of the call shares its
+/// memory: `overlap`).
+pub(crate) fn items_mut<'a, T: pyo3::buffer::Element>(
+    buf: &'a mut PyBuffer<T>,
+    name: &str,
+) -> PyResult<&'a mut [T]> {
+    if buf.readonly() || !buf.is_c_contiguous() || !machine_order(buf) {
+        return Err(PyValueError::new_err(format!(
+            "{name}: not writable, contiguous and in the machine's byte order"
+        )));
+    }
+    // SAFETY: a writable C-contiguous buffer of `item_count` items of T (its format checked by PyBuffer::get),
+    // held by `buf` for the slice's lifetime; no other buffer of the call overlaps it (`overlap`).
+    Ok(unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr() as *mut T, buf.item_count()) })
+}
+
 /// Whether a buffer's items are in the machine's byte order: PyBuffer::get takes a format of standard sizes
 /// ('<', '>', '!') for T whatever its byte order, so a byte-swapped array (one out of another machine's
 /// pickle) would be read as native values.

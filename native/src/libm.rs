@@ -7,8 +7,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::change::items_mut;
-use crate::dag::{items, overlap, span};
+use crate::dag::{items, items_mut, overlap, span};
 
 /// `out[i] = name(x[i])`, or `pow(x[i], y[i])` for `power` (`y` is read by `power` alone; the other
 /// functions take `x` again). The three arrays have one length; `out` shares no memory with the others.
