@@ -35,7 +35,7 @@ from streams.errors import ConfigError
 from streams.formats.kineto import is_trace_file, read_trace_files
 from streams.formats.parquet import Columns, kinds_of, read_batches, rows_at
 from streams.pipeline import Output, Processor, channel
-from streams.produce import Report, rows_of
+from streams.produce import Report, must_exist, rows_of
 
 ROWS_PER_MESSAGE = 5000
 CHUNK_MESSAGES = 20  # a Parquet file's rows are converted and checked this many messages at a time
@@ -233,9 +233,7 @@ def analyze_files(
 ) -> Output:
     """Every file through one processor, then flushed: everything it emitted. ``job``: the job of profiler
     traces (default: from their file names)."""
-    for path in paths:
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such file")
+    must_exist(paths)
     processor = processor or Processor()
     report = Report()
     traces = [p for p in paths if is_trace_file(p)]

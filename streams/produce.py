@@ -100,13 +100,18 @@ def rows_of(path: Path, report: Report) -> Iterator[dict[str, Any]]:
         raise ConfigError(f"{path}: unknown file type {suffix!r}; use .jsonl, .ndjson or .parquet")
 
 
+def must_exist(paths: list[Path]) -> None:
+    """Every input file is there before any is read (a typo found after minutes of work is found late)."""
+    for path in paths:
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such file; check the path (inputs: JSONL, Parquet or profiler trace files)")
+
+
 async def produce_files(
     paths: list[Path], producer: AsyncProducer, mapping: Mapping, progress: Progress, every: int = 100_000
 ) -> Report:
     report = Report()
-    for path in paths:
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such file")
+    must_exist(paths)
     last = time.monotonic()
     for path in paths:
         for number, raw_row in enumerate(rows_of(path, report), 1):

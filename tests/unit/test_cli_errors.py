@@ -255,3 +255,10 @@ def test_eval_reports_progress_on_stderr(monkeypatch: pytest.MonkeyPatch) -> Non
     assert ran == [("training-fabric", 1), ("training-fabric", 2), ("training-fabric", 3)]
     assert "[1/3] training-fabric seed 1" in result.stderr and "[3/3] training-fabric seed 3" in result.stderr
     assert "TABLE [{'runs': 3}]" in result.stdout
+
+
+@pytest.mark.parametrize("command", [["analyze", "--db", "out.duckdb"], ["produce"]])
+def test_an_input_file_that_is_not_there(command: list[str], tmp_path: Path) -> None:
+    missing = tmp_path / "telemetry.jsonl"
+    args = [command[0], str(missing), *command[1:]]
+    one_line_error(run(*args), str(missing), "no such file", "check the path")
