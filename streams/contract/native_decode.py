@@ -17,13 +17,14 @@ import numpy.typing as npt
 
 from audit import native
 from streams.contract.fast import MAX_COLUMN_BATCHES, MAX_COLUMN_ROWS, MAX_SEQ
-from streams.contract.schema import SAMPLE_KINDS, TELEMETRY_SCHEMA, FieldRule, sample_rules
+from streams.contract.schema import EVENT_TIME, SAMPLE_KINDS, TELEMETRY_SCHEMA, FieldRule, sample_rules
 
 available = hasattr(native.core, "TelemetryDecoder")  # (an extension built before it has none)
 _DTYPES = (np.float64, np.int64, np.bool_, np.uint32)  # the native core's type codes
 _CODES = {"number": 0, "integer": 1, "boolean": 2, "string": 3}  # a field's type -> its code
 _STRING = _CODES["string"]
-Parts = list[tuple[str, int, dict[str, npt.NDArray[Any]]]]
+Parts = list[tuple[str, int, dict[str, npt.NDArray[Any]], tuple[float, float] | None]]
+Decoded = tuple[str, int | None, Parts, int]  # (source, seq, parts, total samples)
 
 
 def _bounds(rule: FieldRule) -> tuple[Any, Any, Any]:
@@ -50,7 +51,9 @@ def _spec(rule: FieldRule) -> tuple[Any, ...]:
 def _decoder() -> Any:
     kinds = [(kind, [_spec(rule) for rule in sample_rules(kind)]) for kind in SAMPLE_KINDS]
     assert native.core is not None
-    return native.core.TelemetryDecoder(TELEMETRY_SCHEMA, MAX_COLUMN_ROWS, MAX_COLUMN_BATCHES, MAX_SEQ, kinds)
+    return native.core.TelemetryDecoder(
+        TELEMETRY_SCHEMA, MAX_COLUMN_ROWS, MAX_COLUMN_BATCHES, MAX_SEQ, kinds, EVENT_TIME
+    )
 
 
 @cache
@@ -66,9 +69,10 @@ def _layout(kind: str) -> tuple[tuple[tuple[str, int, int], ...], tuple[int, ...
     return tuple(out), tuple(code for code, count in enumerate(seen) if count)
 
 
-def decode_native(raw: bytes) -> tuple[str, int | None, Parts, int] | None:
-    """(source, seq, [(kind, first sample position, columns)], total samples) as ``decode_fast`` gives it, or
-    None: the Python decoder decides (also when there is no native core). Each column is a row of one 2-D
+def decode_native(raw: bytes) -> Decoded | None:
+    """(source, seq, [(kind, first sample position, columns, event-time ends)], total samples) as
+    ``decode_fast`` gives it (the ends: as :meth:`SampleBatch.time_bounds` tells them, or None: not told
+    here), or None: the Python decoder decides (also when there is no native core). Each column is a row of one 2-D
     array per type (strings: one gather of the part's codes), not an array made per column; only the types a
     kind has are read (a message is a few rows: numpy's per-call cost is most of its decoding)."""
     if not available:
@@ -80,11 +84,11 @@ def decode_native(raw: bytes) -> tuple[str, int | None, Parts, int] | None:
     texts = np.array(strings, dtype=object)  # (a list of str: one object per item)
     out: Parts = []
     tables: list[npt.NDArray[Any]] = [texts] * len(_DTYPES)  # (placeholders for the types a kind lacks)
-    for kind, start, n, buffers in parts:
+    for kind, start, n, buffers, ends in parts:
         layout, used = _layout(kind)
         for code in used:
             tables[code] = np.frombuffer(buffers[code], _DTYPES[code]).reshape(-1, n)
         if _STRING in used:
             tables[_STRING] = texts.take(tables[_STRING])  # (take: ~40 % less than indexing for a few rows)
-        out.append((kind, start, {name: tables[code][row] for name, code, row in layout}))
+        out.append((kind, start, {name: tables[code][row] for name, code, row in layout}, ends))
     return source, seq, out, total
