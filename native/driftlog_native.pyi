@@ -127,6 +127,9 @@ def canonical_order(
 def canonical_gather(
     parts: list[dict[str, object]], names: list[str], kinds: str, outs: list[object]
 ) -> bool: ...  # parts' columns joined, ordered and gathered into outs (fresh arrays)
+def epoch_runs(
+    times: object, epoch_s: float
+) -> tuple[Buffer | None, list[tuple[int, int, int]]] | None: ...  # a batch's rows per epoch (int64 order or None)
 def codes_of(
     values: list[object] | Buffer, codes: dict[str, int], missing: int, out: Buffer
 ) -> bool | None: ...  # values: a list or a contiguous object array (None: an array not all str)
