@@ -13,8 +13,13 @@ use crate::dag::machine_order;
 fn epoch_of(t: f64, epoch_s: f64) -> Option<i64> {
     let k = (t / epoch_s).floor();
     // -2^63 is an int64, 2^63 is not (both are floats exactly)
-    (k >= -9_223_372_036_854_775_808.0 && k < 9_223_372_036_854_775_808.0).then_some(k as i64)
+    (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0)
+        .contains(&k)
+        .then_some(k as i64)
 }
+
+/// Each epoch's rows: (epoch, start, end), epochs increasing.
+type Runs = Vec<(i64, usize, usize)>;
 
 /// epoch_runs(times, epoch_s) -> None, or (order or None, [(epoch, start, end)]): the rows of each epoch,
 /// epochs increasing, are rows start..end of the batch, or, when `order` (int64 row numbers, a buffer) is
@@ -22,10 +27,7 @@ fn epoch_of(t: f64, epoch_s: f64) -> Option<i64> {
 /// int64 or times that are not a contiguous float64 array in the machine's byte order (the definition
 /// decides).
 #[pyfunction]
-pub fn epoch_runs(
-    times: PyBuffer<f64>,
-    epoch_s: f64,
-) -> PyResult<Option<(Option<Buffer>, Vec<(i64, usize, usize)>)>> {
+pub fn epoch_runs(times: PyBuffer<f64>, epoch_s: f64) -> PyResult<Option<(Option<Buffer>, Runs)>> {
     if !times.is_c_contiguous() || !machine_order(&times) {
         return Ok(None);
     }
