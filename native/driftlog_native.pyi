@@ -130,6 +130,7 @@ def canonical_gather(
 def epoch_runs(
     times: object, epoch_s: float
 ) -> tuple[Buffer | None, list[tuple[int, int, int]]] | None: ...  # a batch's rows per epoch (int64 order or None)
+def strings_at(strings: list[str], codes: object, out: object) -> None: ...  # out[i] = strings[codes[i]]
 def codes_of(
     values: list[object] | Buffer, codes: dict[str, int], missing: int, out: Buffer
 ) -> bool | None: ...  # values: a list or a contiguous object array (None: an array not all str)

@@ -19,10 +19,11 @@ from audit import native
 from streams.contract.fast import MAX_COLUMN_BATCHES, MAX_COLUMN_ROWS, MAX_SEQ
 from streams.contract.schema import EVENT_TIME, SAMPLE_KINDS, TELEMETRY_SCHEMA, FieldRule, sample_rules
 
-available = hasattr(native.core, "TelemetryDecoder")  # (an extension built before it has none)
+available = hasattr(native.core, "strings_at")  # (an extension built before it: the Python decoder decides)
 _DTYPES = (np.float64, np.int64, np.bool_, np.uint32)  # the native core's type codes
 _CODES = {"number": 0, "integer": 1, "boolean": 2, "string": 3}  # a field's type -> its code
 _STRING = _CODES["string"]
+_NONE = np.empty((0, 0))
 Parts = list[tuple[str, int, dict[str, npt.NDArray[Any]], tuple[float, float] | None]]
 Decoded = tuple[str, int | None, Parts, int]  # (source, seq, parts, total samples)
 
@@ -82,14 +83,15 @@ def decode_native(raw: bytes) -> Decoded | None:
     if got is None:
         return None
     source, seq, total, strings, parts = got
-    texts = np.array(strings, dtype=object)  # (a list of str: one object per item)
     out: Parts = []
-    tables: list[npt.NDArray[Any]] = [texts] * len(_DTYPES)  # (placeholders for the types a kind lacks)
+    tables: list[npt.NDArray[Any]] = [_NONE] * len(_DTYPES)  # (placeholders for the types a kind lacks)
     for kind, start, n, buffers, ends in parts:
         layout, used = _layout(kind)
         for code, dtype, count in used:
             tables[code] = np.ndarray((count, n), dtype, buffers[code])
-        if used[-1][0] == _STRING:  # (codes in increasing order: strings' last)
-            tables[_STRING] = texts.take(tables[_STRING])  # (take: ~40 % less than indexing for a few rows)
+        if used[-1][0] == _STRING:  # (codes in increasing order: strings' last) the codes' strings
+            texts = np.empty(used[-1][2] * n, object)
+            native.core.strings_at(strings, tables[_STRING], texts)  # type: ignore[union-attr]
+            tables[_STRING] = texts.reshape(-1, n)
         out.append((kind, start, {name: tables[code][row] for name, code, row in layout}, ends))
     return source, seq, out, total

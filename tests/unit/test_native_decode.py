@@ -14,6 +14,7 @@ import sys
 from dataclasses import replace
 from unittest import mock
 
+import numpy as np
 import orjson
 import pytest
 
@@ -407,3 +408,35 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
     assert float(done.stdout) < 200, f"{done.stdout} MB more at its peak (made every batch's rows: ~1,300)"
     assert [r.reason for r in decode_telemetry(json.dumps({"schema": "driftlog.telemetry/1", "source": "s",
             "columns": [{"kind": "op", "n": 200_000, "data": {}}] * 2}).encode()).rejects] == ["oversized"]  # fmt: skip
+
+
+def test_strings_at_holds_the_codes_strings_and_refuses_what_it_cannot_fill() -> None:
+    """The string columns' gather (``native/src/objects.rs``): ``strings[code]`` per code, each string one
+    more reference while the array holds it and none after; a code beyond the strings, an output of another
+    length or type, or read-only, is refused before anything is written."""
+    core = native_decode.native.core
+    assert core is not None
+    strings = ["".join(["dev", str(i)]) for i in range(3)]  # (objects of their own: their references counted)
+    before = [sys.getrefcount(s) for s in strings]
+    codes = np.array([2, 0, 2, 1, 2], np.uint32)
+    out = np.empty(5, object)
+    core.strings_at(strings, codes, out)
+    assert [id(s) for s in out] == [id(strings[c]) for c in codes]
+    after = [sys.getrefcount(s) for s in strings]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 3]
+    del out
+    assert [sys.getrefcount(s) for s in strings] == before
+    for bad_codes, bad_out in [
+        (np.array([0, 3], np.uint32), np.empty(2, object)),
+        (codes, np.empty(4, object)),
+        (codes, np.empty(5, np.float64)),
+        (codes, np.empty((5, 1), object)),
+    ]:
+        with pytest.raises(ValueError):
+            core.strings_at(strings, bad_codes, bad_out)
+        assert all(v is None for v in bad_out.ravel()) if bad_out.dtype == object else True
+    frozen = np.empty(5, object)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError):
+        core.strings_at(strings, codes, frozen)
+    assert [sys.getrefcount(s) for s in strings] == before
