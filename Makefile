@@ -37,6 +37,7 @@ NATIVE_DEFINITIONS := test_codes.py test_stepgraph.py test_stepgraph_layouts.py 
 NATIVE_DEFINITIONS += test_stepgraph_blocking.py test_stepgraph_timestamps.py  # (the step graph's native draft)
 NATIVE_DEFINITIONS += test_whatif_roles.py test_engine_jobs.py  # (roles fitted to a step; one-job batches by classes)
 NATIVE_DEFINITIONS += test_fpmath.py  # (the C library's functions over arrays)
+NATIVE_DEFINITIONS += test_timeline.py  # (a batch split by epoch)
 SAME_RECORDS := tests/unit/test_same_records.py::test_records_depend_on_the_input_only
 
 # Unit tests run on two processes (pytest-xdist, a module per process at a time: its fixtures built once); the

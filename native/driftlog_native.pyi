@@ -18,7 +18,7 @@ def dag_ends(layout: DagLayout, floor: Buffer, durations: Buffer, ends: Buffer) 
 
 # kind, first position, rows, (float64, int64, bool, uint32) buffers: the part's columns of each type, joined
 # (objects of the native core that numpy reads, and writes, through the buffer protocol)
-Part = tuple[str, int, int, tuple[Buffer, Buffer, Buffer, Buffer]]
+Part = tuple[str, int, int, tuple[Buffer, Buffer, Buffer, Buffer], tuple[float, float] | None]
 
 class TelemetryDecoder:
     def __init__(
@@ -28,6 +28,7 @@ class TelemetryDecoder:
         max_batches: int,
         max_seq: int,
         kinds: list[tuple[str, list[tuple[object, ...]]]],
+        times: dict[str, str] = ...,
     ) -> None: ...
     def decode(self, raw: bytes) -> tuple[str, int | None, int, list[str], list[Part]] | None: ...
 
@@ -126,6 +127,10 @@ def canonical_order(
 def canonical_gather(
     parts: list[dict[str, object]], names: list[str], kinds: str, outs: list[object]
 ) -> bool: ...  # parts' columns joined, ordered and gathered into outs (fresh arrays)
+def epoch_runs(
+    times: object, epoch_s: float
+) -> tuple[Buffer | None, list[tuple[int, int, int]]] | None: ...  # a batch's rows per epoch (int64 order or None)
+def strings_at(strings: list[str], codes: object, out: object) -> None: ...  # out[i] = strings[codes[i]]
 def codes_of(
     values: list[object] | Buffer, codes: dict[str, int], missing: int, out: Buffer
 ) -> bool | None: ...  # values: a list or a contiguous object array (None: an array not all str)

@@ -123,6 +123,28 @@ struct Kind {
     rules: Vec<Rule>,
     index: FxMap<String, usize>, // field name -> rule
     counts: [usize; 4],          // how many columns of each type (Type::code)
+    time: Option<usize>, // the row of its event time among its float columns (a number field)
+}
+
+impl Kind {
+    /// The lowest and highest event time of a part's `n` rows, as `SampleBatch.time_bounds` tells them, or
+    /// None (not told here: Python tells them): no event time among the floats, no rows, or an end that is
+    /// zero (numpy's pick between 0.0 and -0.0 is its own). A message answered here holds no NaN nor
+    /// infinity (strict JSON), so the ends of its rows are their minimum and maximum bit for bit.
+    fn time_bounds(&self, floats: &[f64], n: usize) -> Option<(f64, f64)> {
+        let row = self.time?;
+        let times = floats.get(row * n..(row + 1) * n)?;
+        let (&first, rest) = times.split_first()?;
+        let (mut low, mut high) = (first, first);
+        for &t in rest {
+            if t.is_nan() {
+                return None;
+            }
+            low = if t < low { t } else { low };
+            high = if t > high { t } else { high };
+        }
+        (!first.is_nan() && low != 0.0 && high != 0.0).then_some((low, high))
+    }
 }
 
 /// A row-wise sample's column as read (a part's length is known only at its end).
@@ -954,15 +976,18 @@ impl TelemetryDecoder {
 
 #[pymethods]
 impl TelemetryDecoder {
-    /// TelemetryDecoder(schema, max_rows, max_batches, max_seq, kinds): `kinds` as [(name, [rule spec])],
-    /// each rule spec (name, type, default or None if required, bounds, lengths, enumeration or None).
+    /// TelemetryDecoder(schema, max_rows, max_batches, max_seq, kinds, times): `kinds` as [(name, [rule spec])],
+    /// each rule spec (name, type, default or None if required, bounds, lengths, enumeration or None);
+    /// `times`: a kind's name -> its event-time field (a number field: each part's ends told with it).
     #[new]
+    #[pyo3(signature = (schema, max_rows, max_batches, max_seq, kinds, times=HashMap::new()))]
     fn new(
         schema: String,
         max_rows: usize,
         max_batches: usize,
         max_seq: u64,
         kinds: Vec<(String, Vec<RuleSpec<'_>>)>,
+        times: HashMap<String, String>,
     ) -> PyResult<Self> {
         let mut slots: FxMap<String, usize> = FxMap::default();
         slots.insert("kind".to_string(), 0);
@@ -1016,11 +1041,18 @@ impl TelemetryDecoder {
                     allowed,
                 });
             }
+            let time = times
+                .get(&name)
+                .and_then(|field| index.get(field))
+                .map(|&i| &rules[i])
+                .filter(|rule| rule.ty == Type::Number)
+                .map(|rule| rule.row);
             out.push(Kind {
                 name,
                 rules,
                 index,
                 counts,
+                time,
             });
         }
         Ok(Self {
@@ -1035,9 +1067,10 @@ impl TelemetryDecoder {
     }
 
     /// decode(raw) -> None, or (source, seq or None, total samples, strings, parts): each part (kind,
-    /// first sample position, rows, (float64, int64, bool, uint32) buffers), each buffer the part's columns
-    /// of that type one after the other in rule order, every one `rows` long (a value standing for every row
-    /// written out `rows` times); uint32 values are codes into `strings`. None: the Python decoder decides.
+    /// first sample position, rows, (float64, int64, bool, uint32) buffers, event-time ends or None), each
+    /// buffer the part's columns of that type one after the other in rule order, every one `rows` long (a
+    /// value standing for every row written out `rows` times); uint32 values are codes into `strings`; the
+    /// ends as `Kind::time_bounds` tells them. None: the Python decoder decides.
     fn decode<'py>(&self, py: Python<'py>, raw: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
         let Ok(text) = std::str::from_utf8(raw) else {
             return Ok(None);
@@ -1063,6 +1096,8 @@ impl TelemetryDecoder {
         let list = PyList::new(py, strings.list.iter().map(|s| PyString::new(py, s)))?;
         let mut parts = Vec::with_capacity(envelope.parts.len());
         for part in envelope.parts {
+            let kind = &self.kinds[part.kind];
+            let ends = kind.time_bounds(&part.columns.floats, part.n);
             let Joined {
                 floats,
                 ints,
@@ -1075,12 +1110,7 @@ impl TelemetryDecoder {
                 Buffer::new(Owned::U8(bools)),
                 Buffer::new(Owned::U32(codes)),
             );
-            parts.push((
-                self.kinds[part.kind].name.as_str(),
-                part.start,
-                part.n,
-                buffers,
-            ));
+            parts.push((kind.name.as_str(), part.start, part.n, buffers, ends));
         }
         let out = (
             envelope.source.as_ref(),

@@ -16,6 +16,7 @@ mod columns;
 mod dag;
 mod decode;
 mod draft;
+mod epochs;
 mod layouts;
 mod libm;
 mod median;
@@ -40,6 +41,8 @@ fn driftlog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dag::rank_last_ends, m)?)?;
     m.add_function(wrap_pyfunction!(sort::canonical_order, m)?)?;
     m.add_function(wrap_pyfunction!(sort::canonical_gather, m)?)?;
+    m.add_function(wrap_pyfunction!(epochs::epoch_runs, m)?)?;
+    m.add_function(wrap_pyfunction!(objects::strings_at, m)?)?;
     m.add_function(wrap_pyfunction!(codes::codes_of, m)?)?;
     m.add_function(wrap_pyfunction!(codes::same_str, m)?)?;
     m.add_class::<dag::DagLayout>()?;

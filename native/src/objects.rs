@@ -3,9 +3,11 @@
 
 use std::ffi::CStr;
 
+use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::types::PyList;
 
 /// The `n` object pointers of a one-dimensional, contiguous numpy array of Python objects, borrowed: the
 /// array holds them, and the caller holds the array (and the GIL) while it reads them. Read through the
@@ -98,4 +100,48 @@ impl Raw {
 pub fn is_str(value: *mut ffi::PyObject) -> bool {
     // SAFETY: a non-null pointer of an object array is a live object
     !value.is_null() && unsafe { ffi::PyUnicode_CheckExact(value) } != 0
+}
+
+/// strings_at(strings, codes, out): `out` (a fresh one-dimensional object array, as long as `codes`) holding
+/// `strings[code]` for each of `codes` (a contiguous uint32 array, codes into the list `strings`): what
+/// `numpy.array(strings, dtype=object).take(codes)` gives, without the cast of the codes and numpy's call
+/// per item (the decoder's string columns, `streams/contract/native_decode.py`).
+#[pyfunction]
+pub fn strings_at(
+    strings: &Bound<'_, PyList>,
+    codes: PyBuffer<u32>,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let n = codes.item_count();
+    let raw = Raw::of(out, ffi::PyBUF_WRITABLE)
+        .filter(|r| r.format == b'O' && r.len == n)
+        .ok_or_else(|| {
+            PyValueError::new_err("out: not a writable contiguous object array as long as codes")
+        })?;
+    let codes = crate::dag::items(&codes, "codes")?;
+    let objects: Vec<*mut ffi::PyObject> = strings.iter().map(|s| s.as_ptr()).collect();
+    if codes.iter().any(|&c| c as usize >= objects.len()) {
+        return Err(PyValueError::new_err("codes: a code beyond the strings"));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    // SAFETY: `out`'s data is `n` contiguous, writable object pointers (checked above), held by `out`,
+    // which the caller holds (and the GIL) during the call
+    let to = unsafe { std::slice::from_raw_parts_mut(raw.address as *mut *mut ffi::PyObject, n) };
+    // every slot written before any object it held is let go of (as in `sort`'s gather): no code runs
+    // that could change `strings` while its items are read
+    let mut held = Vec::with_capacity(n);
+    for (slot, &code) in to.iter_mut().zip(codes) {
+        let new = objects[code as usize];
+        // SAFETY: `new` is a live object held by `strings` (a list the caller holds, and the GIL): the
+        // output keeps it (one more reference); the one the slot held (None, in a fresh array) is kept aside
+        unsafe { ffi::Py_IncRef(new) };
+        held.push(std::mem::replace(slot, new));
+    }
+    for old in held {
+        // SAFETY: each reference the output held, let go of once, after the last read of `strings`
+        unsafe { ffi::Py_XDECREF(old) };
+    }
+    Ok(())
 }

@@ -18,6 +18,7 @@ import orjson
 
 from streams.contract.columns import MISSING, Checked, check_column
 from streams.contract.fast import MAX_COLUMN_BATCHES, MAX_COLUMN_ROWS, MAX_SEQ, decode_fast
+from streams.contract.native_decode import Decoded as NativeDecoded
 from streams.contract.native_decode import decode_native
 from streams.contract.schema import EVENT_TIME, SAMPLE_KINDS, TELEMETRY_SCHEMA, sample_rules
 
@@ -116,14 +117,15 @@ def decode_telemetry(raw: bytes) -> Decoded:
     if len(raw) > MAX_MESSAGE_BYTES:
         out.rejects.append(Reject("oversized", f"{len(raw)} bytes > limit {MAX_MESSAGE_BYTES}"))
         return out
-    fast = decode_native(raw)  # the native core when built, else (or when it defers) msgspec
-    if fast is None:
-        fast = decode_fast(raw)
+    fast = decode_native(raw) or _untold(decode_fast(raw))  # the native core when built, else msgspec
     if fast is not None:
         out.source, out.seq, parts, out.total = fast
-        for kind, start, columns in parts:
+        for kind, start, columns, ends in parts:
             n = len(next(iter(columns.values())))
-            out.batches.append(SampleBatch(kind, np.arange(start, start + n, dtype=np.int64), columns))
+            batch = SampleBatch(kind, np.arange(start, start + n, dtype=np.int64), columns)
+            if ends is not None:  # (told by the native core: time_bounds' cache)
+                batch.__dict__["_ends"] = ends
+            out.batches.append(batch)
         return out
     doc, error = parse_json(raw)
     if error is None:
@@ -140,6 +142,14 @@ def decode_telemetry(raw: bytes) -> Decoded:
     out.total = offset
     out.rejects.sort(key=lambda r: r.index or 0)
     return out
+
+
+def _untold(fast: tuple[str, int | None, list[tuple[str, int, dict[str, Any]]], int] | None) -> NativeDecoded | None:
+    """``decode_fast``'s answer as ``decode_native``'s, its batches' time bounds not told."""
+    if fast is None:
+        return None
+    source, seq, parts, total = fast
+    return source, seq, [(kind, start, columns, None) for kind, start, columns in parts], total
 
 
 def _check_envelope(doc: Any) -> Reject | None:

@@ -17,13 +17,15 @@ import numpy.typing as npt
 
 from audit import native
 from streams.contract.fast import MAX_COLUMN_BATCHES, MAX_COLUMN_ROWS, MAX_SEQ
-from streams.contract.schema import SAMPLE_KINDS, TELEMETRY_SCHEMA, FieldRule, sample_rules
+from streams.contract.schema import EVENT_TIME, SAMPLE_KINDS, TELEMETRY_SCHEMA, FieldRule, sample_rules
 
-available = hasattr(native.core, "TelemetryDecoder")  # (an extension built before it has none)
+available = hasattr(native.core, "strings_at")  # (an extension built before it: the Python decoder decides)
 _DTYPES = (np.float64, np.int64, np.bool_, np.uint32)  # the native core's type codes
 _CODES = {"number": 0, "integer": 1, "boolean": 2, "string": 3}  # a field's type -> its code
 _STRING = _CODES["string"]
-Parts = list[tuple[str, int, dict[str, npt.NDArray[Any]]]]
+_NONE = np.empty((0, 0))
+Parts = list[tuple[str, int, dict[str, npt.NDArray[Any]], tuple[float, float] | None]]
+Decoded = tuple[str, int | None, Parts, int]  # (source, seq, parts, total samples)
 
 
 def _bounds(rule: FieldRule) -> tuple[Any, Any, Any]:
@@ -50,41 +52,46 @@ def _spec(rule: FieldRule) -> tuple[Any, ...]:
 def _decoder() -> Any:
     kinds = [(kind, [_spec(rule) for rule in sample_rules(kind)]) for kind in SAMPLE_KINDS]
     assert native.core is not None
-    return native.core.TelemetryDecoder(TELEMETRY_SCHEMA, MAX_COLUMN_ROWS, MAX_COLUMN_BATCHES, MAX_SEQ, kinds)
+    return native.core.TelemetryDecoder(
+        TELEMETRY_SCHEMA, MAX_COLUMN_ROWS, MAX_COLUMN_BATCHES, MAX_SEQ, kinds, EVENT_TIME
+    )
 
 
 @cache
-def _layout(kind: str) -> tuple[tuple[tuple[str, int, int], ...], tuple[int, ...]]:
-    """Per field of ``kind``, in rule order: (name, type code, row in its type's 2-D array); and the type
-    codes its fields use (the others' arrays are empty: not made)."""
+def _layout(kind: str) -> tuple[tuple[tuple[str, int, int], ...], tuple[tuple[int, np.dtype[Any], int], ...]]:
+    """Per field of ``kind``, in rule order: (name, type code, row in its type's 2-D array); and per type its
+    fields use, (its code, its dtype, how many of its fields) (the others' arrays are empty: not made)."""
     seen = [0] * len(_DTYPES)
     out = []
     for rule in sample_rules(kind):
         code = _CODES[rule.kind]
         out.append((rule.name, code, seen[code]))
         seen[code] += 1
-    return tuple(out), tuple(code for code, count in enumerate(seen) if count)
+    return tuple(out), tuple((code, np.dtype(_DTYPES[code]), count) for code, count in enumerate(seen) if count)
 
 
-def decode_native(raw: bytes) -> tuple[str, int | None, Parts, int] | None:
-    """(source, seq, [(kind, first sample position, columns)], total samples) as ``decode_fast`` gives it, or
-    None: the Python decoder decides (also when there is no native core). Each column is a row of one 2-D
-    array per type (strings: one gather of the part's codes), not an array made per column; only the types a
-    kind has are read (a message is a few rows: numpy's per-call cost is most of its decoding)."""
+def decode_native(raw: bytes) -> Decoded | None:
+    """(source, seq, [(kind, first sample position, columns, event-time ends)], total samples) as
+    ``decode_fast`` gives it (the ends: as :meth:`SampleBatch.time_bounds` tells them, or None: not told
+    here), or None: the Python decoder decides (also when there is no native core). Each column is a row of
+    one 2-D array per type, made on its buffer in one call (strings: one gather of the part's codes), not an
+    array made per column; only the types a kind has are read (a message is a few rows: numpy's per-call cost
+    is most of its decoding)."""
     if not available:
         return None
     got = _decoder().decode(raw)
     if got is None:
         return None
     source, seq, total, strings, parts = got
-    texts = np.array(strings, dtype=object)  # (a list of str: one object per item)
     out: Parts = []
-    tables: list[npt.NDArray[Any]] = [texts] * len(_DTYPES)  # (placeholders for the types a kind lacks)
-    for kind, start, n, buffers in parts:
+    tables: list[npt.NDArray[Any]] = [_NONE] * len(_DTYPES)  # (placeholders for the types a kind lacks)
+    for kind, start, n, buffers, ends in parts:
         layout, used = _layout(kind)
-        for code in used:
-            tables[code] = np.frombuffer(buffers[code], _DTYPES[code]).reshape(-1, n)
-        if _STRING in used:
-            tables[_STRING] = texts.take(tables[_STRING])  # (take: ~40 % less than indexing for a few rows)
-        out.append((kind, start, {name: tables[code][row] for name, code, row in layout}))
+        for code, dtype, count in used:
+            tables[code] = np.ndarray((count, n), dtype, buffers[code])
+        if used[-1][0] == _STRING:  # (codes in increasing order: strings' last) the codes' strings
+            texts = np.empty(used[-1][2] * n, object)
+            native.core.strings_at(strings, tables[_STRING], texts)  # type: ignore[union-attr]
+            tables[_STRING] = texts.reshape(-1, n)
+        out.append((kind, start, {name: tables[code][row] for name, code, row in layout}, ends))
     return source, seq, out, total

@@ -36,6 +36,7 @@ Origin = tuple[str, int]  # (channel, offset) of an input message
 FEW_TIED = 64  # up to this many rows of equal event times are ordered by all columns in one sort
 _NATIVE_SORT = hasattr(native.core, "canonical_order")  # (an extension built before it: the definition)
 _NATIVE_GATHER = hasattr(native.core, "canonical_gather")  # (the same, joined and gathered in the same call)
+_NATIVE_EPOCHS = hasattr(native.core, "epoch_runs")  # (a batch's rows per epoch)
 _NATIVE_KINDS = {"<f8": "f", "<i8": "i", "|b1": "b", "O": "s"}  # dtypes the native sort reads, as it names them
 
 
@@ -220,7 +221,17 @@ def _by_epoch(batch: SampleBatch, times: npt.NDArray[np.float64], epoch_s: float
     """A batch's rows per epoch, epochs in increasing order, each one's rows in their order in the batch. A
     message's rows usually come in event-time order: then each epoch's rows are a slice of the batch (views, no
     copy); otherwise one stable sort by epoch gathers each column once, and the epochs are slices of that
-    (rows never move to Python, whatever their number; a gather per column, not per column and epoch)."""
+    (rows never move to Python, whatever their number; a gather per column, not per column and epoch). The
+    native core tells the epochs and runs in one call (``native/src/epochs.rs``) where every epoch is a plain
+    int64."""
+    told = native.core.epoch_runs(times, epoch_s) if _NATIVE_EPOCHS else None  # type: ignore[union-attr]
+    if told is not None:
+        order, runs = told
+        if order is not None:
+            batch = batch.select(np.frombuffer(order, np.int64))
+        for k, start, end in runs:
+            yield k, batch.select(slice(start, end))  # type: ignore[arg-type]
+        return
     epochs = np.floor(times / epoch_s).astype(np.int64)
     if not (epochs[1:] >= epochs[:-1]).all():
         order = np.argsort(epochs, kind="stable")

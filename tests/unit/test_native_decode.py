@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import json
 import random
+import struct
 import subprocess
 import sys
 from dataclasses import replace
 from unittest import mock
 
+import numpy as np
 import orjson
 import pytest
 
 from bench.fuzz_decoder import DEFS, DIFFERENTIAL, FAST, FUZZ, KINDS, Knobs, edge_values
 from streams.contract import envelope, native_decode
-from streams.contract.envelope import Decoded, decode_telemetry
+from streams.contract.envelope import Decoded, SampleBatch, decode_telemetry
 from streams.contract.native_decode import decode_native
 from tests.conftest import require_native
 from tests.unit.test_contract_fuzz import BASE, as_messages, assert_same, gen, precise
@@ -44,13 +46,26 @@ def native_or_precise(raw: bytes) -> Decoded:
 
 def check(raw: bytes) -> bool:
     """Whether the native decoder answered; when it did, the Python decoder accepts the whole message and
-    gives the same columns."""
+    gives the same columns, and the time bounds the native decoder told are those the definition tells."""
     answered = decode_native(raw) is not None
     want = precise(raw)
     if answered:
         assert want.rejects == [], (want.rejects[:3], raw[:2000])
-        assert_same(native_or_precise(raw), want, raw)
+        got = native_or_precise(raw)
+        assert_same(got, want, raw)
+        for batch in got.batches:
+            assert told(batch) in (None, bits(SampleBatch(batch.kind, batch.index, batch.columns).time_bounds()))
     return answered
+
+
+def bits(ends: tuple[float, float] | None) -> bytes | None:
+    """Time bounds bit for bit (a NaN's, a zero's sign)."""
+    return None if ends is None else struct.pack("<2d", *ends)
+
+
+def told(batch: SampleBatch) -> bytes | None:
+    """The time bounds the native decoder told with ``batch`` (bit for bit), or None."""
+    return bits(batch.__dict__.get("_ends"))
 
 
 @pytest.mark.parametrize(("knobs", "seeds", "least"), [(FUZZ, 3000, 300), (FAST, 2000, 900), (DIFFERENTIAL, 1500, 100)])
@@ -150,6 +165,32 @@ def test_it_answers_for_the_simulators_messages() -> None:
 
     values = [value for kind, _, value in training_fabric(seed=2, ranks=16, steps=4).run() if kind == "telemetry"]
     assert all(check(value) for value in values)
+    assert all(told(batch) for value in values for batch in decode_telemetry(value).batches)
+
+
+@pytest.mark.parametrize(
+    ("times", "ends"),
+    [
+        ("[3.5,1.25,2]", (1.25, 3.5)),
+        ("[2.5,1e-300,7]", (1e-300, 7.0)),
+        ("[5e-324,1e10]", (5e-324, 1e10)),
+        ("4.5", (4.5, 4.5)),  # one value standing for every row
+        ("[1,0,2]", None),  # a zero end: the sign numpy picks among zeros is its own
+        ("[0.0,1]", None),
+        ("[-0.0,2]", None),
+    ],
+)
+def test_it_tells_the_time_bounds_of_a_batch(times: str, ends: tuple[float, float] | None) -> None:
+    """The ends of a batch's event times, told with its columns, except where a zero is an end; the other
+    ends are those the definition tells (``check``)."""
+    n = times.count(",") + 1 if times.startswith("[") else 3
+    entity = json.dumps(["e"] * n)
+    raw = envelope_with(
+        f'"columns":[{{"kind":"metric","n":{n},"data":{{"entity":{entity},"name":"n","value":1,"time":{times}}}}}]'
+    )
+    assert check(raw)
+    (batch,) = decode_telemetry(raw).batches
+    assert told(batch) == bits(ends)
 
 
 def test_numbers_parse_as_python_reads_them() -> None:
@@ -367,3 +408,35 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
     assert float(done.stdout) < 200, f"{done.stdout} MB more at its peak (made every batch's rows: ~1,300)"
     assert [r.reason for r in decode_telemetry(json.dumps({"schema": "driftlog.telemetry/1", "source": "s",
             "columns": [{"kind": "op", "n": 200_000, "data": {}}] * 2}).encode()).rejects] == ["oversized"]  # fmt: skip
+
+
+def test_strings_at_holds_the_codes_strings_and_refuses_what_it_cannot_fill() -> None:
+    """The string columns' gather (``native/src/objects.rs``): ``strings[code]`` per code, each string one
+    more reference while the array holds it and none after; a code beyond the strings, an output of another
+    length or type, or read-only, is refused before anything is written."""
+    core = native_decode.native.core
+    assert core is not None
+    strings = ["".join(["dev", str(i)]) for i in range(3)]  # (objects of their own: their references counted)
+    before = [sys.getrefcount(s) for s in strings]
+    codes = np.array([2, 0, 2, 1, 2], np.uint32)
+    out = np.empty(5, object)
+    core.strings_at(strings, codes, out)
+    assert [id(s) for s in out] == [id(strings[c]) for c in codes]
+    after = [sys.getrefcount(s) for s in strings]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 3]
+    del out
+    assert [sys.getrefcount(s) for s in strings] == before
+    for bad_codes, bad_out in [
+        (np.array([0, 3], np.uint32), np.empty(2, object)),
+        (codes, np.empty(4, object)),
+        (codes, np.empty(5, np.float64)),
+        (codes, np.empty((5, 1), object)),
+    ]:
+        with pytest.raises(ValueError):
+            core.strings_at(strings, bad_codes, bad_out)
+        assert all(v is None for v in bad_out.ravel()) if bad_out.dtype == object else True
+    frozen = np.empty(5, object)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError):
+        core.strings_at(strings, codes, frozen)
+    assert [sys.getrefcount(s) for s in strings] == before

@@ -3,10 +3,15 @@ not buffered, and what drains is every buffered sample once, whatever the messag
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
+import pytest
 
 from streams.contract.envelope import SampleBatch
+from streams.engine import timeline
 from streams.engine.timeline import Timeline, canonical
+from tests.conftest import require_native
 
 
 def metrics(times: list[float]) -> SampleBatch:
@@ -128,3 +133,58 @@ def test_a_sample_on_an_epochs_edge_after_its_release_is_released_again_not_held
     late = timeline.add_samples("c", [metric(edge)], 1)
     assert late is None or not any(mask.any() for mask in late)  # (on time: the frontier is 4.3)
     assert [len(chunk) for _, chunk in timeline.drain()] == [1]
+
+
+def split(batch: SampleBatch, epoch_s: float) -> list[tuple[int, list[int], bytes, list[str]]]:
+    """``_by_epoch``'s parts as (epoch, sample positions, times bit for bit, entities), with the native core
+    where it answers."""
+    times = np.asarray(batch.columns["time"], np.float64)
+    return [
+        (k, p.index.tolist(), p.columns["time"].tobytes(), p.columns["entity"].tolist())
+        for k, p in timeline._by_epoch(batch, times, epoch_s)
+    ]
+
+
+EPOCH_CASES = [
+    ([5.25, 5.5, 6.0, 7.5, 7.75], 1.0),  # in order: runs of the batch
+    ([6.5, 4.75, 6.0, 8.0, 4.0, 6.25], 1.0),  # out of order: a stable sort by epoch
+    ([-0.5, -0.0, 0.0, -1e-300, 2.5, -3.0], 1.0),
+    ([0.1, 0.2, 0.3, 0.7, 0.30000000000000004, 0.6], 0.1),  # divisions rounded as numpy rounds them
+    ([1e-320, 5e-324, 3.0], 1e-300),
+    ([1.7e308, -1.7e308, 1.0], 1e-10),  # epochs beyond int64: the definition's
+    ([1.0, float("nan"), 2.0], 1.0),
+    ([1.0, float("inf"), 2.0], 1.0),
+    ([9.2e18, 9.3e18, -9.3e18], 1.0),
+    ([4.0], 1.0),
+]
+
+
+@pytest.mark.parametrize(("times", "epoch_s"), EPOCH_CASES)
+def test_the_native_epoch_split_is_the_definitions(
+    times: list[float], epoch_s: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's rows per epoch told by the native core (``native/src/epochs.rs``) are the definition's: the
+    same epochs, rows and order; where an epoch is no plain int64 (NaN, infinity, beyond int64) it defers."""
+    require_native()
+    batch = metrics(times)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (numpy's cast of a NaN or an infinity)
+        got = split(batch, epoch_s)
+        monkeypatch.setattr(timeline, "_NATIVE_EPOCHS", False)
+        want = split(batch, epoch_s)
+    assert got == want
+
+
+def test_the_native_epoch_split_agrees_on_random_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    require_native()
+    rng = np.random.default_rng(3)
+    batches = [metrics(list(rng.uniform(-50, 50, int(rng.integers(1, 400))))) for _ in range(200)]
+    batches += [metrics(sorted(b.columns["time"].tolist())) for b in batches[:50]]
+    steps = [float(rng.choice([1.0, 0.25, 0.1, 3.0, 7.5])) for _ in batches]
+    answers: list[object] = []
+    runs = timeline.native.core.epoch_runs  # type: ignore[union-attr]
+    monkeypatch.setattr(timeline.native.core, "epoch_runs", lambda *a: answers.append(runs(*a)) or answers[-1])
+    got = [split(b, s) for b, s in zip(batches, steps, strict=True)]
+    assert len(answers) == len(batches) and None not in answers  # (the native core answered every one)
+    monkeypatch.setattr(timeline, "_NATIVE_EPOCHS", False)
+    assert got == [split(b, s) for b, s in zip(batches, steps, strict=True)]
