@@ -484,7 +484,9 @@ def _barriers(
 
 
 def compile_schedule(indptr: Ints, indices: Ints) -> Schedule:
-    """Kahn's algorithm, a whole level at a time (vectorised)."""
+    """Kahn's algorithm, a whole level at a time (vectorised). A level costs its successors, not the graph's
+    nodes: each level's successors are counted where they are (``np.unique``), not into an array of every
+    node (a step of 16,384 ranks has 1.2 M nodes and over a hundred levels)."""
     n = len(indptr) - 1
     remaining = np.diff(indptr)  # per node: predecessors not placed yet
     succ = np.repeat(np.arange(n), remaining)[np.argsort(indices, kind="stable")]  # successors, by node
@@ -495,9 +497,9 @@ def compile_schedule(indptr: Ints, indices: Ints) -> Schedule:
     levels = []
     placed = len(frontier)
     while frontier.size:
-        out = succ[_spans_of(sptr, frontier)]
-        remaining -= np.bincount(out, minlength=n)
-        frontier = np.unique(out[remaining[out] == 0])
+        out, times = np.unique(succ[_spans_of(sptr, frontier)], return_counts=True)
+        remaining[out] -= times
+        frontier = out[remaining[out] == 0]  # (ascending, once each: as np.unique gives them)
         if frontier.size:
             levels.append(frontier)
             placed += len(frontier)

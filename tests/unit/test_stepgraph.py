@@ -17,7 +17,7 @@ from audit.records import AuditRecord, SourcePosition
 from audit.store import RawRecord
 from streams.contract.envelope import decode_telemetry
 from streams.engine.opgraph import MAX_DECISIONS, OperatorGraph
-from streams.engine.stepgraph import Codebook, build
+from streams.engine.stepgraph import Codebook, StepGraphError, _spans_of, build, compile_schedule
 from streams.engine.steps import LAG, JobSteps
 from streams.sim.scenarios import SCENARIOS, Scenario
 from streams.testing import run_stream
@@ -218,3 +218,61 @@ def test_a_steps_compute_seconds_are_its_compute_spans_durations() -> None:
     assert {"compute", "comm", "sync"} <= classes  # (others in the step too: the sum is of compute spans only)
     for r in reports:
         assert r.cost.compute_s == pytest.approx(expected[r.step], rel=1e-9)
+
+
+def _schedule_by_every_node(indptr: Any, indices: Any) -> tuple[Any, list[Any]] | None:
+    """``compile_schedule``'s earlier definition: each level's successors counted into an array of every node
+    (``np.bincount``), its nodes found with ``np.unique``; None for a cycle."""
+    n = len(indptr) - 1
+    remaining = np.diff(indptr)
+    succ = np.repeat(np.arange(n), remaining)[np.argsort(indices, kind="stable")]
+    sptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(indices, minlength=n), out=sptr[1:])
+    frontier = sources = np.flatnonzero(remaining == 0)
+    levels, placed = [], len(frontier)
+    while frontier.size:
+        out = succ[_spans_of(sptr, frontier)]
+        remaining -= np.bincount(out, minlength=n)
+        frontier = np.unique(out[remaining[out] == 0])
+        if frontier.size:
+            levels.append(frontier)
+            placed += len(frontier)
+    return (sources, levels) if placed == n else None
+
+
+def _random_graph(rng: np.random.Generator, n: int, edges: int, cycle: bool) -> tuple[Any, Any]:
+    """A CSR of predecessors over ``n`` nodes: edges from lower to higher nodes (some listed twice), and one
+    back edge when ``cycle``."""
+    src = rng.integers(0, n - 1, edges)
+    dst = src + 1 + rng.integers(0, np.maximum(n - 1 - src, 1))
+    src, dst = np.concatenate([src, src[:5]]), np.concatenate([dst, dst[:5]])  # (a predecessor listed twice)
+    if cycle:
+        src, dst = np.append(src, dst[0]), np.append(dst, src[0])
+    indices = src[np.argsort(dst, kind="stable")]
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(dst, minlength=n), out=indptr[1:])
+    return indptr, indices
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_schedule_counts_each_level_where_it_is_as_over_every_node_before(seed: int) -> None:
+    """``compile_schedule`` (each level's successors counted with ``np.unique``) gives the levels of its earlier
+    definition (counted into an array of every node), node for node, and finds the same cycles; on a simulated
+    step's graph too."""
+    rng = np.random.default_rng(seed)
+    graphs = [_random_graph(rng, int(rng.integers(2, 400)), int(rng.integers(1, 1500)), cycle=seed % 3 == 2)]
+    if seed == 0:
+        scenario = SCENARIOS["training-fabric"](3, RANKS, 4)
+        g = build(op_columns(scenario, 1), Codebook(), Codebook(), {})
+        graphs.append((g.indptr, g.indices))
+    for indptr, indices in graphs:
+        old = _schedule_by_every_node(indptr, indices)
+        if old is None:
+            with pytest.raises(StepGraphError):
+                compile_schedule(indptr, indices)
+            continue
+        new = compile_schedule(indptr, indices)
+        assert np.array_equal(new.sources, old[0]) and new.sources.dtype == old[0].dtype
+        assert len(new.levels) == len(old[1]) > 0
+        for a, b in zip(new.levels, old[1], strict=True):
+            assert np.array_equal(a, b) and a.dtype == b.dtype
