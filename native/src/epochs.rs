@@ -24,10 +24,16 @@ type Runs = Vec<(i64, usize, usize)>;
 /// epoch_runs(times, epoch_s) -> None, or (order or None, [(epoch, start, end)]): the rows of each epoch,
 /// epochs increasing, are rows start..end of the batch, or, when `order` (int64 row numbers, a buffer) is
 /// given, of the batch taken in that order (a stable sort by epoch). None: a time whose epoch is not a plain
-/// int64 or times that are not a contiguous float64 array in the machine's byte order (the definition
-/// decides).
+/// int64 or times that are not a contiguous, aligned float64 array in the machine's byte order (the
+/// definition decides).
 #[pyfunction]
-pub fn epoch_runs(times: PyBuffer<f64>, epoch_s: f64) -> PyResult<Option<(Option<Buffer>, Runs)>> {
+pub fn epoch_runs(
+    times: &Bound<'_, PyAny>,
+    epoch_s: f64,
+) -> PyResult<Option<(Option<Buffer>, Runs)>> {
+    let Ok(times) = PyBuffer::<f64>::get(times) else {
+        return Ok(None); // (not float64, or not aligned to one: pyo3 refuses to read it as f64)
+    };
     if !times.is_c_contiguous() || !machine_order(&times) {
         return Ok(None);
     }

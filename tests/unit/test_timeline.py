@@ -188,3 +188,17 @@ def test_the_native_epoch_split_agrees_on_random_batches(monkeypatch: pytest.Mon
     assert len(answers) == len(batches) and None not in answers  # (the native core answered every one)
     monkeypatch.setattr(timeline, "_NATIVE_EPOCHS", False)
     assert got == [split(b, s) for b, s in zip(batches, steps, strict=True)]
+
+
+def test_times_not_aligned_to_a_float64_are_left_to_the_definition() -> None:
+    """Another exporter's column may sit at an odd address of its buffer: the native core cannot read it as
+    float64, so it defers (no error), and the definition splits it."""
+    require_native()
+    raw = np.zeros(8 * 4 + 1, np.uint8)
+    times = raw[1:].view(np.float64)  # (a view at an odd address)
+    times[:] = [6.5, 4.75, 6.0, 8.0]
+    assert not times.flags.aligned
+    assert timeline.native.core.epoch_runs(times, 1.0) is None  # type: ignore[union-attr]
+    batch = metrics(times.tolist())
+    parts = list(timeline._by_epoch(batch, times, 1.0))
+    assert [(k, p.columns["time"].tolist()) for k, p in parts] == [(4, [4.75]), (6, [6.5, 6.0]), (8, [8.0])]
