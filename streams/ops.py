@@ -49,6 +49,17 @@ LAST_MESSAGE = Gauge(
     "Unix time the worker last processed a message of its own input (telemetry, metrics)",
     registry=WORKER_METRICS,
 )
+INPUT_END = Gauge(
+    "driftlog_input_end_timestamp_seconds",
+    "Unix time the worker last ended its input (its idle flush: every epoch released, every job closed)",
+    registry=WORKER_METRICS,
+)
+INPUT_END_WAIT = Gauge(
+    "driftlog_input_end_wait_seconds",
+    "Seconds the worker had been idle (every input caught up, nothing processed, released or committed) when it "
+    "last ended its input: DRIFTLOG_IDLE_FLUSH_S and up to a state interval, a wait rather than work",
+    registry=WORKER_METRICS,
+)
 CONSUMER_LAG = Gauge(
     "driftlog_consumer_lag", "Records not yet processed, per partition", ["topic", "partition"], registry=WORKER_METRICS
 )

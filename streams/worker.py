@@ -30,6 +30,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 import faust
@@ -336,17 +337,23 @@ async def commit_task(app: faust.App, ops_service: OpsService, task: WorkerState
 async def commit_round(app: faust.App, ops_service: OpsService, tasks: list[WorkerState], interval_s: float) -> None:
     """The state timer's round (every ``interval_s``): each task ticks and commits, unless a commit at a
     backlog's end took this round's place (:meth:`WorkerState.timer_due`)."""
-    committed = False
+    committed, ended = False, False
+    began, busy = time.monotonic(), max((t.busy_at for t in tasks), default=0.0)
     for task in tasks:
         if not task.ready.is_set():
             continue
+        flushed = task.flushed
         out, seq = task.tick(), task.seq
+        ended = ended or (task.flushed and not flushed)
         if out is not None:
             publish_metrics(out)
         if task.timer_due(out) and not await commit_task(app, ops_service, task):
             return
         task.early = task.early and task.seq > seq  # (a round that did not commit leaves the next one its place)
         committed = committed or task.seq > seq
+    if ended:  # (the round's idle flushes: work; the time before them since the worker last did any: a wait)
+        ops.INPUT_END.set(time.time() - (time.monotonic() - began))
+        ops.INPUT_END_WAIT.set(began - busy)
     # at the input's end, the offsets at once rather than on Faust's timer (not more often than Faust does)
     at_end = committed and all(t.own_caught_up() and not t.dirty for t in tasks)
     if at_end and interval_s >= OFFSETS_COMMIT_INTERVAL_S:

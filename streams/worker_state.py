@@ -118,6 +118,9 @@ class WorkerState:
     left_to_round: bool = False
     idle_since: float | None = None
     flushed: bool = False
+    # monotonic time the task last did work: a message processed, epochs released or records emitted by a tick,
+    # a transaction committed (what the worker waited before an idle flush is not work: ops.INPUT_END_WAIT)
+    busy_at: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     encode_s: float = 0.0  # how long the last snapshot held the event loop (copied; compressed on a thread)
     committed_at: float = 0.0  # monotonic time of the last commit
@@ -374,6 +377,7 @@ class WorkerState:
             out = self.processor.decision(value, position, caught_up)
         self._keep(out)
         self.idle_since, self.flushed = None, False
+        self.busy_at = time.monotonic()
         return out
 
     def process(
@@ -399,13 +403,20 @@ class WorkerState:
         caught_up = set(self.caught_up())
         now = time.monotonic()
         self.idle_since = self.idle_since or now
-        last = self._last_position()
+        last, frontier = self._last_position(), self.processor.timeline.frontier
         if self.flushed or now - self.idle_since < self.idle_flush_s:
             out = self.processor.advance(caught_up)
         else:
             out, self.flushed = self.processor.flush(last), True
-        self._keep(out, moved=False)
+        self._released(out, frontier)
         return out
+
+    def _released(self, out: Output, frontier: float) -> None:
+        """Keep what a tick gave (the input offsets did not move); work was done if the timeline's frontier
+        moved past ``frontier`` (its value before) or anything was emitted."""
+        self._keep(out, moved=False)
+        if self.processor.timeline.frontier != frontier or out.audit or out.dead_letters or out.forward:
+            self.busy_at = time.monotonic()
 
     def _keep(self, out: Output, moved: bool = True) -> None:
         """Keep ``out`` for the next transaction; ``moved``: the input offsets advanced (a snapshot is due
@@ -463,6 +474,7 @@ class WorkerState:
                 raise TransactionFailed(self.error) from exc
             self.marked = mark
             await self._committed(snapshot.offsets, acks)
+            self.busy_at = time.monotonic()
             return sum(len(o.audit) for o in outputs)
 
     def allowed_in(self) -> float:

@@ -53,3 +53,18 @@ def test_a_worker_that_processed_nothing_is_left_out_of_the_drains_ends(monkeypa
     assert math.isnan(suite.last_message(1)) and suite.last_message(2) == 12.5
     t = suite.Timed(0.0, [math.nan, 12.5], 13.0, 14.0, *[None] * 3)  # type: ignore[arg-type]
     assert t.done == [12.5] and t.processed == 12.5
+
+
+def test_the_idle_wait_left_out_is_that_of_the_worker_that_ended_its_input_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sink's last rows come from the last input end: its worker's wait is left out; a worker that ended
+    none (its gauges 0) does not count, and with none at all there is no wait to tell (nan)."""
+    text = {
+        1: "driftlog_input_end_timestamp_seconds 100.0\ndriftlog_input_end_wait_seconds 2.5\n",
+        2: "driftlog_input_end_timestamp_seconds 104.0\ndriftlog_input_end_wait_seconds 2.25\n",
+        3: "driftlog_input_end_timestamp_seconds 0.0\ndriftlog_input_end_wait_seconds 0.0\n",
+    }
+    monkeypatch.setattr(suite, "worker_metrics", text.__getitem__)
+    assert suite.idle_wait([1, 2, 3]) == 2.25 and suite.idle_wait([1]) == 2.5
+    assert math.isnan(suite.idle_wait([3]))
