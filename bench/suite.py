@@ -489,17 +489,26 @@ def last_message(port: int) -> float:
 
 
 def idle_wait(ports: list[int]) -> float:
-    """What the worker that ended its input last had waited for its idle flush (its
-    ``driftlog_input_end_wait_seconds``): the rows that flush emits are the last the sink commits, and up to that
-    wait every worker was idle (the others had ended theirs, or were waiting too). nan if none ended its input."""
-    ends = []
+    """How long every worker was idle at once before the input's end: the overlap of each worker's wait for
+    its idle flush (``driftlog_input_end_wait_seconds``, ending at its ``driftlog_input_end_timestamp_seconds``).
+    One worker: its wait. Several: a worker's flush (work) may fall inside another's wait, so only the span in
+    which all of them waited is left out (work is never counted as a wait; some wait may be counted as work).
+    A worker that ended no input (its gauges 0) does not count; nan if none did."""
+    windows = []
     for port in ports:
         text = worker_metrics(port)
         at = re.search(r"^driftlog_input_end_timestamp_seconds (\S+)$", text, re.MULTILINE)
         wait = re.search(r"^driftlog_input_end_wait_seconds (\S+)$", text, re.MULTILINE)
         if at and wait and float(at.group(1)) > 0:
-            ends.append((float(at.group(1)), float(wait.group(1))))
-    return max(ends)[1] if ends else math.nan
+            windows.append((float(at.group(1)) - float(wait.group(1)), float(at.group(1))))
+    return overlap(windows)
+
+
+def overlap(windows: list[tuple[float, float]]) -> float:
+    """The length of the span every ``(start, end)`` window covers (0 if none)."""
+    if not windows:
+        return math.nan
+    return max(0.0, min(end for _, end in windows) - max(start for start, _ in windows))
 
 
 def worker_metrics(port: int) -> str:

@@ -56,8 +56,8 @@ INPUT_END = Gauge(
 )
 INPUT_END_WAIT = Gauge(
     "driftlog_input_end_wait_seconds",
-    "Seconds the worker had been idle (every input caught up, nothing processed, released or committed) when it "
-    "last ended its input: DRIFTLOG_IDLE_FLUSH_S and up to a state interval, a wait rather than work",
+    "Seconds the worker had done no work (every input caught up, nothing processed, released or committed) when "
+    "it last ended its input: about DRIFTLOG_IDLE_FLUSH_S, a wait rather than work (0: it had done none)",
     registry=WORKER_METRICS,
 )
 CONSUMER_LAG = Gauge(

@@ -353,7 +353,7 @@ async def commit_round(app: faust.App, ops_service: OpsService, tasks: list[Work
         committed = committed or task.seq > seq
     if ended:  # (the round's idle flushes: work; the time before them since the worker last did any: a wait)
         ops.INPUT_END.set(time.time() - (time.monotonic() - began))
-        ops.INPUT_END_WAIT.set(began - busy)
+        ops.INPUT_END_WAIT.set(began - busy if busy else 0.0)  # (no task did any work: no wait to tell)
     # at the input's end, the offsets at once rather than on Faust's timer (not more often than Faust does)
     at_end = committed and all(t.own_caught_up() and not t.dirty for t in tasks)
     if at_end and interval_s >= OFFSETS_COMMIT_INTERVAL_S:

@@ -55,16 +55,18 @@ def test_a_worker_that_processed_nothing_is_left_out_of_the_drains_ends(monkeypa
     assert t.done == [12.5] and t.processed == 12.5
 
 
-def test_the_idle_wait_left_out_is_that_of_the_worker_that_ended_its_input_last(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The sink's last rows come from the last input end: its worker's wait is left out; a worker that ended
-    none (its gauges 0) does not count, and with none at all there is no wait to tell (nan)."""
+def test_the_idle_wait_left_out_is_the_span_every_worker_waited(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One worker: its wait for its idle flush is left out. Several: only the span all of them waited (worker
+    1's flush at 100 s falls in worker 2's wait, 101.75-104 s: work, not left out; 4's wait overlaps 2's by
+    0.5 s); a worker that ended no input (its gauges 0) does not count, and with none at all there is no wait to
+    tell (nan)."""
     text = {
         1: "driftlog_input_end_timestamp_seconds 100.0\ndriftlog_input_end_wait_seconds 2.5\n",
         2: "driftlog_input_end_timestamp_seconds 104.0\ndriftlog_input_end_wait_seconds 2.25\n",
         3: "driftlog_input_end_timestamp_seconds 0.0\ndriftlog_input_end_wait_seconds 0.0\n",
+        4: "driftlog_input_end_timestamp_seconds 102.25\ndriftlog_input_end_wait_seconds 2.0\n",
     }
     monkeypatch.setattr(suite, "worker_metrics", text.__getitem__)
-    assert suite.idle_wait([1, 2, 3]) == 2.25 and suite.idle_wait([1]) == 2.5
+    assert suite.idle_wait([1]) == 2.5 and suite.idle_wait([2, 3]) == 2.25
+    assert suite.idle_wait([1, 2, 3]) == 0.0 and suite.idle_wait([2, 4]) == 0.5
     assert math.isnan(suite.idle_wait([3]))
