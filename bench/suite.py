@@ -72,7 +72,7 @@ FULL_JOBS = (("training-fabric", 64, 300), ("inference-sla", 16, 80), ("control-
              ("serving-saturation", 16, 100))  # fmt: skip
 SMOKE_JOBS = (("training-fabric", 16, 40), ("inference-sla", 16, 40))
 # FULL_JOBS' steps times this by default: at 1 (1.16 M samples, drained in ~1 s) a live run measured its start
-# and end (end to end, idle wait excluded: 0.25x the in-process engine at 1, 0.50x at 5, 0.61x at 10)
+# and end (end to end, idle wait excluded, 1 worker: 0.23x the in-process engine at 1, 0.60x at 5; medians of 3)
 SCALE = 5
 # ranks, steps, allowed lateness (s): ranks at a short run; then the buffered window, 30 s against 10 minutes,
 # over a run long enough (64 ranks x 300 steps: ~3 min of event time) for the window to matter
