@@ -505,7 +505,7 @@ def idle_wait(ports: list[int]) -> float:
 
 
 def overlap(windows: list[tuple[float, float]]) -> float:
-    """The length of the span every ``(start, end)`` window covers (0 if none)."""
+    """The length of the span every ``(start, end)`` window covers: 0 if they do not all meet, nan if none."""
     if not windows:
         return math.nan
     return max(0.0, min(end for _, end in windows) - max(start for start, _ in windows))
