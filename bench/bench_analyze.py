@@ -1,7 +1,7 @@
 """`analyze` of a Parquet file of sample rows: read by columns (the default for such files) beside read row by
 row (the path every other file takes), interleaved, on the simulated training fabric.
 
-    .venv/bin/python bench/bench_analyze.py [--ranks 64] [--steps 300] [--repeats 3] [--root DIR]...
+    .venv/bin/python bench/bench_analyze.py [--ranks 64] [--steps 300] [--repeats 3] [--root DIR]... [--no-rows]
 
 Prints op spans (and all samples) per second and per CPU-second for each reading. Issue 11's goal: >= 1 M op
 spans/s analysing from Parquet. Each ``--root`` (a tree from ``git archive <commit> | tar -x -C /tmp/old``) is
@@ -83,6 +83,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--root", type=Path, action="append", default=[], help="another tree to measure")
+    parser.add_argument("--no-rows", action="store_true", help="leave out the reading row by row (most of the time)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="driftlog-bench-analyze-") as work:  # (its file deleted at the end)
         measure(args, Path(work) / "samples.parquet")
@@ -90,10 +91,11 @@ def main() -> None:
 
 def measure(args: argparse.Namespace, path: Path) -> None:
     n, ops = write_samples(args.ranks, args.steps, path)
-    runs: dict[str, list[tuple[float, float]]] = {"by columns": [], "row by row": []}
+    runs: dict[str, list[tuple[float, float]]] = {"by columns": [], **({} if args.no_rows else {"row by row": []})}
     for _ in range(args.repeats):  # interleaved
         runs["by columns"].append(run_elsewhere(HERE, path))  # (as the other trees: a process of its own)
-        runs["row by row"].append(run(path, False))
+        if not args.no_rows:
+            runs["row by row"].append(run(path, False))
         for root in args.root:
             runs.setdefault(f"{root} by columns", []).append(run_elsewhere(root, path))
     print(f"{args.ranks} ranks x {args.steps} steps: {n:,} samples ({ops:,} op spans), "
