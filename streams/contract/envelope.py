@@ -63,6 +63,11 @@ class SampleBatch:
             ends = self.__dict__["_ends"] = self._ends()
         return ends
 
+    def told(self, ends: tuple[float, float]) -> SampleBatch:
+        """This batch, its :meth:`time_bounds` already known (the native decoder reads them with its rows)."""
+        self.__dict__["_ends"] = ends
+        return self
+
     def _ends(self) -> tuple[float, float] | None:
         """:meth:`time_bounds`, told: a message's batch is mostly a few rows, read as Python numbers (numpy's
         per-call cost was most of telling them)."""
@@ -123,9 +128,7 @@ def decode_telemetry(raw: bytes) -> Decoded:
         for kind, start, columns, ends in parts:
             n = len(next(iter(columns.values())))
             batch = SampleBatch(kind, np.arange(start, start + n, dtype=np.int64), columns)
-            if ends is not None:  # (told by the native core: time_bounds' cache)
-                batch.__dict__["_ends"] = ends
-            out.batches.append(batch)
+            out.batches.append(batch if ends is None else batch.told(ends))
         return out
     doc, error = parse_json(raw)
     if error is None:
