@@ -42,8 +42,9 @@ def produce(
     from streams import produce_log
     from streams.client import AsyncProducer
     from streams.formats.kineto import default_job, is_trace_file, read_trace_files
-    from streams.produce import Mapping, constant, parse_pairs, produce_files
+    from streams.produce import Mapping, constant, must_exist, parse_pairs, produce_files
 
+    must_exist(list(files))  # (the input before the broker: a typo is told whether Kafka is up or not)
     first = files[0].name
     traces = [f for f in files if f.is_file() and is_trace_file(f)]
     files = tuple(f for f in files if f not in traces)
