@@ -7,12 +7,14 @@ in every repeat, so that their ratio is measured side by side):
 
 - **in-process**: the engine over the workload's messages in this process (``streams.testing.run_stream``);
 - **raw ceiling**: a bare aiokafka consumer that only ``orjson``-decodes the same messages from the topic;
-- **live, N worker(s)**: the workload pre-produced to a 4-partition telemetry topic (several jobs, keyed by
-  job); ``driftlog worker`` ×N and ``driftlog sink`` started; from every worker healthy to telemetry lag 0
-  (samples/s, and per worker), and to every audit row committed (includes the worker's idle flush); **end to
-  end, idle wait excluded**: to every audit row committed, less the time the worker waited idle for its idle
-  flush (its ``driftlog_input_end_wait_seconds``): all the engine's work (lag 0 leaves out the epochs the
-  allowed lateness holds until the input's end) without the fixed wait, the figure to compare with in-process;
+- **live, N worker(s)**: ``driftlog worker`` ×N and ``driftlog sink`` started on a fresh 4-partition telemetry
+  topic; once their group has formed, the workload (several jobs, keyed by job) is produced as the SDK and the
+  simulator send it (lz4), held back in one transaction and timed from its commit (the producer is not on
+  the workers' cores while they are timed: exporters run on other hosts); to telemetry lag 0 (samples/s, and
+  per worker), and to every audit row committed (includes the worker's idle flush); **end to end, idle wait
+  excluded**: to every audit row committed, less the time the worker waited idle for its idle flush (its
+  ``driftlog_input_end_wait_seconds``): all the engine's work (lag 0 leaves out the epochs the allowed
+  lateness holds until the input's end) without the fixed wait, the figure to compare with in-process;
 - **workers, balanced jobs**: 1 and 2 workers (each pinned to its own CPU) on four alike jobs keyed to four
   partitions (``Workload.balanced``: the mixed workload above is 99.5% one job, which one worker must carry),
   draining a pre-filled topic: the workload is held back in one producer transaction until the group has
@@ -62,6 +64,7 @@ from bench._broker import bench_settings, broker_pid, drop_topics
 from streams.config import Settings, to_env
 from streams.demo import input_ended
 from streams.kafka.admin import GroupLag, ensure_topics, group_lag, partitions
+from streams.kafka.limits import TELEMETRY_COMPRESSION
 from streams.sim.scenarios import SCENARIOS
 from streams.supervise import Child, free_port
 from streams.testing import run_stream, stored_records
@@ -449,8 +452,10 @@ async def produce_in_one_transaction(
     last = sorted(by_partition.values())
     held_back = {TopicPartition(topics["telemetry"], p): sum(1 for q, _ in telemetry if q == p) for p in by_partition}
     held = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_request_size=8 << 20,
-                            transactional_id=f"bench-{uuid4()}", transaction_timeout_ms=300_000)  # fmt: skip
-    tail = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=8 << 20)
+                            transactional_id=f"bench-{uuid4()}", transaction_timeout_ms=300_000,
+                            compression_type=TELEMETRY_COMPRESSION)  # fmt: skip
+    tail = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=8 << 20,
+                            compression_type=TELEMETRY_COMPRESSION)  # fmt: skip
     await held.start()
     await tail.start()
     try:
@@ -871,7 +876,7 @@ def one_repeat(
         ceiling(cfg, w, figures)
     if "live" in only:
         for n in workers:
-            live(cfg, w, figures, n, work)
+            live(cfg, w, figures, n, work, prefilled=True)
     if "replay" in only:
         replay_rate(cfg, w, figures)
     if "analyze" in only:

@@ -34,6 +34,7 @@ from aiokafka import AIOKafkaProducer
 
 from streams.contract.schema import DECISION_SCHEMA, TELEMETRY_SCHEMA, sample_rules
 from streams.contract.sizing import MAX_MESSAGE_BYTES, fit, fit_document
+from streams.kafka.limits import TELEMETRY_COMPRESSION
 
 T = TypeVar("T")
 
@@ -119,7 +120,8 @@ class AsyncProducer:
         self.decisions_topic = decisions_topic
         self.linger_s = linger_s
         self._kafka = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=5,
-                                       max_request_size=max(8 << 20, max_message_bytes + (64 << 10)))  # fmt: skip
+                                       max_request_size=max(8 << 20, max_message_bytes + (64 << 10)),
+                                       compression_type=TELEMETRY_COMPRESSION)  # fmt: skip
         self._linger: asyncio.Task[None] | None = None
         self.lock = threading.Lock()  # the batcher is shared with Producer's calling thread
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 from aiokafka import AIOKafkaProducer
 
+from streams.kafka.limits import TELEMETRY_COMPRESSION
 from streams.sim.scenarios import Scenario
 
 Progress = Callable[[str], None]
@@ -37,7 +38,8 @@ async def to_kafka(
 ) -> dict[str, int]:
     """Produce every message, keyed by job (so a job stays on one partition); the ground truth to a file."""
     counts = {"telemetry": 0, "decisions": 0}
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, max_request_size=8 << 20)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, max_request_size=8 << 20,
+                                compression_type=TELEMETRY_COMPRESSION)  # fmt: skip
     await producer.start()
     try:
         for kind, key, value in scenario.run():

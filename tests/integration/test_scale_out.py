@@ -15,6 +15,7 @@ from audit.query import run_query
 from streams.config import Settings, to_env
 from streams.demo import input_ended, wait_drained
 from streams.kafka.admin import ensure_topics
+from streams.kafka.limits import TELEMETRY_COMPRESSION
 from streams.sim.scenarios import SCENARIOS
 from streams.supervise import Child, free_port
 from streams.testing import run_stream, stored_records
@@ -33,7 +34,8 @@ JOBS = (
 
 
 async def produce_keyed(bootstrap: str, topics: dict[str, str], messages: list[tuple[str, str, bytes]]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_request_size=8 << 20)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_request_size=8 << 20,
+                                compression_type=TELEMETRY_COMPRESSION)  # fmt: skip
     await producer.start()
     try:
         for kind, key, value in messages:
