@@ -56,8 +56,9 @@ INPUT_END = Gauge(
 )
 INPUT_END_WAIT = Gauge(
     "driftlog_input_end_wait_seconds",
-    "Seconds the worker had done no work (every input caught up, nothing processed, released or committed) when "
-    "it last ended its input: about DRIFTLOG_IDLE_FLUSH_S, a wait rather than work (0: it had done none)",
+    "Seconds the worker waited before it last ended its input: from its last input message to the timer round "
+    "of its idle flush, less the rounds in between that released, emitted or committed anything (work); at "
+    "least DRIFTLOG_IDLE_FLUSH_S and up to a few DRIFTLOG_STATE_INTERVAL_S: a wait, not work (0: no input)",
     registry=WORKER_METRICS,
 )
 CONSUMER_LAG = Gauge(

@@ -338,11 +338,11 @@ async def commit_round(app: faust.App, ops_service: OpsService, tasks: list[Work
     """The state timer's round (every ``interval_s``): each task ticks and commits, unless a commit at a
     backlog's end took this round's place (:meth:`WorkerState.timer_due`)."""
     committed, ended = False, False
-    began, busy = time.monotonic(), max((t.busy_at for t in tasks), default=0.0)
+    began, worked = time.monotonic(), sum(t.round_work_s for t in tasks)
     for task in tasks:
         if not task.ready.is_set():
             continue
-        flushed = task.flushed
+        flushed, at = task.flushed, time.monotonic()
         out, seq = task.tick(), task.seq
         ended = ended or (task.flushed and not flushed)
         if out is not None:
@@ -351,9 +351,12 @@ async def commit_round(app: faust.App, ops_service: OpsService, tasks: list[Work
             return
         task.early = task.early and task.seq > seq  # (a round that did not commit leaves the next one its place)
         committed = committed or task.seq > seq
-    if ended:  # (the round's idle flushes: work; the time before them since the worker last did any: a wait)
+        if task.busy_at >= at:  # (it released, emitted or committed: work, since its last input)
+            task.round_work_s += time.monotonic() - at
+    if ended:  # (the round's idle flushes: work; the time before them since the last input, less work: a wait)
         ops.INPUT_END.set(time.time() - (time.monotonic() - began))
-        ops.INPUT_END_WAIT.set(began - busy if busy else 0.0)  # (no task did any work: no wait to tell)
+        last = max((t.input_at for t in tasks), default=0.0)
+        ops.INPUT_END_WAIT.set(max(0.0, began - last - worked) if last else 0.0)  # (no input: no wait to tell)
     # at the input's end, the offsets at once rather than on Faust's timer (not more often than Faust does)
     at_end = committed and all(t.own_caught_up() and not t.dirty for t in tasks)
     if at_end and interval_s >= OFFSETS_COMMIT_INTERVAL_S:

@@ -119,8 +119,12 @@ class WorkerState:
     idle_since: float | None = None
     flushed: bool = False
     # monotonic time the task last did work: a message processed, epochs released or records emitted by a tick,
-    # a transaction committed (what the worker waited before an idle flush is not work: ops.INPUT_END_WAIT)
+    # a transaction committed
     busy_at: float = 0.0
+    # monotonic time the task last processed an input message, and how long the timer's rounds worked for it
+    # since (released, emitted, committed): the rest of the time to its idle flush it waited (ops.INPUT_END_WAIT)
+    input_at: float = 0.0
+    round_work_s: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     encode_s: float = 0.0  # how long the last snapshot held the event loop (copied; compressed on a thread)
     committed_at: float = 0.0  # monotonic time of the last commit
@@ -377,7 +381,8 @@ class WorkerState:
             out = self.processor.decision(value, position, caught_up)
         self._keep(out)
         self.idle_since, self.flushed = None, False
-        self.busy_at = time.monotonic()
+        self.busy_at = self.input_at = time.monotonic()
+        self.round_work_s = 0.0
         return out
 
     def process(

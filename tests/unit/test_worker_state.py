@@ -938,9 +938,10 @@ def test_a_redelivered_message_a_snapshot_covers_leaves_the_last_message_time(mo
 
 
 def test_a_round_that_ends_the_input_tells_how_long_the_worker_waited_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``driftlog_input_end_wait_seconds``: from the worker's last work (here 3 s before the round) to the round
-    whose idle flush ended its input, and ``driftlog_input_end_timestamp_seconds`` when that round began (a
-    benchmark leaves the wait out of an end-to-end time)."""
+    """``driftlog_input_end_wait_seconds``: from the worker's last input message (here 3 s before the round) to
+    the round whose idle flush ended its input, less what the rounds in between worked (1 s here), and
+    ``driftlog_input_end_timestamp_seconds`` when that round began (a benchmark leaves the wait out of an
+    end-to-end time)."""
     import time
     from types import SimpleNamespace
 
@@ -950,7 +951,8 @@ def test_a_round_that_ends_the_input_tells_how_long_the_worker_waited_for_it(mon
     state = task(Broker(), monkeypatch)
     state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
     state.ready.set()
-    state.busy_at = time.monotonic() - 3.0
+    state.input_at = time.monotonic() - 3.0
+    state.round_work_s = 1.0
 
     def flush() -> Output:
         state.flushed = True
@@ -960,5 +962,5 @@ def test_a_round_that_ends_the_input_tells_how_long_the_worker_waited_for_it(mon
     ops = SimpleNamespace(status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
     before = time.time()
     asyncio.run(commit_round(SimpleNamespace(), ops, [state], 0.5))  # type: ignore[arg-type]
-    assert 3.0 <= metrics.INPUT_END_WAIT._value.get() < 3.5
+    assert 2.0 <= metrics.INPUT_END_WAIT._value.get() < 2.5
     assert before <= metrics.INPUT_END._value.get() <= time.time()
