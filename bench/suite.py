@@ -666,7 +666,7 @@ async def in_real_time(
 
     topics = {"telemetry": run.telemetry_topic, "decisions": run.decisions_topic}
     producer = AIOKafkaProducer(bootstrap_servers=run.kafka_bootstrap_servers, acks="all", linger_ms=1,
-                                max_request_size=8 << 20)  # fmt: skip
+                                max_request_size=8 << 20, compression_type=TELEMETRY_COMPRESSION)  # fmt: skip
     await producer.start()
     try:
         started = time.perf_counter()
