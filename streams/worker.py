@@ -338,7 +338,8 @@ async def commit_round(app: faust.App, ops_service: OpsService, tasks: list[Work
     """The state timer's round (every ``interval_s``): each task ticks and commits, unless a commit at a
     backlog's end took this round's place (:meth:`WorkerState.timer_due`)."""
     committed, ended = False, False
-    began, worked = time.monotonic(), sum(t.round_work_s for t in tasks)
+    began, last = time.monotonic(), max((t.input_at for t in tasks), default=0.0)
+    worked = sum(seconds for t in tasks for at, seconds in t.rounds_worked if at >= last)  # (since the last input)
     for task in tasks:
         if not task.ready.is_set():
             continue
@@ -351,11 +352,10 @@ async def commit_round(app: faust.App, ops_service: OpsService, tasks: list[Work
             return
         task.early = task.early and task.seq > seq  # (a round that did not commit leaves the next one its place)
         committed = committed or task.seq > seq
-        if task.busy_at >= at:  # (it released, emitted or committed: work, since its last input)
-            task.round_work_s += time.monotonic() - at
+        if task.busy_at >= at:  # (it released, emitted or committed: work)
+            task.rounds_worked.append((at, time.monotonic() - at))
     if ended:  # (the round's idle flushes: work; the time before them since the last input, less work: a wait)
         ops.INPUT_END.set(time.time() - (time.monotonic() - began))
-        last = max((t.input_at for t in tasks), default=0.0)
         ops.INPUT_END_WAIT.set(max(0.0, began - last - worked) if last else 0.0)  # (no input: no wait to tell)
     # at the input's end, the offsets at once rather than on Faust's timer (not more often than Faust does)
     at_end = committed and all(t.own_caught_up() and not t.dirty for t in tasks)

@@ -121,10 +121,11 @@ class WorkerState:
     # monotonic time the task last did work: a message processed, epochs released or records emitted by a tick,
     # a transaction committed
     busy_at: float = 0.0
-    # monotonic time the task last processed an input message, and how long the timer's rounds worked for it
-    # since (released, emitted, committed): the rest of the time to its idle flush it waited (ops.INPUT_END_WAIT)
+    # monotonic time the task last processed an input message, and the timer's rounds that worked for it since
+    # (released, emitted, committed: (monotonic start, seconds)): the rest of the time to an idle flush is a
+    # wait (ops.INPUT_END_WAIT)
     input_at: float = 0.0
-    round_work_s: float = 0.0
+    rounds_worked: list[tuple[float, float]] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     encode_s: float = 0.0  # how long the last snapshot held the event loop (copied; compressed on a thread)
     committed_at: float = 0.0  # monotonic time of the last commit
@@ -382,7 +383,7 @@ class WorkerState:
         self._keep(out)
         self.idle_since, self.flushed = None, False
         self.busy_at = self.input_at = time.monotonic()
-        self.round_work_s = 0.0
+        self.rounds_worked.clear()
         return out
 
     def process(

@@ -952,15 +952,20 @@ def test_a_round_that_ends_the_input_tells_how_long_the_worker_waited_for_it(mon
     state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
     state.ready.set()
     state.input_at = time.monotonic() - 3.0
-    state.round_work_s = 1.0
 
     def flush() -> Output:
         state.flushed = True
         return Output()
 
     monkeypatch.setattr(state, "tick", flush)
+    state.rounds_worked = [(state.input_at + 0.5, 1.0)]  # a round since that input worked 1 s
     ops = SimpleNamespace(status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
     before = time.time()
     asyncio.run(commit_round(SimpleNamespace(), ops, [state], 0.5))  # type: ignore[arg-type]
     assert 2.0 <= metrics.INPUT_END_WAIT._value.get() < 2.5
+    other = task(Broker(), monkeypatch)  # another task, whose round worked before the worker's last input
+    other.input_at, other.rounds_worked = state.input_at - 10.0, [(state.input_at - 5.0, 5.0)]
+    state.flushed, state.rounds_worked = False, []
+    asyncio.run(commit_round(SimpleNamespace(), ops, [state, other], 0.5))  # type: ignore[arg-type]
+    assert 3.0 <= metrics.INPUT_END_WAIT._value.get() < 3.5
     assert before <= metrics.INPUT_END._value.get() <= time.time()
