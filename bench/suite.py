@@ -298,9 +298,9 @@ def live(
         w.samples / (t.committed - t.started - (t.waited if told else run.idle_flush_s)),
         "samples/s",
         f"{since}; to the last audit row committed, all the engine's work in it (the epochs the watermark "
-        "held until the input's end too), less the worker's wait for its idle flush "
-        f"(driftlog_input_end_wait_seconds: {run.idle_flush_s:g} s and up to a state interval"
-        f"{'' if told else '; not told: the idle flush setting'})",
+        "held until the input's end too), less the time no worker worked before its idle flush "
+        f"(driftlog_input_end_wait_seconds: from its last input, {run.idle_flush_s:g} s and up to two state "
+        f"intervals{'' if told else '; not told: the idle flush setting'})",
     )
     figures.add(
         f"{name}: records stored / expected",
@@ -321,7 +321,7 @@ class Timed:
     start: Cpu
     drained_cpu: Cpu
     ended: Cpu
-    waited: float = math.nan  # the wait for its idle flush of the worker that ended its input last (s)
+    waited: float = math.nan  # how long no worker worked before the last idle flush (s; :func:`idle_wait`)
 
     @property
     def started(self) -> float:
@@ -371,7 +371,7 @@ def timed(
     ended = Cpu.take(children, sink, broker)
     sink_lag = _lag(run, run.sink_group, run.audit_topic)
     committed = _until(lambda: sink_lag() == 0, [sink], 300)
-    waited = idle_wait(ports)
+    waited = idle_wait(ports, start[0].at + unix_offset)
     return Timed(producing, finished, drained_cpu.at, committed, start[0], drained_cpu, ended, waited)
 
 
@@ -493,27 +493,40 @@ def last_message(port: int) -> float:
     return value if value > 0 else math.nan
 
 
-def idle_wait(ports: list[int]) -> float:
-    """How long every worker was idle at once before the input's end: the overlap of each worker's wait for
-    its idle flush (``driftlog_input_end_wait_seconds``, ending at its ``driftlog_input_end_timestamp_seconds``).
-    One worker: its wait. Several: a worker's flush (work) may fall inside another's wait, so only the span in
-    which all of them waited is left out (work is never counted as a wait; some wait may be counted as work).
-    A worker that ended no input (its gauges 0) does not count; nan if none did."""
-    windows = []
+def idle_wait(ports: list[int], since: float) -> float:
+    """How long no worker did any work, from ``since`` (Unix time: the timing's start) to the end of the last
+    round that ended a worker's input: each worker worked from ``since`` to its last input message (the start
+    of its input-end round, ``driftlog_input_end_timestamp_seconds``, less its wait,
+    ``driftlog_input_end_wait_seconds``: the rounds that worked meanwhile are in it) and through that round
+    (``driftlog_input_end_round_seconds``: its idle flushes and commits); what no worker's work covers is left
+    out. One worker: its wait. Several: one's flush inside another's wait is work; one idle while another drains
+    is not left out (the other works). A worker that ended no input (its gauges 0) does not count; nan if none
+    did."""
+    spans = []
     for port in ports:
         text = worker_metrics(port)
-        at = re.search(r"^driftlog_input_end_timestamp_seconds (\S+)$", text, re.MULTILINE)
-        wait = re.search(r"^driftlog_input_end_wait_seconds (\S+)$", text, re.MULTILINE)
-        if at and wait and float(at.group(1)) > 0:
-            windows.append((float(at.group(1)) - float(wait.group(1)), float(at.group(1))))
-    return overlap(windows)
+        at, wait, took = (_gauge(text, f"driftlog_input_end_{n}") for n in ("timestamp_seconds", "wait_seconds",
+                                                                            "round_seconds"))  # fmt: skip
+        if at > 0:
+            spans += [(since, at - wait), (at, at + took)]
+    return uncovered(spans)
 
 
-def overlap(windows: list[tuple[float, float]]) -> float:
-    """The length of the span every ``(start, end)`` window covers: 0 if they do not all meet, nan if none."""
-    if not windows:
+def _gauge(text: str, name: str) -> float:
+    found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+def uncovered(spans: list[tuple[float, float]]) -> float:
+    """The length of the gaps between ``(start, end)`` spans, from the first start to the last end: 0 if they
+    leave none, nan if there are none."""
+    if not spans:
         return math.nan
-    return max(0.0, min(end for _, end in windows) - max(start for start, _ in windows))
+    gaps, reached = 0.0, min(start for start, _ in spans)
+    for start, end in sorted(spans):
+        gaps += max(0.0, start - reached)
+        reached = max(reached, end)
+    return gaps
 
 
 def worker_metrics(port: int) -> str:

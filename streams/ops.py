@@ -61,6 +61,11 @@ INPUT_END_WAIT = Gauge(
     "least DRIFTLOG_IDLE_FLUSH_S and up to a few DRIFTLOG_STATE_INTERVAL_S: a wait, not work (0: no input)",
     registry=WORKER_METRICS,
 )
+INPUT_END_ROUND = Gauge(
+    "driftlog_input_end_round_seconds",
+    "Seconds the timer round that last ended the worker's input took (its idle flushes and commits: work)",
+    registry=WORKER_METRICS,
+)
 CONSUMER_LAG = Gauge(
     "driftlog_consumer_lag", "Records not yet processed, per partition", ["topic", "partition"], registry=WORKER_METRICS
 )

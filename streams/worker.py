@@ -357,6 +357,7 @@ async def commit_round(app: faust.App, ops_service: OpsService, tasks: list[Work
     if ended:  # (the round's idle flushes: work; the time before them since the last input, less work: a wait)
         ops.INPUT_END.set(time.time() - (time.monotonic() - began))
         ops.INPUT_END_WAIT.set(max(0.0, began - last - worked) if last else 0.0)  # (no input: no wait to tell)
+        ops.INPUT_END_ROUND.set(time.monotonic() - began)
     # at the input's end, the offsets at once rather than on Faust's timer (not more often than Faust does)
     at_end = committed and all(t.own_caught_up() and not t.dirty for t in tasks)
     if at_end and interval_s >= OFFSETS_COMMIT_INTERVAL_S:

@@ -55,18 +55,24 @@ def test_a_worker_that_processed_nothing_is_left_out_of_the_drains_ends(monkeypa
     assert t.done == [12.5] and t.processed == 12.5
 
 
-def test_the_idle_wait_left_out_is_the_span_every_worker_waited(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One worker: its wait for its idle flush is left out. Several: only the span all of them waited (worker
-    1's flush at 100 s falls in worker 2's wait, 101.75-104 s: work, not left out; 4's wait overlaps 2's by
-    0.5 s); a worker that ended no input (its gauges 0) does not count, and with none at all there is no wait to
-    tell (nan)."""
+def test_the_idle_wait_left_out_is_the_time_no_worker_worked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the timing's start (90 s) each worker works to its last input message (its input-end round's start
+    less its wait) and through that round. One worker: its wait is left out. Several: only the time none of
+    them worked (1 works to 97.5 and 100-100.5; 2 to 101.75 and 104-104.25: idle 97.5-100 is 2's drain, not
+    left out, nor 1's flush at 100 in 2's wait; 101.75-104 less 1's round: 2.25 s); a worker that ended no input
+    (its gauges 0) does not count, and with none at all there is no wait to tell (nan)."""
     text = {
-        1: "driftlog_input_end_timestamp_seconds 100.0\ndriftlog_input_end_wait_seconds 2.5\n",
-        2: "driftlog_input_end_timestamp_seconds 104.0\ndriftlog_input_end_wait_seconds 2.25\n",
+        1: "driftlog_input_end_timestamp_seconds 100.0\ndriftlog_input_end_wait_seconds 2.5\n"
+        "driftlog_input_end_round_seconds 0.5\n",
+        2: "driftlog_input_end_timestamp_seconds 104.0\ndriftlog_input_end_wait_seconds 2.25\n"
+        "driftlog_input_end_round_seconds 0.25\n",
         3: "driftlog_input_end_timestamp_seconds 0.0\ndriftlog_input_end_wait_seconds 0.0\n",
-        4: "driftlog_input_end_timestamp_seconds 102.25\ndriftlog_input_end_wait_seconds 2.0\n",
+        4: "driftlog_input_end_timestamp_seconds 101.0\ndriftlog_input_end_wait_seconds 4.0\n"
+        "driftlog_input_end_round_seconds 1.0\n",
     }
     monkeypatch.setattr(suite, "worker_metrics", text.__getitem__)
-    assert suite.idle_wait([1]) == 2.5 and suite.idle_wait([2, 3]) == 2.25
-    assert suite.idle_wait([1, 2, 3]) == 0.0 and suite.idle_wait([2, 4]) == 0.5
-    assert math.isnan(suite.idle_wait([3]))
+    assert suite.idle_wait([1], 90.0) == 2.5 and suite.idle_wait([2, 3], 90.0) == 2.25
+    assert suite.idle_wait([1, 2, 3], 90.0) == 2.25
+    assert suite.idle_wait([1, 4], 90.0) == 3.0  # (4 works to 97 and 101-102: idle 97.5-100 and 100.5-101)
+    assert suite.idle_wait([2, 4], 90.0) == 2.0  # (2 drains to 101.75, 4's round to 102: idle 102-104)
+    assert math.isnan(suite.idle_wait([3], 90.0))

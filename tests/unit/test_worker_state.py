@@ -955,6 +955,7 @@ def test_a_round_that_ends_the_input_tells_how_long_the_worker_waited_for_it(mon
 
     def flush() -> Output:
         state.flushed = True
+        time.sleep(0.05)  # (the flush's work: driftlog_input_end_round_seconds)
         return Output()
 
     monkeypatch.setattr(state, "tick", flush)
@@ -963,6 +964,7 @@ def test_a_round_that_ends_the_input_tells_how_long_the_worker_waited_for_it(mon
     before = time.time()
     asyncio.run(commit_round(SimpleNamespace(), ops, [state], 0.5))  # type: ignore[arg-type]
     assert 2.0 <= metrics.INPUT_END_WAIT._value.get() < 2.5
+    assert 0.05 <= metrics.INPUT_END_ROUND._value.get() < 0.5
     other = task(Broker(), monkeypatch)  # another task, whose round worked before the worker's last input
     other.input_at, other.rounds_worked = state.input_at - 10.0, [(state.input_at - 5.0, 5.0)]
     state.flushed, state.rounds_worked = False, []
