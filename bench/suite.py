@@ -495,21 +495,25 @@ def last_message(port: int) -> float:
 
 def idle_wait(ports: list[int], since: float) -> float:
     """How long no worker did any work, from ``since`` (Unix time: the timing's start) to the end of the last
-    round that ended a worker's input: each worker worked from ``since`` to its last input message (the start
-    of its input-end round, ``driftlog_input_end_timestamp_seconds``, less its wait,
-    ``driftlog_input_end_wait_seconds``: the rounds that worked meanwhile are in it) and through that round
-    (``driftlog_input_end_round_seconds``: its idle flushes and commits); what no worker's work covers is left
-    out. One worker: its wait. Several: one's flush inside another's wait is work; one idle while another drains
-    is not left out (the other works). A worker that ended no input (its gauges 0) does not count; nan if none
-    did."""
-    spans = []
+    round that ended a worker's input. Each worker tells the start of that round
+    (``driftlog_input_end_timestamp_seconds``), how long it took (``..._round_seconds``: its idle flushes and
+    commits), and, since its last input message, how long it waited (``..._wait_seconds``) and worked
+    (``..._work_seconds``). One worker: its wait. Several: their work is taken as running from ``since`` to
+    each one's last input plus its work after it, and through its input-end round, and the time none of these
+    spans covers is left out, less every worker's work after its last input (which may have fallen anywhere in
+    its wait: so a worker's flush inside another's wait is work, and one idle while another drains is not left
+    out). A worker that ended no input since ``since`` does not count; nan if none did."""
+    told = []
     for port in ports:
         text = worker_metrics(port)
-        at, wait, took = (_gauge(text, f"driftlog_input_end_{n}") for n in ("timestamp_seconds", "wait_seconds",
-                                                                            "round_seconds"))  # fmt: skip
-        if at > 0:
-            spans += [(since, at - wait), (at, at + took)]
-    return uncovered(spans)
+        at, wait, work, took = (_gauge(text, f"driftlog_input_end_{n}_seconds") for n in ("timestamp", "wait",
+                                                                                          "work", "round"))  # fmt: skip
+        if at > since:  # (a round before the timing: a flush of the empty topics while the group formed)
+            told.append((at, wait, work, took))
+    spans = [span for at, wait, _, took in told for span in ((since, at - wait), (at, at + took)) if span[1] > span[0]]
+    if len(told) <= 1:
+        return told[0][1] if told else math.nan
+    return max(0.0, uncovered(spans) - sum(work for _, _, work, _ in told))
 
 
 def _gauge(text: str, name: str) -> float:

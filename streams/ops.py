@@ -56,9 +56,15 @@ INPUT_END = Gauge(
 )
 INPUT_END_WAIT = Gauge(
     "driftlog_input_end_wait_seconds",
-    "Seconds the worker waited before it last ended its input: from its last input message to the timer round "
-    "of its idle flush, less the rounds in between that released, emitted or committed anything (work); at "
-    "least DRIFTLOG_IDLE_FLUSH_S and up to a few DRIFTLOG_STATE_INTERVAL_S: a wait, not work (0: no input)",
+    "Seconds the worker waited before it last ended its input: from its last input message (of any topic) to "
+    "the timer round of its idle flush, less the work in between (driftlog_input_end_work_seconds); about "
+    "DRIFTLOG_IDLE_FLUSH_S plus up to two DRIFTLOG_STATE_INTERVAL_S: a wait, not work (0: no input)",
+    registry=WORKER_METRICS,
+)
+INPUT_END_WORK = Gauge(
+    "driftlog_input_end_work_seconds",
+    "Seconds the worker worked between its last input message and the timer round that last ended its input "
+    "(ticks that released or emitted, commits): the part of that time that was not a wait",
     registry=WORKER_METRICS,
 )
 INPUT_END_ROUND = Gauge(

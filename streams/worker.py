@@ -55,9 +55,10 @@ COMMIT_EVERY_MESSAGES = 2000  # a transaction at least this often (besides every
 SHUTDOWN_BUDGET_S = 7.5  # SIGTERM → exit, whatever the broker does
 OFFSETS_COMMIT_INTERVAL_S = 1.0  # Faust commits the acknowledged input offsets this often
 # events an agent's stream buffers (Faust pauses the fetching of its partitions at 80% of it): an event is a
-# partition's fetch (streams/kafka/batching.py), up to consumer_max_fetch_size (1 MB), not one message; Faust's
-# 4,096 would let a backlog fill gigabytes
-STREAM_BUFFER_FETCHES = 128
+# partition's fetch (streams/kafka/batching.py), up to consumer_max_fetch_size (1 MB) of record batches, not one
+# message; compressed batches hold more: ~6 MB of values with lz4, ~9 with zstd (so ~100-150 MB here, ~1 s of
+# the engine's work); Faust's 4,096 would let a backlog fill gigabytes
+STREAM_BUFFER_FETCHES = 16
 
 
 def broker_urls(bootstrap: str) -> list[str]:
@@ -339,11 +340,13 @@ async def commit_round(app: faust.App, ops_service: OpsService, tasks: list[Work
     backlog's end took this round's place (:meth:`WorkerState.timer_due`)."""
     committed, ended = False, False
     began, last = time.monotonic(), max((t.input_at for t in tasks), default=0.0)
-    worked = sum(seconds for t in tasks for at, seconds in t.rounds_worked if at >= last)  # (since the last input)
+    for task in tasks:  # the work since the worker's last input: ticks and commits (of every task, when it came)
+        task.worked = [(at, seconds) for at, seconds in task.worked if at >= last]
+    worked = sum(seconds for t in tasks for _, seconds in t.worked)
     for task in tasks:
         if not task.ready.is_set():
             continue
-        flushed, at = task.flushed, time.monotonic()
+        flushed = task.flushed
         out, seq = task.tick(), task.seq
         ended = ended or (task.flushed and not flushed)
         if out is not None:
@@ -352,11 +355,10 @@ async def commit_round(app: faust.App, ops_service: OpsService, tasks: list[Work
             return
         task.early = task.early and task.seq > seq  # (a round that did not commit leaves the next one its place)
         committed = committed or task.seq > seq
-        if task.busy_at >= at:  # (it released, emitted or committed: work)
-            task.rounds_worked.append((at, time.monotonic() - at))
     if ended:  # (the round's idle flushes: work; the time before them since the last input, less work: a wait)
         ops.INPUT_END.set(time.time() - (time.monotonic() - began))
         ops.INPUT_END_WAIT.set(max(0.0, began - last - worked) if last else 0.0)  # (no input: no wait to tell)
+        ops.INPUT_END_WORK.set(worked)
         ops.INPUT_END_ROUND.set(time.monotonic() - began)
     # at the input's end, the offsets at once rather than on Faust's timer (not more often than Faust does)
     at_end = committed and all(t.own_caught_up() and not t.dirty for t in tasks)

@@ -121,11 +121,11 @@ class WorkerState:
     # monotonic time the task last did work: a message processed, epochs released or records emitted by a tick,
     # a transaction committed
     busy_at: float = 0.0
-    # monotonic time the task last processed an input message, and the timer's rounds that worked for it since
-    # (released, emitted, committed: (monotonic start, seconds)): the rest of the time to an idle flush is a
-    # wait (ops.INPUT_END_WAIT)
+    # monotonic time the task last processed an input message (any channel's: decisions and marks too), and the
+    # work it did since ((monotonic start, seconds) of each tick that released or emitted, each commit): the rest
+    # of the time to an idle flush is a wait (ops.INPUT_END_WAIT)
     input_at: float = 0.0
-    rounds_worked: list[tuple[float, float]] = field(default_factory=list)
+    worked: list[tuple[float, float]] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     encode_s: float = 0.0  # how long the last snapshot held the event loop (copied; compressed on a thread)
     committed_at: float = 0.0  # monotonic time of the last commit
@@ -383,7 +383,7 @@ class WorkerState:
         self._keep(out)
         self.idle_since, self.flushed = None, False
         self.busy_at = self.input_at = time.monotonic()
-        self.rounds_worked.clear()
+        self.worked.clear()
         return out
 
     def process(
@@ -414,15 +414,16 @@ class WorkerState:
             out = self.processor.advance(caught_up)
         else:
             out, self.flushed = self.processor.flush(last), True
-        self._released(out, frontier)
+        self._released(out, frontier, now)
         return out
 
-    def _released(self, out: Output, frontier: float) -> None:
-        """Keep what a tick gave (the input offsets did not move); work was done if the timeline's frontier
-        moved past ``frontier`` (its value before) or anything was emitted."""
+    def _released(self, out: Output, frontier: float, began: float) -> None:
+        """Keep what a tick (begun at ``began``) gave (the input offsets did not move); work was done if the
+        timeline's frontier moved past ``frontier`` (its value before) or anything was emitted."""
         self._keep(out, moved=False)
         if self.processor.timeline.frontier != frontier or out.audit or out.dead_letters or out.forward:
             self.busy_at = time.monotonic()
+            self.worked.append((began, self.busy_at - began))
 
     def _keep(self, out: Output, moved: bool = True) -> None:
         """Keep ``out`` for the next transaction; ``moved``: the input offsets advanced (a snapshot is due
@@ -481,6 +482,7 @@ class WorkerState:
             self.marked = mark
             await self._committed(snapshot.offsets, acks)
             self.busy_at = time.monotonic()
+            self.worked.append((started, self.busy_at - started))  # (the broker's answer waited for too: work)
             return sum(len(o.audit) for o in outputs)
 
     def allowed_in(self) -> float:

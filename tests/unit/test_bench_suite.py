@@ -56,23 +56,24 @@ def test_a_worker_that_processed_nothing_is_left_out_of_the_drains_ends(monkeypa
 
 
 def test_the_idle_wait_left_out_is_the_time_no_worker_worked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """From the timing's start (90 s) each worker works to its last input message (its input-end round's start
-    less its wait) and through that round. One worker: its wait is left out. Several: only the time none of
-    them worked (1 works to 97.5 and 100-100.5; 2 to 101.75 and 104-104.25: idle 97.5-100 is 2's drain, not
-    left out, nor 1's flush at 100 in 2's wait; 101.75-104 less 1's round: 2.25 s); a worker that ended no input
-    (its gauges 0) does not count, and with none at all there is no wait to tell (nan)."""
-    text = {
-        1: "driftlog_input_end_timestamp_seconds 100.0\ndriftlog_input_end_wait_seconds 2.5\n"
-        "driftlog_input_end_round_seconds 0.5\n",
-        2: "driftlog_input_end_timestamp_seconds 104.0\ndriftlog_input_end_wait_seconds 2.25\n"
-        "driftlog_input_end_round_seconds 0.25\n",
-        3: "driftlog_input_end_timestamp_seconds 0.0\ndriftlog_input_end_wait_seconds 0.0\n",
-        4: "driftlog_input_end_timestamp_seconds 101.0\ndriftlog_input_end_wait_seconds 4.0\n"
-        "driftlog_input_end_round_seconds 1.0\n",
-    }
+    """From the timing's start (90 s) each worker works to its last input message plus its work after it (its
+    input-end round's start less its wait) and through that round. One worker: its wait is left out. Several:
+    the time none of them worked, less their work after their last input, which may have been anywhere in their
+    waits (1 works to 97.5 and 100-100.5; 2 to 101.75 and 104-104.25, 0.25 s of it after its last input: 97.5-100
+    is 2's drain, not left out, nor 1's flush at 100 in 2's wait; 101.75-104, less 0.25: 2.0 s). A worker whose
+    input-end round came before the timing (5: a flush of the empty topics while the group formed) or that ended
+    no input (3, its gauges 0) does not count; with none at all there is no wait to tell (nan)."""
+
+    def told(at: float, wait: float, work: float, took: float) -> str:
+        return "".join(f"driftlog_input_end_{n}_seconds {v}\n" for n, v in
+                       (("timestamp", at), ("wait", wait), ("work", work), ("round", took)))  # fmt: skip
+
+    text = {1: told(100.0, 2.5, 0.0, 0.5), 2: told(104.0, 2.25, 0.25, 0.25), 3: told(0.0, 0.0, 0.0, 0.0),
+            4: told(101.0, 4.0, 0.0, 1.0), 5: told(50.0, 2.0, 0.0, 0.1)}  # fmt: skip
     monkeypatch.setattr(suite, "worker_metrics", text.__getitem__)
     assert suite.idle_wait([1], 90.0) == 2.5 and suite.idle_wait([2, 3], 90.0) == 2.25
-    assert suite.idle_wait([1, 2, 3], 90.0) == 2.25
+    assert suite.idle_wait([1, 2, 3], 90.0) == 2.0
     assert suite.idle_wait([1, 4], 90.0) == 3.0  # (4 works to 97 and 101-102: idle 97.5-100 and 100.5-101)
-    assert suite.idle_wait([2, 4], 90.0) == 2.0  # (2 drains to 101.75, 4's round to 102: idle 102-104)
-    assert math.isnan(suite.idle_wait([3], 90.0))
+    assert suite.idle_wait([2, 4], 90.0) == 1.75  # (2 drains to 101.75, 4's round to 102: idle 102-104, less 0.25)
+    assert suite.idle_wait([1, 5], 90.0) == 2.5
+    assert math.isnan(suite.idle_wait([3], 90.0)) and math.isnan(suite.idle_wait([5], 90.0))

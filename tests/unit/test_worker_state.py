@@ -959,15 +959,58 @@ def test_a_round_that_ends_the_input_tells_how_long_the_worker_waited_for_it(mon
         return Output()
 
     monkeypatch.setattr(state, "tick", flush)
-    state.rounds_worked = [(state.input_at + 0.5, 1.0)]  # a round since that input worked 1 s
+    state.worked = [(state.input_at + 0.5, 1.0)]  # a tick or a commit since that input worked 1 s
     ops = SimpleNamespace(status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)
     before = time.time()
     asyncio.run(commit_round(SimpleNamespace(), ops, [state], 0.5))  # type: ignore[arg-type]
     assert 2.0 <= metrics.INPUT_END_WAIT._value.get() < 2.5
     assert 0.05 <= metrics.INPUT_END_ROUND._value.get() < 0.5
-    other = task(Broker(), monkeypatch)  # another task, whose round worked before the worker's last input
-    other.input_at, other.rounds_worked = state.input_at - 10.0, [(state.input_at - 5.0, 5.0)]
-    state.flushed, state.rounds_worked = False, []
+    other = task(Broker(), monkeypatch)  # another task, whose commit worked before the worker's last input
+    other.input_at, other.worked = state.input_at - 10.0, [(state.input_at - 5.0, 5.0)]
+    state.flushed, state.worked = False, []
     asyncio.run(commit_round(SimpleNamespace(), ops, [state, other], 0.5))  # type: ignore[arg-type]
     assert 3.0 <= metrics.INPUT_END_WAIT._value.get() < 3.5
     assert before <= metrics.INPUT_END._value.get() <= time.time()
+
+
+def test_the_commit_at_a_backlogs_end_is_work_not_part_of_the_idle_flushs_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After the last input message the backlog's end is committed at once (outside the timer's rounds): its
+    snapshot's copy (0.5 s here) is work the wait leaves out (review of session 20: it was counted as wait)."""
+    import time
+    from types import SimpleNamespace
+
+    from streams import ops as metrics
+    from streams.worker import commit_round, handle_event
+    from streams.worker_state import BACKLOG_MESSAGES
+
+    class SlowSnap(Snap):
+        def pickled(self) -> bytes:
+            time.sleep(0.5)
+            return super().pickled()
+
+    monkeypatch.setattr("streams.worker_state.Snapshot", SlowSnap)
+    monkeypatch.setattr("streams.worker_state.compressed", lambda seq, state: [state])
+    backlog = BACKLOG_MESSAGES + 10
+    state = WorkerState(0, Processor(), FakeTransactions(Broker()), lambda t, p: backlog, 0.2)  # type: ignore[arg-type]
+    state.configure({"telemetry": "telemetry"}, [("telemetry", 0)])
+    monkeypatch.setattr(state.processor, "telemetry", lambda *_: Output())
+    state.ready.set()
+
+    async def nothing() -> None:
+        pass
+
+    ops = SimpleNamespace(app=SimpleNamespace(consumer=SimpleNamespace(commit=nothing)),
+                          status=SimpleNamespace(committed=lambda: None), observe=lambda *_: None)  # fmt: skip
+
+    async def run() -> None:
+        for offset in range(backlog):
+            await handle_event(state, ops, Stream(), fetched(offset), "telemetry", "auto")  # type: ignore[arg-type]
+        assert state.seq == 1  # (the backlog's end committed at once)
+        while not state.flushed:
+            await asyncio.sleep(0.05)
+            await commit_round(ops.app, ops, [state], 0.05)  # type: ignore[arg-type]
+
+    asyncio.run(run())
+    assert 0.2 <= metrics.INPUT_END_WAIT._value.get() < 0.45
