@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from streams.contract.envelope import SampleBatch
+from streams.engine import collector
 from streams.engine.codes import classes
 from streams.engine.control import ControlPlane, Relation
 from streams.engine.job import JobState
@@ -50,7 +51,8 @@ class Engine:
             self._decision(chunk.decision, out)
         for batch in chunk.batches:
             if batch.kind == "topology":
-                self._topology(batch, out)
+                with collector.paused():  # a large job's graph: a dict per node and edge
+                    self._topology(batch, out)
             elif batch.kind == "op":
                 for job, c in _by_job(batch):
                     if state := self._job(job, float(c["start"].min()), out):

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from streams.engine import elements
+from streams.engine import collector, elements
 from streams.engine import series as named_series
 from streams.engine.codes import classes
 from streams.engine.compute import RankCompute
@@ -123,8 +123,9 @@ class JobState:
         """Op span columns of this job, in canonical order."""
         self.last_time = max(self.last_time, float(c["start"].max()))
         self.stragglers.spans(c)
-        if self._add_ranks(c):
-            out.snapshots.extend(self.graph.snapshot(float(c["start"].min())))
+        with collector.paused():  # new ranks' edges in the graph (two dicts per rank) and the snapshot's tuples
+            if self._add_ranks(c):
+                out.snapshots.extend(self.graph.snapshot(float(c["start"].min())))
         lost = self.sync.update(c["rank"], c["step"], c["dp"], float(c["start"].max()))
         if lost is not None:
             self._findings([lost], out)
