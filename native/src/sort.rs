@@ -132,6 +132,20 @@ impl Column<'_> {
             Column::Str(v) => v[a].cmp(&v[b]),
         }
     }
+
+    /// Whether every row of `rows` compares equal to the first in this column (equal is an equivalence
+    /// here: floats equal as numbers or both NaN, strings by rank), so it orders none of them.
+    fn same_in(&self, rows: &[usize]) -> bool {
+        let Some((&first, rest)) = rows.split_first() else {
+            return true;
+        };
+        match self {
+            Column::Float(v) => rest.iter().all(|&r| by_value(v[first], v[r]).is_eq()),
+            Column::Int(v) => rest.iter().all(|&r| v[r] == v[first]),
+            Column::Bool(v) => rest.iter().all(|&r| v[r] == v[first]),
+            Column::Str(v) => rest.iter().all(|&r| v[r] == v[first]),
+        }
+    }
 }
 
 /// `keys` in ascending order, and the rows they came from (equal keys in input order): a radix sort by
@@ -238,6 +252,9 @@ fn in_order(times: &[f64], cols: &[Column]) -> PyResult<Vec<usize>> {
     }
     let (keys, sorted) = by_key(times.iter().map(|&t| time_key(t)).collect());
     let mut rows: Vec<usize> = sorted.iter().map(|&i| i as usize).collect();
+    // a column that compares equal in every row orders none of them: the runs of equal times compare the
+    // others only (an epoch's job, device, flags...), told once, when a first run needs them
+    let mut varying: Option<Vec<&Column>> = None;
     let mut start = 0;
     while start < n {
         let end = start
@@ -246,8 +263,11 @@ fn in_order(times: &[f64], cols: &[Column]) -> PyResult<Vec<usize>> {
                 .take_while(|&&k| k == keys[start])
                 .count();
         if end - start > 1 && !cols.is_empty() {
+            let varying =
+                varying.get_or_insert_with(|| cols.iter().filter(|c| !c.same_in(&rows)).collect());
             rows[start..end].sort_by(|&a, &b| {
-                cols.iter()
+                varying
+                    .iter()
                     .map(|c| c.compare(a, b))
                     .find(|o| o.is_ne())
                     .unwrap_or(Ordering::Equal)
@@ -452,6 +472,46 @@ pub fn canonical_gather(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn in_order_compares_every_column_as_a_sort_by_all_of_them() {
+        let mut state = 11u64;
+        let mut next = move |m: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % m
+        };
+        for n in [0, 1, 2, 40, 700] {
+            let times: Vec<f64> = (0..n).map(|_| next(4) as f64).collect();
+            let constant = vec![3i64; n];
+            let zeros: Vec<f64> = (0..n).map(|_| [0.0, -0.0][next(2) as usize]).collect(); // (equal)
+            let few: Vec<i64> = (0..n).map(|_| next(3) as i64).collect();
+            let floats: Vec<f64> = (0..n)
+                .map(|_| [0.0, -0.0, f64::NAN, 1.5][next(4) as usize])
+                .collect();
+            let flags: Vec<u8> = (0..n).map(|_| next(2) as u8).collect();
+            let ranks: Vec<u32> = (0..n).map(|_| next(5) as u32).collect();
+            let cols = [
+                Column::Int(&constant),
+                Column::Float(&zeros),
+                Column::Float(&floats),
+                Column::Bool(&flags),
+                Column::Int(&few),
+                Column::Str(&ranks),
+            ];
+            let mut want: Vec<usize> = (0..n).collect();
+            want.sort_by(|&a, &b| {
+                time_key(times[a]).cmp(&time_key(times[b])).then_with(|| {
+                    cols.iter()
+                        .map(|c| c.compare(a, b))
+                        .find(|o| o.is_ne())
+                        .unwrap_or(Ordering::Equal)
+                })
+            });
+            assert_eq!(in_order(&times, &cols).unwrap(), want);
+        }
+    }
 
     #[test]
     fn by_key_is_the_stable_sort() {

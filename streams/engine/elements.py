@@ -13,7 +13,7 @@ def prefix(kind: str) -> str:
 
 
 def element(kind: str, name: str) -> str:
-    return f"{prefix(kind)}{name}"
+    return f"{kind}:{name}"  # (:func:`prefix`'s, without its call: made for every element of every step)
 
 
 def job(name: str) -> str:

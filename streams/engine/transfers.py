@@ -34,11 +34,24 @@ Mask = npt.NDArray[np.bool_]
 
 
 def inferred(ops: Codebook) -> Ints:
-    """Per op code: the direction its name implies for a span of class comm (a lookup, not a search per span)."""
+    """Per op code: the direction its name implies for a span of class comm (a lookup, not a search per span).
+    Made once per codebook size (a codebook's names only grow: the same size, the same names) and kept with
+    the codebook's own key, read only (every step of a job asks)."""
+    kept = _INFERRED.get(id(ops))
+    if kept is not None and kept[0] is ops and len(kept[1]) == len(ops.names):
+        return kept[1]
     out = np.full(len(ops.names), NONE, np.int64)
     out[ops.of(SEND_OPS)] = TO
     out[ops.of(RECV_OPS)] = FROM
+    out.flags.writeable = False
+    if len(_INFERRED) >= _MAX_INFERRED:
+        _INFERRED.clear()
+    _INFERRED[id(ops)] = (ops, out)
     return out
+
+
+_INFERRED: dict[int, tuple[Codebook, Ints]] = {}  # id(codebook) -> (it, its directions) (it held: no id reused)
+_MAX_INFERRED = 64  # (a few jobs' codebooks; more are made again)
 
 
 def declared(c: Mapping[str, npt.NDArray[Any]]) -> Ints | None:

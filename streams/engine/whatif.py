@@ -384,15 +384,16 @@ def _candidates(
     for d in replicas[:MAX_ALL] if len(replicas) > 2 else []:  # a replica needs peers to be healed by
         inside = tuple(elements.rank(job, r) for r in top_ranks if d in where[r][0])
         add(elements.dp(job, d), "dp", Healing(peer_med, g.dp, d), inside)
-    chain = roles.staged
-    stage_alt = np.where(chain & np.isfinite(by_stage), by_stage, d0)
-    for s in _top(by_stage, g.pp, d0, chain, roles.present[0]):
+    chain, sends = roles.staged, roles.sends
+    stages = _top(by_stage, g.pp, d0, chain, roles.present[0])
+    stage_alt = np.where(chain & np.isfinite(by_stage), by_stage, d0) if stages else d0  # (d0: not read)
+    for s in stages:
         inside = tuple(elements.rank(job, r) for r in top_ranks if s in where[r][1])
         add(elements.stage(job, s), "stage", Healing(stage_alt, g.pp, s), inside)
-    sends = roles.sends
-    links = roles.link >= 0
-    link_alt = np.where(sends & np.isfinite(by_link), by_link, d0)
-    for lk in _top(by_link, roles.link, d0, links & sends, roles.present[1]):
+    # (the links present are those of sends: ``sends & (link == lk)`` is a link's sends, ``link >= 0`` implied)
+    links = _top(by_link, roles.link, d0, sends, roles.present[1])
+    link_alt = np.where(sends & np.isfinite(by_link), by_link, d0) if links else d0
+    for lk in links:
         add(elements.stage_link(job, lk), "link", Healing(link_alt, roles.link, lk))
     if baseline is not None:
         op_excess = np.bincount(g.op, np.maximum(0.0, d0 - baseline), minlength=len(ops))

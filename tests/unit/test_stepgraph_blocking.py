@@ -149,6 +149,20 @@ def test_the_direction_is_declared_or_inferred_from_the_op_for_old_producers() -
     ]
 
 
+def test_the_directions_per_op_code_follow_a_codebook_that_grows_and_are_read_only() -> None:
+    ops = Codebook()
+    ops.encode(np.array(["isend", "compute"], dtype=object))
+    first = inferred(ops)
+    assert first.tolist() == [NONE, TO, NONE] and inferred(ops) is first  # (kept: every step of a job asks)
+    with pytest.raises(ValueError):
+        first[0] = TO  # (shared by the steps: never written)
+    ops.encode(np.array(["irecv"], dtype=object))  # a later step's new op
+    assert inferred(ops).tolist() == [NONE, TO, NONE, FROM]
+    other = Codebook()  # another job's codebook: its own directions
+    other.encode(np.array(["irecv", "isend"], dtype=object))
+    assert inferred(other).tolist() == [NONE, FROM, TO] and inferred(ops).tolist() == [NONE, TO, NONE, FROM]
+
+
 def test_collective_members_stay_members_and_blocking_spans_are_not_collectives() -> None:
     c = two_stages(1.0, 2.0, 0.5, 1.0)
     c["group"] = np.array(["", "", "", "", "", ""], dtype=object)
