@@ -63,7 +63,7 @@ from aiokafka import AIOKafkaConsumer
 from bench._broker import bench_settings, broker_pid, drop_topics
 from streams.config import Settings, to_env
 from streams.demo import input_ended
-from streams.kafka.admin import GroupLag, ensure_topics, group_lag, partitions
+from streams.kafka.admin import GroupLag, ensure_topics, partitions
 from streams.kafka.limits import TELEMETRY_COMPRESSION
 from streams.sim.scenarios import SCENARIOS
 from streams.supervise import Child, free_port
@@ -369,26 +369,33 @@ def timed(
     finished = [last_message(p) - unix_offset for p in ports]
     _until(lambda: all(input_ended(p) for p in ports), children, 300)
     ended = Cpu.take(children, sink, broker)
-    sink_lag = _lag(run, run.sink_group, run.audit_topic)
-    committed = _until(lambda: sink_lag() == 0, [sink], 300)
+    committed = asyncio.run(_at_lag_zero(run.kafka_bootstrap_servers, run.sink_group, run.audit_topic, [sink], 300))
     waited = idle_wait(ports, start[0].at + unix_offset)
     return Timed(producing, finished, drained_cpu.at, committed, start[0], drained_cpu, ended, waited)
 
 
 async def _drained(run: Settings, children: list[Child], sink: Child, broker: int | None, timeout_s: float) -> Cpu:
-    """Wait for the workers' group to reach telemetry lag 0, as the broker tells it: the time and CPU then.
-    Asked every ``LAG_POLL_S`` over the same connections, of the broker alone: a worker that has finished its
-    share while the other works on answers ``/metrics`` late (a long engine step, its idle flush), which would
-    delay the measured end of the drain, and the other's idle share with it."""
+    """Wait for the workers' group to reach telemetry lag 0, as the broker tells it: the CPU then (and when).
+    Of the broker alone: a worker that has finished its share while the other works on answers ``/metrics``
+    late (a long engine step, its idle flush), which would delay the measured end of the drain, and the other's
+    idle share with it."""
+    await _at_lag_zero(run.kafka_bootstrap_servers, run.worker_group, run.telemetry_topic, children, timeout_s)
+    return Cpu.take(children, sink, broker)
+
+
+async def _at_lag_zero(bootstrap: str, group: str, topic: str, children: list[Child], timeout_s: float) -> float:
+    """When (``time.perf_counter``) ``group``'s lag on ``topic`` was first told 0; asked every ``LAG_POLL_S``
+    over the same connections (a poll that opens its clients each time answers a round trip of several
+    connections late, and that lateness would count as the run's)."""
     deadline = time.monotonic() + timeout_s
-    async with GroupLag(run.kafka_bootstrap_servers, run.worker_group, [run.telemetry_topic]) as lag:
+    async with GroupLag(bootstrap, group, [topic]) as lag:
         while sum((await lag()).values()):
             for child in children:
                 child.check_alive()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no lag 0 in {timeout_s:.0f}s: {[c.tail()[-500:] for c in children]}")
             await asyncio.sleep(LAG_POLL_S)
-        return Cpu.take(children, sink, broker)
+        return time.perf_counter()
 
 
 @dataclass(frozen=True)
@@ -539,14 +546,6 @@ def worker_metrics(port: int) -> str:
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         return response.read().decode()  # type: ignore[no-any-return]
-
-
-def _lag(cfg: Settings, group: str, topic: str) -> Callable[[], int]:
-    def lag() -> int:
-        by_partition = asyncio.run(group_lag(cfg.kafka_bootstrap_servers, group, [topic]))
-        return sum(by_partition.values()) if by_partition else -1
-
-    return lag
 
 
 def _until(done: Callable[[], bool], children: list[Child], timeout_s: float) -> float:
