@@ -56,9 +56,10 @@ SHUTDOWN_BUDGET_S = 7.5  # SIGTERM → exit, whatever the broker does
 OFFSETS_COMMIT_INTERVAL_S = 1.0  # Faust commits the acknowledged input offsets this often
 # events an agent's stream buffers (Faust pauses the fetching of its partitions at 80% of it): an event is a
 # partition's fetch (streams/kafka/batching.py), up to consumer_max_fetch_size (1 MB) of record batches, not one
-# message; compressed batches hold more: ~6 MB of values with lz4, ~9 with zstd (so ~100-150 MB here, ~1 s of
-# the engine's work); Faust's 4,096 would let a backlog fill gigabytes
-STREAM_BUFFER_FETCHES = 16
+# message; compressed batches hold more values: ~6 MB with lz4, ~9 with zstd (a backlog buffers up to ~64 MB of
+# uncompressed input, ~400 MB of lz4's). Fewer starve an uncompressed backlog: a 5.8 M-sample drain took 1.4x as
+# long with 32 and 2.4x with 16 (one run each, session 20); Faust's 4,096 would let a backlog fill gigabytes
+STREAM_BUFFER_FETCHES = 64
 
 
 def broker_urls(bootstrap: str) -> list[str]:
