@@ -499,8 +499,7 @@ def processed_messages(port: int) -> int:
 def last_message(port: int) -> float:
     """When a worker last processed a message of its own input (Unix time: its
     ``driftlog_last_message_timestamp_seconds``); nan if it has processed none (the gauge is 0 until then)."""
-    found = re.search(r"^driftlog_last_message_timestamp_seconds (\S+)$", worker_metrics(port), re.MULTILINE)
-    value = float(found.group(1)) if found else 0.0
+    value = _gauge(worker_metrics(port), "driftlog_last_message_timestamp_seconds")
     return value if value > 0 else math.nan
 
 

@@ -118,9 +118,6 @@ class WorkerState:
     left_to_round: bool = False
     idle_since: float | None = None
     flushed: bool = False
-    # monotonic time the task last did work: a message processed, epochs released or records emitted by a tick,
-    # a transaction committed
-    busy_at: float = 0.0
     # monotonic time the task last processed an input message (any channel's: decisions and marks too), and the
     # work it did since ((monotonic start, seconds) of each tick that released or emitted, each commit): the rest
     # of the time to an idle flush is a wait (ops.INPUT_END_WAIT)
@@ -382,7 +379,7 @@ class WorkerState:
             out = self.processor.decision(value, position, caught_up)
         self._keep(out)
         self.idle_since, self.flushed = None, False
-        self.busy_at = self.input_at = time.monotonic()
+        self.input_at = time.monotonic()
         self.worked.clear()
         return out
 
@@ -422,8 +419,7 @@ class WorkerState:
         timeline's frontier moved past ``frontier`` (its value before) or anything was emitted."""
         self._keep(out, moved=False)
         if self.processor.timeline.frontier != frontier or out.audit or out.dead_letters or out.forward:
-            self.busy_at = time.monotonic()
-            self.worked.append((began, self.busy_at - began))
+            self.worked.append((began, time.monotonic() - began))
 
     def _keep(self, out: Output, moved: bool = True) -> None:
         """Keep ``out`` for the next transaction; ``moved``: the input offsets advanced (a snapshot is due
@@ -481,8 +477,7 @@ class WorkerState:
                 raise TransactionFailed(self.error) from exc
             self.marked = mark
             await self._committed(snapshot.offsets, acks)
-            self.busy_at = time.monotonic()
-            self.worked.append((started, self.busy_at - started))  # (the broker's answer waited for too: work)
+            self.worked.append((started, time.monotonic() - started))  # (the broker's answer waited for too: work)
             return sum(len(o.audit) for o in outputs)
 
     def allowed_in(self) -> float:

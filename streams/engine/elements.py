@@ -9,11 +9,11 @@ from __future__ import annotations
 
 def prefix(kind: str) -> str:
     """What every id of ``kind`` starts with (``rank:``), e.g. for a vectorised test."""
-    return f"{kind}:"
+    return element(kind, "")
 
 
 def element(kind: str, name: str) -> str:
-    return f"{kind}:{name}"  # (:func:`prefix`'s, without its call: made for every element of every step)
+    return f"{kind}:{name}"  # (the one place the form is written: made for every element of every step)
 
 
 def job(name: str) -> str:

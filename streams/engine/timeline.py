@@ -169,9 +169,7 @@ class Timeline:
         return masks
 
     def _buffer(self, k: int, part: SampleBatch, channel: str, offset: int) -> None:
-        epoch = self._epochs.get(k)  # (:meth:`_epoch`, without its call: once per buffered batch)
-        if epoch is None:
-            epoch = self._epochs[k] = _Epoch()
+        epoch = self._epoch(k)
         epoch.parts.setdefault(part.kind, []).append(part)
         epoch.contributed((channel, offset))
 
